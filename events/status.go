@@ -1,0 +1,65 @@
+package events
+
+import "time"
+
+// Phase is a proxy's lifecycle phase.
+type Phase string
+
+// Phases (DESIGN §3.4).
+const (
+	PhasePending      Phase = "Pending"
+	PhaseInvalid      Phase = "Invalid"
+	PhaseProvisioning Phase = "Provisioning"
+	PhaseRunning      Phase = "Running"
+	PhaseReady        Phase = "Ready"
+	PhaseUnhealthy    Phase = "Unhealthy"
+	PhaseReplacing    Phase = "Replacing"
+	PhaseDeleting     Phase = "Deleting"
+	PhaseWaiting      Phase = "Waiting"
+	PhaseFailed       Phase = "Failed"
+)
+
+// ProxyStatus is what the reconciler (its only writer) records for a proxy in proxy_status.
+type ProxyStatus struct {
+	V            int        `json:"v"`
+	Phase        Phase      `json:"phase"`
+	Mode         string     `json:"mode,omitempty"`
+	UID          string     `json:"uid,omitempty"`
+	InstanceName string     `json:"instanceName,omitempty"`
+	InstanceID   string     `json:"instanceId,omitempty"`
+	Provider     string     `json:"provider,omitempty"`
+	Host         string     `json:"host,omitempty"`
+	IP           string     `json:"ip,omitempty"`
+	Port         int        `json:"port,omitempty"`
+	SpecHash     string     `json:"specHash,omitempty"`     // hash of the instance that exists
+	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
+	Op           *OpRef     `json:"op,omitempty"`
+	LastError    *LastError `json:"lastError,omitempty"`
+	Reason       string     `json:"reason,omitempty"`
+	Message      string     `json:"message,omitempty"`
+	Failures     int        `json:"failures,omitempty"`  // consecutive transient failures
+	Deadlines    int        `json:"deadlines,omitempty"` // provisioning deadlines missed
+	AddrMisses   int        `json:"addrMisses,omitempty"`
+	RetryAt      time.Time  `json:"retryAt,omitzero"`
+	NextPollAt   time.Time  `json:"nextPollAt,omitzero"`
+	ProvisionAt  time.Time  `json:"provisionAt,omitzero"` // when the current create began
+	CreatedAt    time.Time  `json:"createdAt,omitzero"`
+	ReadyAt      time.Time  `json:"readyAt,omitzero"`
+	UpdatedAt    time.Time  `json:"updatedAt,omitzero"`
+}
+
+// OpRef is the op in flight for a proxy. At most one exists at a time.
+type OpRef struct {
+	Kind     OpKind    `json:"kind"`
+	ID       string    `json:"id"`
+	Host     string    `json:"host"`
+	IssuedAt time.Time `json:"issuedAt"`
+	Attempts int       `json:"attempts"`
+}
+
+// LastError is the most recent provider error, visible to users whatever its class.
+type LastError struct {
+	Class   string    `json:"class"`
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}

@@ -1,0 +1,50 @@
+package events
+
+// Bucket names (DESIGN §3.1).
+const (
+	BucketProxies   = "proxies"
+	BucketCloudInit = "cloud_init"
+	BucketStatus    = "proxy_status"
+	BucketCatalog   = "provider_catalog"
+	BucketLocks     = "egress_locks"
+)
+
+// Stream names and subject roots (DESIGN §3.2).
+const (
+	StreamEvents   = "EGRESS_EVENTS"
+	EventsSubjects = "egress.events.>"
+	opsPrefix      = "egress.ops."
+	eventsPrefix   = "egress.events."
+)
+
+// Lock keys in the egress_locks bucket, and the key holding the installation ID.
+const (
+	LockLeaderReconciler = "leader.reconciler"
+	KeyInstallation      = "installation"
+)
+
+// OpsStream is the work-queue stream of one provider's ops.
+func OpsStream(provider string) string { return "OPS_" + provider }
+
+// OpsSubjects is the subject filter of OpsStream(provider).
+func OpsSubjects(provider string) string { return opsPrefix + provider + ".>" }
+
+// OpSubject is where the op for proxy on provider's host is published.
+func OpSubject(provider, host, proxy string) string {
+	return opsPrefix + provider + "." + host + "." + proxy
+}
+
+// HostFilter is the filter of the per-host consumer.
+func HostFilter(provider, host string) string { return opsPrefix + provider + "." + host + ".>" }
+
+// HostConsumer is the durable name of the per-host consumer.
+func HostConsumer(host string) string { return "host_" + host }
+
+// OpLockKey is the per-proxy op lock in egress_locks.
+func OpLockKey(proxy string) string { return "op." + proxy }
+
+// EventSubject is where an event of kind about proxy is published.
+func EventSubject(kind, proxy string) string { return eventsPrefix + kind + "." + proxy }
+
+// OpResultSubjects is the filter the reconciler folds op results from.
+const OpResultSubjects = eventsPrefix + KindOpResult + ".>"

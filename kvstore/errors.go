@@ -1,0 +1,30 @@
+package kvstore
+
+import (
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrNotFound: the key does not exist (or was deleted or expired).
+	ErrNotFound = errors.New("kvstore: not found")
+	// ErrConflict: a compare-and-swap lost, or Create found the key present.
+	ErrConflict = errors.New("kvstore: conflict")
+)
+
+// mapErr translates the SDK's KV errors; anything else passes through wrapped as is.
+func mapErr(err error) error {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return errors.Join(ErrNotFound, err)
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return errors.Join(ErrConflict, err)
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == 10164):
+		return errors.Join(ErrConflict, err)
+	}
+	return err
+}

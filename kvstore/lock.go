@@ -1,0 +1,77 @@
+package kvstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LockRecord is the value of a lock key.
+type LockRecord struct {
+	V        int       `json:"v"`
+	Holder   string    `json:"holder"`
+	Purpose  string    `json:"purpose,omitempty"`
+	Acquired time.Time `json:"acquired"`
+}
+
+// Lock is a held TTL lock in a History-1 bucket with limit markers. Its revision is the fencing
+// token: it changes on every renewal, and a renewal fails once someone else holds the key.
+type Lock struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	key    string
+	ttl    time.Duration
+	rev    uint64
+	record []byte
+}
+
+// ErrLockHeld means another holder has the lock.
+var ErrLockHeld = errors.New("kvstore: lock held by another holder")
+
+// AcquireLock creates key with a per-key TTL. ErrLockHeld if it exists.
+func AcquireLock(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key, holder, purpose string, ttl time.Duration) (*Lock, error) {
+	rec, err := json.Marshal(LockRecord{V: 1, Holder: holder, Purpose: purpose, Acquired: time.Now().UTC()})
+	if err != nil {
+		return nil, err
+	}
+	rev, err := kv.Create(ctx, key, rec, jetstream.KeyTTL(ttl))
+	if err != nil {
+		if err = mapErr(err); errors.Is(err, ErrConflict) {
+			return nil, errors.Join(ErrLockHeld, err)
+		}
+		return nil, fmt.Errorf("acquire lock %s: %w", key, err)
+	}
+	return &Lock{js: js, kv: kv, key: key, ttl: ttl, rev: rev, record: rec}, nil
+}
+
+// Revision is the lock's current fencing token.
+func (l *Lock) Revision() uint64 { return l.rev }
+
+// Renew restarts the lock's TTL if it is still ours. ErrLockHeld (wrapped) once it is lost.
+// KeyValue.Update would drop the per-key TTL, so this publishes to the key's subject with the
+// expected last sequence and a message TTL, which is what the SDK does inside Create.
+func (l *Lock) Renew(ctx context.Context) error {
+	ack, err := l.js.Publish(ctx, "$KV."+l.kv.Bucket()+"."+l.key, l.record,
+		jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+	if err != nil {
+		if err = mapErr(err); errors.Is(err, ErrConflict) {
+			return errors.Join(ErrLockHeld, err)
+		}
+		return fmt.Errorf("renew lock %s: %w", l.key, err)
+	}
+	l.rev = ack.Sequence
+	return nil
+}
+
+// Release deletes the lock if it is still ours; releasing a lost lock is not an error.
+func (l *Lock) Release(ctx context.Context) error {
+	err := mapErr(l.kv.Delete(ctx, l.key, jetstream.LastRevision(l.rev)))
+	if err == nil || errors.Is(err, ErrConflict) || errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("release lock %s: %w", l.key, err)
+}

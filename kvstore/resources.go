@@ -1,0 +1,119 @@
+package kvstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options tune the resources for the deployment.
+type Options struct {
+	Replicas int // 1 on a single server, 3 in a cluster
+}
+
+// Store holds the handles of egressd's buckets.
+type Store struct {
+	JS        jetstream.JetStream
+	Proxies   jetstream.KeyValue
+	CloudInit jetstream.KeyValue
+	Status    jetstream.KeyValue
+	Catalog   jetstream.KeyValue
+	Locks     jetstream.KeyValue
+}
+
+// lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
+const lockMarkerTTL = time.Minute
+
+// EventsMaxAge is how long EGRESS_EVENTS keeps history.
+const EventsMaxAge = 7 * 24 * time.Hour
+
+// Ensure declares the shared buckets and the events stream (create or update, so it is safe
+// from every process at every start) and returns their handles.
+func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
+	r := max(o.Replicas, 1)
+	s := &Store{JS: js}
+	buckets := []struct {
+		dst *jetstream.KeyValue
+		cfg jetstream.KeyValueConfig
+	}{
+		{&s.Proxies, jetstream.KeyValueConfig{Bucket: events.BucketProxies, History: 5, Description: "desired proxies (ProxySpec)"}},
+		{&s.CloudInit, jetstream.KeyValueConfig{Bucket: events.BucketCloudInit, History: 5, Description: "shared user-data documents"}},
+		{&s.Status, jetstream.KeyValueConfig{Bucket: events.BucketStatus, History: 1, Description: "observed proxies (ProxyStatus), written by the reconciler"}},
+		{&s.Catalog, jetstream.KeyValueConfig{Bucket: events.BucketCatalog, History: 1, Description: "provider catalogs"}},
+		// Per-key TTLs need History 1, or the server stretches them to the marker TTL.
+		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
+	}
+	for _, b := range buckets {
+		b.cfg.Storage = jetstream.FileStorage
+		b.cfg.Replicas = r
+		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
+		}
+		*b.dst = kv
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.StreamEvents,
+		Description: "egressd events: phases, op results, transitions",
+		Subjects:    []string{events.EventsSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      EventsMaxAge,
+		MaxBytes:    1 << 30,
+		Storage:     jetstream.FileStorage,
+		Replicas:    r,
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("declare stream %s: %w", events.StreamEvents, err)
+	}
+	return s, nil
+}
+
+// HostConfig is one host of a provider and its concurrency limit.
+type HostConfig struct {
+	Name             string
+	MaxConcurrentOps int
+}
+
+// OpsAckWait is how long a provisioner may go without a heartbeat before its op is
+// redelivered to another.
+const OpsAckWait = 30 * time.Second
+
+// OpsMaxDeliver bounds redeliveries of one op; the provisioner terminates it on the last one.
+const OpsMaxDeliver = 6
+
+// EnsureOps declares the work-queue stream of a provider and one durable pull consumer per
+// host whose MaxAckPending is that host's limit: the server then holds the limit across any
+// number of provisioners.
+func EnsureOps(ctx context.Context, js jetstream.JetStream, provider string, hosts []HostConfig, o Options) error {
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        events.OpsStream(provider),
+		Description: "ops for provider " + provider,
+		Subjects:    []string{events.OpsSubjects(provider)},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(o.Replicas, 1),
+		Duplicates:  2 * time.Minute,
+	})
+	if err != nil {
+		return fmt.Errorf("declare stream %s: %w", events.OpsStream(provider), err)
+	}
+	for _, h := range hosts {
+		_, err := js.CreateOrUpdateConsumer(ctx, events.OpsStream(provider), jetstream.ConsumerConfig{
+			Durable:       events.HostConsumer(h.Name),
+			Description:   "ops on host " + h.Name,
+			FilterSubject: events.HostFilter(provider, h.Name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       OpsAckWait,
+			MaxAckPending: max(h.MaxConcurrentOps, 1),
+			MaxDeliver:    OpsMaxDeliver,
+		})
+		if err != nil {
+			return fmt.Errorf("declare consumer %s on %s: %w", events.HostConsumer(h.Name), events.OpsStream(provider), err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package providers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Provider runs forward-proxy instances on one backend. Implementations are safe for
+// concurrent use, including concurrent calls for the same instance name, and bound every
+// backend call by their own budget as well as by ctx.
+type Provider interface {
+	// Create makes sure the instance named req.Name exists and is started, writing the marks in
+	// the same call. It is idempotent by name: calling it again for an existing instance
+	// returns that instance. It never returns ErrNotFound.
+	Create(ctx context.Context, req CreateRequest) (Instance, error)
+	// Get reads an instance by the ID Create returned. ErrNotFound only when the instance is
+	// truly gone; a malformed ID is ErrPermanent. Running is reported only with an address, and
+	// an instance that was created but not yet started is never Stopped.
+	Get(ctx context.Context, id string) (Instance, error)
+	// Delete removes the instance and every secondary resource. Deleting a missing instance
+	// succeeds.
+	Delete(ctx context.Context, id string) error
+	// List returns every instance carrying the managed mark, with its marks read back from
+	// the backend. It returns an error rather than a list it cannot vouch for.
+	List(ctx context.Context) ([]Instance, error)
+}
+
+// Checker is implemented by providers that can check their backends (one verdict per target).
+type Checker interface {
+	Check(ctx context.Context) []TargetStatus
+}
+
+// Cataloger is implemented by every provider: what it offers, for the provider_catalog bucket.
+// A catalog never holds secrets.
+type Cataloger interface {
+	Catalog() Catalog
+}
+
+// Placement says where and how an instance runs. Fields a provider does not use are ignored
+// (and documented as such), but they are still part of the spec hash.
+type Placement struct {
+	Region      string `json:"region,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// CreateRequest is everything a provider needs to create one instance.
+type CreateRequest struct {
+	Name         string // deterministic instance name, see InstanceName
+	UID          string // the proxy's UID
+	Installation string // this installation's ID
+	Proxy        string // the proxy's name, for humans only
+	Host         string // the host chosen by the reconciler, one of Catalog().Hosts
+	Placement    Placement
+	Port         int
+	UserData     UserData // resolved user-data, delivered byte for byte; never logged
+	Auth         *Auth    // optional basic auth the proxy enforces
+}
+
+// Auth is a forward proxy's basic-auth credential.
+type Auth struct {
+	Username string
+	Password Secret
+}
+
+// State is an instance's lifecycle state as the backend reports it.
+type State string
+
+// Instance states. Stopped and Terminated mean the instance will not recover by itself.
+const (
+	StateProvisioning State = "Provisioning"
+	StateRunning      State = "Running"
+	StateStopped      State = "Stopped"
+	StateTerminated   State = "Terminated"
+)
+
+// Instance is what a provider reports about one instance.
+type Instance struct {
+	ID      string `json:"id"`
+	Name    string `json:"name"`
+	Host    string `json:"host,omitempty"`
+	State   State  `json:"state"`
+	Address string `json:"address,omitempty"` // IP the proxy listens on; set when Running
+	Port    int    `json:"port,omitempty"`
+	Marks   Marks  `json:"marks"`
+}
+
+// Marks identify an instance as ours. They are written by Create and read back from the
+// backend by Get and List; a provider never answers them from memory.
+type Marks struct {
+	Managed      bool      `json:"managed"`
+	UID          string    `json:"uid"`
+	Installation string    `json:"installation"`
+	CreatedAt    time.Time `json:"createdAt"` // zero means very old
+}
+
+// Catalog describes what a provider offers. It never holds secrets.
+type Catalog struct {
+	Type         string                 `json:"type"`
+	Hosts        []Host                 `json:"hosts"`
+	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
+	Images       []string               `json:"images,omitempty"`
+	Limits       map[string]int         `json:"limits,omitempty"`
+}
+
+// Host is one concurrency domain of a provider: a hypervisor, a node, a zone.
+type Host struct {
+	Name             string `json:"name"`
+	MaxConcurrentOps int    `json:"maxConcurrentOps"`
+}
+
+// MachineType is a named size.
+type MachineType struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memoryMiB"`
+}
+
+// TargetStatus is one verdict of a Checker.
+type TargetStatus struct {
+	Name    string            `json:"name"`
+	Address string            `json:"address,omitempty"`
+	Ready   bool              `json:"ready"`
+	Reason  string            `json:"reason"`
+	Message string            `json:"message,omitempty"`
+	Latency time.Duration     `json:"latency"`
+	Details map[string]string `json:"details,omitempty"`
+}
+
+// Secret is a string that never prints: fmt, slog and JSON all see a redaction.
+type Secret string
+
+func (Secret) String() string                  { return "[redacted]" }
+func (Secret) GoString() string                { return "[redacted]" }
+func (Secret) LogValue() slog.Value            { return slog.StringValue("[redacted]") }
+func (Secret) MarshalJSON() ([]byte, error)    { return []byte(`"[redacted]"`), nil }
+func (s Secret) Format(f fmt.State, verb rune) { fmt.Fprint(f, "[redacted]") }
+
+// Reveal returns the secret's value for the one place that must use it.
+func (s Secret) Reveal() string { return string(s) }
+
+// UserData is cloud-init user-data. Like Secret, it never prints; only its size does.
+type UserData []byte
+
+func (u UserData) String() string                { return fmt.Sprintf("[user-data %d bytes]", len(u)) }
+func (u UserData) GoString() string              { return u.String() }
+func (u UserData) LogValue() slog.Value          { return slog.StringValue(u.String()) }
+func (u UserData) MarshalJSON() ([]byte, error)  { return []byte(`"` + u.String() + `"`), nil }
+func (u UserData) Format(f fmt.State, verb rune) { fmt.Fprint(f, u.String()) }

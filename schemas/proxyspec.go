@@ -1,0 +1,136 @@
+package schemas
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+)
+
+// Modes of a proxy.
+const (
+	ModeManaged  = "managed"
+	ModeExternal = "external"
+)
+
+// Defaults applied by ParseProxySpec.
+const (
+	DefaultPort             = 3128
+	DefaultMaxLeases        = 1
+	DefaultIntervalSeconds  = 30
+	DefaultTimeoutSeconds   = 5
+	DefaultFailureThreshold = 3
+	DefaultSuccessThreshold = 1
+)
+
+// ProxySpec v1: a desired proxy, the value of a key in the proxies bucket.
+type ProxySpec struct {
+	V            int               `json:"v,omitempty"`
+	Mode         string            `json:"mode,omitempty"`
+	Provider     string            `json:"provider,omitempty"`
+	Placement    Placement         `json:"placement,omitzero"`
+	Port         int               `json:"port,omitempty"`
+	CloudInit    string            `json:"cloudInit,omitempty"`
+	CloudInitRef string            `json:"cloudInitRef,omitempty"`
+	Endpoint     *Endpoint         `json:"endpoint,omitempty"`
+	Auth         *Auth             `json:"auth,omitempty"`
+	Attributes   map[string]string `json:"attributes,omitempty"`
+	MaxLeases    *int              `json:"maxLeases,omitempty"`
+	HealthCheck  HealthCheck       `json:"healthCheck,omitzero"`
+}
+
+// Placement says where a managed proxy runs; its meaning is the provider's.
+type Placement struct {
+	Region      string `json:"region,omitempty"`
+	Zone        string `json:"zone,omitempty"`
+	MachineType string `json:"machineType,omitempty"`
+	Image       string `json:"image,omitempty"`
+}
+
+// Endpoint is an external proxy's address.
+type Endpoint struct {
+	Host string `json:"host"`
+	Port int    `json:"port,omitempty"`
+}
+
+// Auth is the basic-auth credential handed out with leases.
+type Auth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// HealthCheck configures probes through the proxy.
+type HealthCheck struct {
+	IntervalSeconds  int    `json:"intervalSeconds,omitempty"`
+	TimeoutSeconds   int    `json:"timeoutSeconds,omitempty"`
+	FailureThreshold int    `json:"failureThreshold,omitempty"`
+	SuccessThreshold int    `json:"successThreshold,omitempty"`
+	URL              string `json:"url,omitempty"`
+}
+
+// ParseProxySpec decodes and validates a spec strictly (unknown fields are rejected) and
+// applies the defaults. Its error names the offending field; it never quotes user-data or a
+// password.
+func ParseProxySpec(data []byte) (ProxySpec, error) {
+	var s ProxySpec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return ProxySpec{}, decodeError(err)
+	}
+	if dec.More() {
+		return ProxySpec{}, &FieldError{Field: "(document)", Problem: "trailing data after the JSON object"}
+	}
+	s.applyDefaults()
+	if err := s.Validate(); err != nil {
+		return ProxySpec{}, err
+	}
+	return s, nil
+}
+
+func (s *ProxySpec) applyDefaults() {
+	if s.V == 0 {
+		s.V = 1
+	}
+	if s.Mode == "" {
+		s.Mode = ModeManaged
+	}
+	if s.Port == 0 {
+		s.Port = DefaultPort
+	}
+	if s.Endpoint != nil && s.Endpoint.Port == 0 {
+		s.Endpoint.Port = s.Port
+	}
+	if s.MaxLeases == nil {
+		n := DefaultMaxLeases
+		s.MaxLeases = &n
+	}
+	h := &s.HealthCheck
+	if h.IntervalSeconds == 0 {
+		h.IntervalSeconds = DefaultIntervalSeconds
+	}
+	if h.TimeoutSeconds == 0 {
+		h.TimeoutSeconds = min(DefaultTimeoutSeconds, h.IntervalSeconds)
+	}
+	if h.FailureThreshold == 0 {
+		h.FailureThreshold = DefaultFailureThreshold
+	}
+	if h.SuccessThreshold == 0 {
+		h.SuccessThreshold = DefaultSuccessThreshold
+	}
+}
+
+// Hash is the identity of the instance a spec asks for: the placement, the resolved
+// user-data and the effective port. Attributes, lease limits, health settings and auth are
+// left out on purpose, so changing them never replaces an instance.
+func (s ProxySpec) Hash(userData []byte) string {
+	h := sha256.New()
+	for _, f := range []string{s.Placement.Region, s.Placement.Zone, s.Placement.MachineType, s.Placement.Image} {
+		h.Write([]byte(strconv.Itoa(len(f)) + ":" + f + ";"))
+	}
+	h.Write([]byte(strconv.Itoa(len(userData)) + ":"))
+	h.Write(userData)
+	h.Write([]byte(";port:" + strconv.Itoa(s.Port)))
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}

@@ -1,0 +1,164 @@
+package schemas
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// FieldError is a problem with one field of a document.
+type FieldError struct {
+	Field   string // JSON path, e.g. "healthCheck.intervalSeconds"
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+var dns1123 = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidName checks that name is a DNS-1123 label: lowercase letters, digits and '-', starting
+// and ending with a letter or digit, at most 63 characters.
+func ValidName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("must not be empty")
+	case len(name) > 63:
+		return fmt.Errorf("must be at most 63 characters, has %d", len(name))
+	case !dns1123.MatchString(name):
+		return fmt.Errorf("%q is not a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit)", name)
+	}
+	return nil
+}
+
+// cloudInitKey is what a cloud_init bucket key may be (the KV key alphabet, no dots at the ends).
+var cloudInitKey = regexp.MustCompile(`^[-/_=a-zA-Z0-9]+(\.[-/_=a-zA-Z0-9]+)*$`)
+
+// Validate checks a spec whose defaults are applied; all problems are joined.
+func (s ProxySpec) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+	}
+	if s.V != 1 {
+		bad("v", "unsupported version %d (this egressd understands 1)", s.V)
+	}
+	if s.Port < 1 || s.Port > 65535 {
+		bad("port", "must be between 1 and 65535, got %d", s.Port)
+	}
+	switch s.Mode {
+	case ModeManaged:
+		if s.Provider == "" {
+			bad("provider", "is required for a managed proxy")
+		} else if err := ValidName(s.Provider); err != nil {
+			bad("provider", "%v", err)
+		}
+		if s.Endpoint != nil {
+			bad("endpoint", "is only for mode %q", ModeExternal)
+		}
+		if s.CloudInit != "" && s.CloudInitRef != "" {
+			bad("cloudInitRef", "cannot be set together with cloudInit")
+		}
+		if s.CloudInitRef != "" && !cloudInitKey.MatchString(s.CloudInitRef) {
+			bad("cloudInitRef", "%q is not a valid cloud_init key", s.CloudInitRef)
+		}
+	case ModeExternal:
+		if s.Endpoint == nil || s.Endpoint.Host == "" {
+			bad("endpoint.host", "is required for an external proxy")
+		} else if strings.ContainsAny(s.Endpoint.Host, " /@") {
+			bad("endpoint.host", "%q is not a host name or IP address", s.Endpoint.Host)
+		}
+		if s.Endpoint != nil && (s.Endpoint.Port < 1 || s.Endpoint.Port > 65535) {
+			bad("endpoint.port", "must be between 1 and 65535, got %d", s.Endpoint.Port)
+		}
+		if s.Provider != "" {
+			bad("provider", "must be empty for an external proxy")
+		}
+		if s.Placement != (Placement{}) {
+			bad("placement", "must be empty for an external proxy")
+		}
+		if s.CloudInit != "" || s.CloudInitRef != "" {
+			bad("cloudInit", "must be empty for an external proxy")
+		}
+	default:
+		bad("mode", "must be %q or %q, got %q", ModeManaged, ModeExternal, s.Mode)
+	}
+	if s.Auth != nil {
+		if s.Auth.Username == "" || strings.ContainsAny(s.Auth.Username, ":\r\n") {
+			bad("auth.username", "must be non-empty and contain no ':' or line breaks")
+		}
+		if s.Auth.Password == "" {
+			bad("auth.password", "must not be empty")
+		}
+	}
+	for k, v := range s.Attributes {
+		if k == "" || len(k) > 63 {
+			bad("attributes", "keys must be 1 to 63 characters")
+		}
+		if len(v) > 256 {
+			bad("attributes."+k, "must be at most 256 characters")
+		}
+	}
+	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > 10000) {
+		bad("maxLeases", "must be between 0 and 10000, got %d", *s.MaxLeases)
+	}
+	h := s.HealthCheck
+	if h.IntervalSeconds < 1 || h.IntervalSeconds > 3600 {
+		bad("healthCheck.intervalSeconds", "must be between 1 and 3600, got %d", h.IntervalSeconds)
+	}
+	if h.TimeoutSeconds < 1 || h.TimeoutSeconds > h.IntervalSeconds {
+		bad("healthCheck.timeoutSeconds", "must be between 1 and intervalSeconds (%d), got %d", h.IntervalSeconds, h.TimeoutSeconds)
+	}
+	if h.FailureThreshold < 1 || h.FailureThreshold > 100 {
+		bad("healthCheck.failureThreshold", "must be between 1 and 100, got %d", h.FailureThreshold)
+	}
+	if h.SuccessThreshold < 1 || h.SuccessThreshold > 100 {
+		bad("healthCheck.successThreshold", "must be between 1 and 100, got %d", h.SuccessThreshold)
+	}
+	if h.URL != "" {
+		u, err := url.Parse(h.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("healthCheck.url", "must be an absolute http or https URL")
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// decodeError turns encoding/json's errors into FieldErrors naming the field.
+func decodeError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			field = "(document)"
+		}
+		return &FieldError{Field: field, Problem: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
+	case errors.As(err, &syntaxErr):
+		return &FieldError{Field: "(document)", Problem: fmt.Sprintf("invalid JSON at byte %d: %v", syntaxErr.Offset, err)}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &FieldError{Field: "(document)", Problem: "empty or truncated JSON"}
+	}
+	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return &FieldError{Field: strings.Trim(f, `"`), Problem: "unknown field"}
+	}
+	return &FieldError{Field: "(document)", Problem: err.Error()}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int64", "uint64":
+		return "an integer"
+	case "string":
+		return "a string"
+	case "map", "struct", "ptr":
+		return "an object"
+	case "bool":
+		return "a boolean"
+	}
+	return "a " + goKind
+}
