@@ -1,0 +1,254 @@
+package provisioner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/workers"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of one provisioner for one provider.
+type Config struct {
+	Provider     string // configured provider name
+	Backend      providers.Provider
+	Catalog      providers.Catalog
+	Hosts        []string // hosts this process serves; empty means all of the catalog
+	Installation string
+	Worker       string // this process's identity, for locks and results
+	Store        *kvstore.Store
+	Log          *slog.Logger
+	Timings      Timings
+}
+
+// Timings bound the provisioner's waits.
+type Timings struct {
+	LockTTL      time.Duration // op lock; renewed every LockTTL/3 while the call runs
+	Heartbeat    time.Duration // InProgress to the server and lock renewal
+	CreateBudget time.Duration // a whole Create
+	CallBudget   time.Duration // Get, Delete, List
+	LockBusyWait time.Duration // redelivery delay when another worker holds the op lock
+	FetchWait    time.Duration
+}
+
+// DefaultTimings are the production values.
+func DefaultTimings() Timings {
+	return Timings{
+		LockTTL:      30 * time.Second,
+		Heartbeat:    kvstore.OpsAckWait / 3,
+		CreateBudget: 15 * time.Minute,
+		CallBudget:   2 * time.Minute,
+		LockBusyWait: 2 * time.Second,
+		FetchWait:    5 * time.Second,
+	}
+}
+
+// Provisioner consumes one provider's ops.
+type Provisioner struct {
+	cfg Config
+}
+
+// New checks the config; it does no I/O.
+func New(cfg Config) (*Provisioner, error) {
+	if cfg.Provider == "" || cfg.Backend == nil || cfg.Store == nil || cfg.Installation == "" {
+		return nil, errors.New("provisioner: provider, backend, store and installation are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Timings == (Timings{}) {
+		cfg.Timings = DefaultTimings()
+	}
+	if len(cfg.Hosts) == 0 {
+		for _, h := range cfg.Catalog.Hosts {
+			cfg.Hosts = append(cfg.Hosts, h.Name)
+		}
+	}
+	cfg.Log = cfg.Log.With("role", "provisioner", "provider", cfg.Provider)
+	return &Provisioner{cfg: cfg}, nil
+}
+
+// CatalogRecord is the value of a provider's key in provider_catalog.
+type CatalogRecord struct {
+	V        int    `json:"v"`
+	Provider string `json:"provider"`
+	providers.Catalog
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
+// Setup declares the provider's stream and host consumers and publishes its catalog. Run
+// calls it; `egressd run` also calls it before the reconciler starts, so no spec is judged
+// against a catalog that is not there yet.
+func (p *Provisioner) Setup(ctx context.Context, o kvstore.Options) error {
+	var hosts []kvstore.HostConfig
+	for _, h := range p.cfg.Catalog.Hosts {
+		hosts = append(hosts, kvstore.HostConfig{Name: h.Name, MaxConcurrentOps: h.MaxConcurrentOps})
+	}
+	if err := kvstore.EnsureOps(ctx, p.cfg.Store.JS, p.cfg.Provider, hosts, o); err != nil {
+		return err
+	}
+	rec := CatalogRecord{V: 1, Provider: p.cfg.Provider, Catalog: p.cfg.Catalog, UpdatedAt: time.Now().UTC()}
+	if _, err := kvstore.PutJSON(ctx, p.cfg.Store.Catalog, p.cfg.Provider, rec); err != nil {
+		return fmt.Errorf("publish catalog of %s: %w", p.cfg.Provider, err)
+	}
+	return nil
+}
+
+// Run pulls ops until ctx ends; every fetch loop it starts has returned when Run returns.
+func (p *Provisioner) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, host := range p.cfg.Hosts {
+		limit := 1
+		for _, h := range p.cfg.Catalog.Hosts {
+			if h.Name == host {
+				limit = max(h.MaxConcurrentOps, 1)
+			}
+		}
+		cons, err := p.cfg.Store.JS.Consumer(ctx, events.OpsStream(p.cfg.Provider), events.HostConsumer(host))
+		if err != nil {
+			wg.Wait()
+			return fmt.Errorf("bind consumer for host %s: %w", host, err)
+		}
+		// As many fetchers as the host's limit: the server's MaxAckPending holds the limit
+		// across processes, and Fetch(1) never buffers ops another process could run.
+		for range limit {
+			wg.Go(func() { p.fetchLoop(ctx, cons, host) })
+		}
+	}
+	p.cfg.Log.Info("provisioner started", "hosts", p.cfg.Hosts)
+	wg.Wait()
+	return nil
+}
+
+func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, host string) {
+	for ctx.Err() == nil {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(p.cfg.Timings.FetchWait), jetstream.FetchContext(ctx))
+		if err != nil {
+			if ctx.Err() == nil {
+				p.cfg.Log.Warn("fetch", "host", host, "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		for m := range batch.Messages() {
+			p.handle(ctx, m)
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
+			p.cfg.Log.Debug("fetch batch", "host", host, "err", err)
+		}
+	}
+}
+
+// handle runs one delivery of an op.
+func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
+	var op events.Op
+	if err := json.Unmarshal(m.Data(), &op); err != nil || op.V != 1 || op.Proxy == "" || op.ID == "" {
+		p.cfg.Log.Error("dropping malformed op", "subject", m.Subject(), "err", err)
+		_ = m.TermWithReason("malformed op")
+		return
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		_ = m.Nak()
+		return
+	}
+	delivered := int(meta.NumDelivered)
+	log := p.cfg.Log.With("proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "attempt", delivered)
+
+	lock, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.OpLockKey(op.Proxy), p.cfg.Worker, string(op.Kind), p.cfg.Timings.LockTTL)
+	if err != nil {
+		// Another worker runs an op on this proxy (a redelivery racing a slow worker).
+		log.Debug("op lock busy", "err", err)
+		_ = m.NakWithDelay(p.cfg.Timings.LockBusyWait)
+		return
+	}
+	started := time.Now().UTC()
+	res, lost := p.runLocked(ctx, m, lock, op)
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = lock.Release(relCtx)
+	if lost || ctx.Err() != nil {
+		// Shutdown or a lost lock: someone else may run the op now, so report nothing and
+		// let the server redeliver it.
+		log.Info("op abandoned", "lockLost", lost)
+		_ = m.Nak()
+		return
+	}
+	s := workers.Settle(res.ErrorClass, delivered, kvstore.OpsMaxDeliver)
+	res.V, res.OpID, res.Kind, res.Proxy, res.Provider, res.Host = 1, op.ID, op.Kind, op.Proxy, p.cfg.Provider, op.Host
+	res.Attempt, res.Final, res.Worker, res.StartedAt, res.At = delivered, s.Final, p.cfg.Worker, started, time.Now().UTC()
+	if err := p.publishResult(relCtx, res); err != nil {
+		log.Error("publish result", "err", err)
+		_ = m.Nak()
+		return
+	}
+	log.Info("op done", "class", res.ErrorClass, "settle", s.Action.String(), "took", res.At.Sub(started).Round(time.Millisecond))
+	switch s.Action {
+	case workers.Ack:
+		_ = m.DoubleAck(relCtx)
+	case workers.NakDelay:
+		_ = m.NakWithDelay(s.Delay)
+	case workers.Term:
+		_ = m.TermWithReason(res.ErrorClass)
+	}
+}
+
+// runLocked runs the op while heartbeating the message and renewing the lock; if a renewal
+// fails the call is cancelled and lost is true.
+func (p *Provisioner) runLocked(ctx context.Context, m jetstream.Msg, lock *kvstore.Lock, op events.Op) (res events.OpResult, lost bool) {
+	opCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup // lost is read only after wg.Wait
+	wg.Go(func() {
+		t := time.NewTicker(p.cfg.Timings.Heartbeat)
+		defer t.Stop()
+		for {
+			select {
+			case <-opCtx.Done():
+				return
+			case <-t.C:
+				_ = m.InProgress()
+				rctx, rcancel := context.WithTimeout(opCtx, p.cfg.Timings.Heartbeat)
+				err := lock.Renew(rctx)
+				rcancel()
+				if err != nil && opCtx.Err() == nil {
+					lost = true
+					cancel()
+					return
+				}
+			}
+		}
+	})
+	res = p.run(opCtx, op)
+	cancel()
+	wg.Wait()
+	return res, lost
+}
+
+func (p *Provisioner) publishResult(ctx context.Context, res events.OpResult) error {
+	ev := events.Event{V: 1, ID: fmt.Sprintf("%s:%s:%d", res.Proxy, res.OpID, res.Attempt), Kind: events.KindOpResult,
+		Proxy: res.Proxy, At: res.At, Op: &res, Reason: res.ErrorClass}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	_, err = p.cfg.Store.JS.Publish(ctx, events.EventSubject(events.KindOpResult, res.Proxy), b, jetstream.WithMsgID(ev.ID))
+	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

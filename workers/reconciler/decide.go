@@ -1,0 +1,481 @@
+package reconciler
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/workers"
+)
+
+// Input is everything Decide looks at for one proxy.
+type Input struct {
+	Name         string
+	Spec         *schemas.ProxySpec // nil when the key is absent: the proxy is being deleted
+	SpecErr      error              // the spec or the name is invalid
+	SpecRevision uint64
+	UserData     []byte // resolved user-data
+	UserDataErr  error  // the referenced cloud_init document is missing
+	Status       *events.ProxyStatus
+	Catalog      map[string]ProviderInfo
+	Installation string
+	Result       *events.OpResult // an op result to fold in first, if any
+	Now          time.Time
+	NewID        func() string // fresh random IDs for UIDs and ops
+}
+
+// ProviderInfo is what the reconciler knows of a provider from its catalog.
+type ProviderInfo struct {
+	Hosts []string
+}
+
+// Decision is what to do: write Status (or remove it when nil), publish Ops and Events, and
+// decide again by Wake at the latest.
+type Decision struct {
+	Status *events.ProxyStatus
+	Ops    []events.Op
+	Events []events.Event
+	Wake   time.Time
+}
+
+// Reasons shown in status.
+const (
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonUnknownProvider   = "UnknownProvider"
+	ReasonInvalidPlacement  = "InvalidPlacement"
+	ReasonCloudInitNotFound = "CloudInitNotFound"
+	ReasonQuota             = "QuotaExceeded"
+	ReasonTransient         = "TransientError"
+	ReasonPermanent         = "PermanentError"
+	ReasonDeadline          = "ProvisioningDeadline"
+	ReasonSpecChanged       = "SpecChanged"
+	ReasonProviderChanged   = "ProviderChanged"
+	ReasonModeChanged       = "ModeChanged"
+	ReasonInstanceLost      = "InstanceLost"
+	ReasonAddressLost       = "AddressLost"
+	ReasonProxyDeleted      = "ProxyDeleted"
+	ReasonExternal          = "ExternalEndpoint"
+	ReasonCreating          = "Creating"
+	ReasonWaitingForAddress = "WaitingForAddress"
+	ReasonOpTimeout         = "OpTimeout"
+)
+
+// Decide is the whole lifecycle policy of a proxy (DESIGN §5.1). It is pure: the same input
+// gives the same decision, and it does no I/O.
+func Decide(p Policy, in Input) Decision {
+	d := &decider{p: p, in: in, now: in.Now}
+	if in.Status != nil {
+		st := cloneStatus(*in.Status)
+		d.st = &st
+	}
+	if in.Result != nil && d.st != nil && d.st.Op != nil && d.st.Op.ID == in.Result.OpID {
+		d.fold(in.Result)
+	}
+	d.decide()
+	return d.finish()
+}
+
+type decider struct {
+	p      Policy
+	in     Input
+	now    time.Time
+	st     *events.ProxyStatus // nil until there is something to record
+	ops    []events.Op
+	events []events.Event
+	wake   time.Time
+	remove bool
+	bad    bool // the spec cannot be acted on
+}
+
+func (d *decider) decide() {
+	in := d.in
+	switch {
+	case in.Spec == nil && in.SpecErr == nil:
+		d.deleteProxy()
+	case in.SpecErr != nil:
+		d.invalid(ReasonInvalidSpec, in.SpecErr.Error())
+	case in.Spec.Mode == schemas.ModeExternal:
+		d.external()
+	default:
+		d.managed()
+	}
+}
+
+// mayExist says whether an instance may exist: one was reported, or a create was issued and
+// no delete has confirmed it gone since.
+func (d *decider) mayExist() bool {
+	return d.st != nil && (d.st.InstanceID != "" || !d.st.ProvisionAt.IsZero())
+}
+
+func (d *decider) ensureStatus() {
+	if d.st == nil {
+		d.st = &events.ProxyStatus{V: 1, Phase: events.PhasePending, CreatedAt: d.now}
+	}
+}
+
+func (d *decider) deleteProxy() {
+	if d.st == nil {
+		return
+	}
+	if !d.mayExist() && d.st.Op == nil {
+		d.remove = true
+		return
+	}
+	d.st.Teardown = ReasonProxyDeleted
+	d.teardown()
+}
+
+// teardown deletes the current instance, one op at a time, until a delete confirms it gone.
+func (d *decider) teardown() {
+	if d.waitForOp() || d.waitForRetry() {
+		return
+	}
+	d.issue(events.OpDelete)
+}
+
+func (d *decider) invalid(reason, msg string) {
+	d.ensureStatus()
+	d.st.Reason, d.st.Message = reason, msg
+	d.st.SpecRevision = d.in.SpecRevision
+	d.bad = true
+	// An op already in flight still has its result folded; nothing new is started.
+	d.waitForOp()
+}
+
+func (d *decider) external() {
+	d.ensureStatus()
+	if d.st.Mode == schemas.ModeManaged && (d.mayExist() || d.st.Op != nil) {
+		d.st.Teardown = ReasonModeChanged
+		d.teardown()
+		return
+	}
+	ep := d.in.Spec.Endpoint
+	d.setIdentity()
+	d.st.Mode, d.st.Provider, d.st.Host = schemas.ModeExternal, "", ""
+	d.st.IP, d.st.Port = ep.Host, ep.Port
+	d.st.Teardown, d.st.LastError, d.st.Failures = "", nil, 0
+	d.st.Reason, d.st.Message = ReasonExternal, ""
+	d.st.SpecRevision = d.in.SpecRevision
+}
+
+func (d *decider) managed() {
+	spec := d.in.Spec
+	prov, ok := d.in.Catalog[spec.Provider]
+	if !ok {
+		d.invalid(ReasonUnknownProvider, fmt.Sprintf("provider: unknown provider %q (known: %s)", spec.Provider, knownProviders(d.in.Catalog)))
+		return
+	}
+	d.ensureStatus()
+	host, err := d.pickHost(prov)
+	if err != nil {
+		d.invalid(ReasonInvalidPlacement, err.Error())
+		return
+	}
+	if d.in.UserDataErr != nil {
+		d.st.Reason, d.st.Message = ReasonCloudInitNotFound, d.in.UserDataErr.Error()
+		d.st.SpecRevision = d.in.SpecRevision
+		d.waitForOp()
+		return
+	}
+	if d.st.Phase == events.PhaseFailed {
+		if d.st.SpecRevision == d.in.SpecRevision {
+			return // latched until the spec changes
+		}
+		d.st.Phase = events.PhasePending
+		d.st.Failures, d.st.Deadlines, d.st.LastError, d.st.RetryAt = 0, 0, nil, time.Time{}
+		d.st.Reason, d.st.Message = "", ""
+	}
+	if d.st.Phase == events.PhaseInvalid {
+		d.st.Reason, d.st.Message = "", ""
+	}
+	d.st.SpecRevision = d.in.SpecRevision
+	d.st.Mode = schemas.ModeManaged
+	d.setIdentity()
+	hash := spec.Hash(d.in.UserData)
+
+	if d.mayExist() && d.st.Teardown == "" {
+		switch {
+		case d.st.Provider != spec.Provider:
+			d.st.Teardown = ReasonProviderChanged
+		case d.st.SpecHash != "" && d.st.SpecHash != hash:
+			d.st.Teardown = ReasonSpecChanged
+		}
+	}
+	if d.waitForOp() || d.waitForRetry() {
+		return
+	}
+	if d.st.Teardown != "" {
+		if d.mayExist() {
+			d.issue(events.OpDelete)
+			return
+		}
+		d.st.Teardown = ""
+	}
+	if !d.mayExist() {
+		d.st.Provider, d.st.Host = spec.Provider, host
+	}
+	switch {
+	case d.st.InstanceID == "":
+		if d.st.ProvisionAt.IsZero() {
+			d.st.ProvisionAt = d.now
+		}
+		d.st.SpecHash = hash
+		d.st.Reason, d.st.Message = ReasonCreating, ""
+		d.issue(events.OpCreate)
+	case d.st.IP == "" && d.now.Sub(d.st.ProvisionAt) >= d.p.ProvisionDeadline:
+		d.st.Deadlines++
+		msg := fmt.Sprintf("no address %s after create (deadline %d of %d)", d.p.ProvisionDeadline, d.st.Deadlines, d.p.MaxDeadlines)
+		if d.st.Deadlines >= d.p.MaxDeadlines {
+			d.fail(ReasonDeadline, msg)
+			return
+		}
+		d.st.Teardown, d.st.Reason, d.st.Message = ReasonDeadline, ReasonDeadline, msg
+		d.issue(events.OpDelete)
+	case !d.now.Before(d.st.NextPollAt):
+		d.issue(events.OpGet)
+	default:
+		d.wakeAt(d.st.NextPollAt)
+		if d.st.IP == "" {
+			d.wakeAt(d.st.ProvisionAt.Add(d.p.ProvisionDeadline))
+		}
+	}
+}
+
+func (d *decider) setIdentity() {
+	if d.st.UID == "" {
+		d.st.UID = d.in.NewID()
+	}
+	d.st.InstanceName = providers.InstanceName(d.in.Installation, d.st.UID)
+}
+
+// pickHost keeps the current host while an instance may exist; otherwise placement.zone
+// names it, or the proxy's name picks one by rendezvous hashing so the choice is stable.
+func (d *decider) pickHost(prov ProviderInfo) (string, error) {
+	if len(prov.Hosts) == 0 {
+		return "", fmt.Errorf("provider: %q has no hosts", d.in.Spec.Provider)
+	}
+	if d.mayExist() && d.st.Host != "" && d.st.Provider == d.in.Spec.Provider && slices.Contains(prov.Hosts, d.st.Host) {
+		return d.st.Host, nil
+	}
+	if z := d.in.Spec.Placement.Zone; z != "" {
+		if !slices.Contains(prov.Hosts, z) {
+			return "", fmt.Errorf("placement.zone: %q is not a host of provider %q (hosts: %s)", z, d.in.Spec.Provider, strings.Join(prov.Hosts, ", "))
+		}
+		return z, nil
+	}
+	return rendezvous(d.in.Name, prov.Hosts), nil
+}
+
+// waitForOp reports whether an op is in flight; one that got no result within OpTimeout is
+// forgotten so a new one is issued (a late result no longer matches and is ignored).
+func (d *decider) waitForOp() bool {
+	if d.st == nil || d.st.Op == nil {
+		return false
+	}
+	deadline := d.st.Op.IssuedAt.Add(d.p.OpTimeout)
+	if d.now.Before(deadline) {
+		d.wakeAt(deadline)
+		return true
+	}
+	d.st.LastError = &events.LastError{Class: "Transient", At: d.now,
+		Message: fmt.Sprintf("%s op %s got no result within %s; issuing a new one", d.st.Op.Kind, d.st.Op.ID, d.p.OpTimeout)}
+	d.st.Op = nil
+	return false
+}
+
+func (d *decider) waitForRetry() bool {
+	if d.now.Before(d.st.RetryAt) {
+		d.wakeAt(d.st.RetryAt)
+		return true
+	}
+	return false
+}
+
+func (d *decider) issue(kind events.OpKind) {
+	d.st.Op = &events.OpRef{Kind: kind, ID: d.in.NewID(), Host: d.st.Host, IssuedAt: d.now}
+	d.ops = append(d.ops, OpFor(d.in.Name, *d.st))
+	d.wakeAt(d.now.Add(d.p.OpTimeout))
+}
+
+// OpFor is the op in flight of a status, rebuilt from what the status records, so a new
+// leader can publish again an op whose publish a crashed leader may have missed.
+func OpFor(name string, st events.ProxyStatus) events.Op {
+	op := events.Op{
+		V: 1, ID: st.Op.ID, Kind: st.Op.Kind, Proxy: name, Provider: st.Provider, Host: st.Op.Host,
+		UID: st.UID, InstanceName: st.InstanceName, InstanceID: st.InstanceID,
+		SpecRevision: st.SpecRevision, IssuedAt: st.Op.IssuedAt,
+	}
+	if op.Kind == events.OpCreate {
+		op.SpecHash = st.SpecHash
+	}
+	return op
+}
+
+func (d *decider) fail(reason, msg string) {
+	d.st.Phase = events.PhaseFailed
+	d.st.Reason, d.st.Message = reason, msg
+}
+
+func (d *decider) wakeAt(t time.Time) {
+	if d.wake.IsZero() || t.Before(d.wake) {
+		d.wake = t
+	}
+}
+
+// fold applies an op result to the status.
+func (d *decider) fold(r *events.OpResult) {
+	st := d.st
+	if r.Error != "" {
+		st.LastError = &events.LastError{Class: r.ErrorClass, Message: r.Error, At: r.At}
+	}
+	if !r.Final {
+		st.Op.Attempts = r.Attempt
+		return
+	}
+	st.Op = nil
+	class := r.ErrorClass
+	if class == "NotFound" && r.Kind == events.OpCreate {
+		class = "Transient" // the contract forbids it; never read it as "gone"
+	}
+	switch class {
+	case "":
+		st.LastError, st.Failures = nil, 0
+		if r.Kind == events.OpDelete && r.Instance != nil {
+			st.RetryAt = d.now.Add(d.p.DeletionPoll) // still going away; delete again then
+			return
+		}
+		if r.Kind == events.OpDelete {
+			d.gone()
+			return
+		}
+		d.observe(r.Instance)
+	case "NotFound":
+		st.LastError, st.Failures = nil, 0
+		if r.Kind == events.OpGet && st.Teardown == "" {
+			st.Reason, st.Message = ReasonInstanceLost, "the instance disappeared; creating it again"
+		}
+		d.gone()
+	case events.ClassStale:
+		// The spec moved on under the op; deciding again issues one for the current spec.
+	case "Quota":
+		st.RetryAt = d.now.Add(d.p.QuotaRetry)
+		st.Reason, st.Message = ReasonQuota, r.Error
+	case "Permanent":
+		if r.Kind == events.OpDelete {
+			d.backoff(r.Error) // deletion is never latched
+			return
+		}
+		d.fail(ReasonPermanent, r.Error)
+	default:
+		d.backoff(r.Error)
+	}
+}
+
+func (d *decider) backoff(msg string) {
+	d.st.Failures++
+	d.st.RetryAt = d.now.Add(workers.Backoff(d.st.Failures, d.p.BackoffBase, d.p.BackoffMax))
+	d.st.Reason, d.st.Message = ReasonTransient, msg
+}
+
+// gone records that no instance exists any more.
+func (d *decider) gone() {
+	st := d.st
+	st.InstanceID, st.IP, st.Port, st.SpecHash = "", "", 0, ""
+	st.ProvisionAt, st.NextPollAt, st.AddrMisses = time.Time{}, time.Time{}, 0
+}
+
+// observe records what a create or get reported.
+func (d *decider) observe(inst *events.Instance) {
+	st := d.st
+	if inst == nil {
+		return
+	}
+	st.InstanceID, st.Port = inst.ID, inst.Port
+	switch providers.State(inst.State) {
+	case providers.StateRunning:
+		st.IP, st.AddrMisses, st.Deadlines = inst.Address, 0, 0
+		st.NextPollAt = d.now.Add(d.p.DriftPoll)
+		if st.Reason == ReasonCreating || st.Reason == ReasonWaitingForAddress || st.Reason == ReasonTransient || st.Reason == ReasonInstanceLost || st.Reason == ReasonAddressLost {
+			st.Reason, st.Message = "", ""
+		}
+	case providers.StateProvisioning:
+		st.NextPollAt = d.now.Add(d.p.ProvisioningPoll)
+		if st.IP == "" {
+			st.Reason = ReasonWaitingForAddress
+			return
+		}
+		// Hysteresis: one read without an address does not drop a working proxy.
+		st.AddrMisses++
+		if st.AddrMisses >= d.p.AddrMissLimit {
+			st.IP, st.AddrMisses, st.ProvisionAt = "", 0, d.now
+			st.Reason, st.Message = ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
+		}
+	default: // Stopped, Terminated: it will not recover by itself
+		st.Teardown = "Instance" + inst.State
+		st.Reason, st.Message = st.Teardown, "the instance is "+strings.ToLower(inst.State)+"; deleting and creating it again"
+	}
+}
+
+// finish derives the phase, the phase-change event, and the decision.
+func (d *decider) finish() Decision {
+	dec := Decision{Ops: d.ops, Wake: d.wake}
+	old := events.Phase("")
+	if d.in.Status != nil {
+		old = d.in.Status.Phase
+	}
+	if d.remove || d.st == nil {
+		if d.in.Status != nil {
+			dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindDeleted, Proxy: d.in.Name, At: d.now, From: old, Reason: ReasonProxyDeleted, Message: "proxy and instance removed"})
+		}
+		return dec
+	}
+	d.st.Phase = d.phase()
+	if d.st.Phase != old {
+		dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindPhase, Proxy: d.in.Name, At: d.now,
+			Phase: d.st.Phase, From: old, Reason: d.st.Reason, Message: d.st.Message})
+	}
+	if d.in.Status == nil || !sameStatus(*d.in.Status, *d.st) {
+		d.st.UpdatedAt = d.now
+	}
+	dec.Status = d.st
+	return dec
+}
+
+func (d *decider) phase() events.Phase {
+	st := d.st
+	switch {
+	case d.in.Spec == nil && d.in.SpecErr == nil:
+		return events.PhaseDeleting
+	case d.bad:
+		return events.PhaseInvalid
+	case st.Phase == events.PhaseFailed:
+		return events.PhaseFailed
+	case st.Teardown != "":
+		return events.PhaseReplacing
+	case st.Mode == schemas.ModeExternal:
+		return events.PhaseRunning
+	case st.Reason == ReasonQuota && d.now.Before(st.RetryAt):
+		return events.PhaseWaiting
+	case st.InstanceID != "" && st.IP != "":
+		return events.PhaseRunning
+	case d.mayExist() || st.Op != nil:
+		return events.PhaseProvisioning
+	}
+	return events.PhasePending
+}
+
+func knownProviders(c map[string]ProviderInfo) string {
+	names := make([]string, 0, len(c))
+	for n := range c {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}

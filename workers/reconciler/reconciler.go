@@ -1,0 +1,366 @@
+package reconciler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Config of the reconciler.
+type Config struct {
+	Store        *kvstore.Store
+	Installation string
+	Holder       string // this process's identity in the leader lock
+	Policy       Policy
+	LeaderTTL    time.Duration
+	Tick         time.Duration // how often due proxies are looked at
+	Log          *slog.Logger
+}
+
+// Reconciler decides for every proxy while it holds the leader lease.
+type Reconciler struct {
+	cfg Config
+}
+
+// New checks the config; it does no I/O.
+func New(cfg Config) (*Reconciler, error) {
+	if cfg.Store == nil || cfg.Installation == "" || cfg.Holder == "" {
+		return nil, errors.New("reconciler: store, installation and holder are required")
+	}
+	if cfg.Policy == (Policy{}) {
+		cfg.Policy = DefaultPolicy()
+	}
+	if cfg.LeaderTTL == 0 {
+		cfg.LeaderTTL = 10 * time.Second
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Log = cfg.Log.With("role", "reconciler")
+	return &Reconciler{cfg: cfg}, nil
+}
+
+// Run blocks until ctx ends, reconciling whenever this process is the leader.
+func (r *Reconciler) Run(ctx context.Context) error {
+	l := &workers.Leader{JS: r.cfg.Store.JS, Locks: r.cfg.Store.Locks, Key: events.LockLeaderReconciler,
+		Holder: r.cfg.Holder, TTL: r.cfg.LeaderTTL, Log: r.cfg.Log}
+	return l.Run(ctx, r.lead)
+}
+
+type specEntry struct {
+	raw []byte
+	rev uint64
+}
+
+type statusEntry struct {
+	st  events.ProxyStatus
+	rev uint64
+}
+
+// loop is the leader's state: what the watches delivered and what it wrote.
+type loop struct {
+	r           *Reconciler
+	log         *slog.Logger
+	specs       map[string]specEntry
+	statuses    map[string]statusEntry
+	cloudInit   map[string][]byte
+	catalog     map[string]ProviderInfo
+	due         map[string]time.Time
+	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
+}
+
+// consumerName is the durable the leader folds op results from; a new leader resumes it.
+const consumerName = "reconciler"
+
+func (r *Reconciler) lead(ctx context.Context) error {
+	s := r.cfg.Store
+	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
+		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
+		unpublished: map[string]events.Op{}}
+	if err := l.loadStatuses(ctx); err != nil {
+		return err
+	}
+	watch := func(kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
+		return kv.WatchAll(ctx)
+	}
+	specW, err := watch(s.Proxies)
+	if err != nil {
+		return fmt.Errorf("watch proxies: %w", err)
+	}
+	defer specW.Stop()
+	ciW, err := watch(s.CloudInit)
+	if err != nil {
+		return fmt.Errorf("watch cloud_init: %w", err)
+	}
+	defer ciW.Stop()
+	catW, err := watch(s.Catalog)
+	if err != nil {
+		return fmt.Errorf("watch provider_catalog: %w", err)
+	}
+	defer catW.Stop()
+	for _, w := range []struct {
+		w     jetstream.KeyWatcher
+		apply func(jetstream.KeyValueEntry) []string
+	}{{catW, l.applyCatalog}, {ciW, l.applyCloudInit}, {specW, l.applySpec}} {
+		if err := initial(ctx, w.w, w.apply); err != nil {
+			return err
+		}
+	}
+
+	results := make(chan jetstream.Msg)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := l.consumeResults(cctx, &wg, results); err != nil {
+		return err
+	}
+	l.republishInFlight(ctx)
+	for name := range l.names() {
+		l.reconcile(ctx, name, nil)
+	}
+	l.log.Info("reconciler leading", "proxies", len(l.specs), "statuses", len(l.statuses))
+
+	tick := time.NewTicker(r.cfg.Tick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-specW.Updates():
+			if !ok {
+				return errors.New("proxies watch closed")
+			}
+			l.handle(ctx, l.applySpec(e))
+		case e, ok := <-ciW.Updates():
+			if !ok {
+				return errors.New("cloud_init watch closed")
+			}
+			l.handle(ctx, l.applyCloudInit(e))
+		case e, ok := <-catW.Updates():
+			if !ok {
+				return errors.New("provider_catalog watch closed")
+			}
+			l.handle(ctx, l.applyCatalog(e))
+		case m := <-results:
+			l.fold(ctx, m)
+		case <-tick.C:
+			l.tick(ctx)
+		}
+	}
+}
+
+// initial applies a watch's initial values, up to the nil marker that ends them.
+func initial(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry) []string) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("watch closed during initial sync")
+			}
+			if e == nil {
+				return nil
+			}
+			apply(e)
+		}
+	}
+}
+
+func (l *loop) loadStatuses(ctx context.Context) error {
+	keys, err := l.r.cfg.Store.Status.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("list statuses: %w", err)
+	}
+	for k := range keys.Keys() {
+		var st events.ProxyStatus
+		rev, err := kvstore.GetJSON(ctx, l.r.cfg.Store.Status, k, &st)
+		if errors.Is(err, kvstore.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read status %s: %w", k, err)
+		}
+		l.statuses[k] = statusEntry{st: st, rev: rev}
+	}
+	return nil
+}
+
+func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<- jetstream.Msg) error {
+	js := l.r.cfg.Store.JS
+	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
+		Durable:       consumerName,
+		Description:   "op results folded into status by the leading reconciler",
+		FilterSubject: events.OpResultSubjects,
+		DeliverPolicy: jetstream.DeliverNewPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("results consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		return fmt.Errorf("results consumer: %w", err)
+	}
+	wg.Go(func() {
+		<-ctx.Done()
+		it.Stop()
+	})
+	wg.Go(func() {
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				continue
+			}
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// republishInFlight publishes again the ops a previous leader recorded as in flight, in case
+// it died between writing the status and publishing; within the stream's duplicate window an
+// op that did get out is dropped, and running one twice is harmless (ops are idempotent).
+func (l *loop) republishInFlight(ctx context.Context) {
+	for name, e := range l.statuses {
+		if e.st.Op != nil && time.Since(e.st.Op.IssuedAt) < 2*time.Minute {
+			l.publishOp(ctx, OpFor(name, e.st))
+		}
+	}
+}
+
+func (l *loop) names() map[string]struct{} {
+	n := map[string]struct{}{}
+	for k := range l.specs {
+		n[k] = struct{}{}
+	}
+	for k := range l.statuses {
+		n[k] = struct{}{}
+	}
+	return n
+}
+
+func (l *loop) handle(ctx context.Context, names []string) {
+	for _, n := range names {
+		l.reconcile(ctx, n, nil)
+	}
+}
+
+func (l *loop) applySpec(e jetstream.KeyValueEntry) []string {
+	if e == nil {
+		return nil
+	}
+	if e.Operation() == jetstream.KeyValuePut {
+		l.specs[e.Key()] = specEntry{raw: e.Value(), rev: e.Revision()}
+	} else {
+		delete(l.specs, e.Key())
+	}
+	return []string{e.Key()}
+}
+
+func (l *loop) applyCloudInit(e jetstream.KeyValueEntry) []string {
+	if e == nil {
+		return nil
+	}
+	if e.Operation() == jetstream.KeyValuePut {
+		l.cloudInit[e.Key()] = e.Value()
+	} else {
+		delete(l.cloudInit, e.Key())
+	}
+	var affected []string
+	for name, s := range l.specs {
+		// A cheap pre-filter; reconcile parses the spec properly.
+		if strings.Contains(string(s.raw), `"`+e.Key()+`"`) {
+			affected = append(affected, name)
+		}
+	}
+	return affected
+}
+
+func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
+	if e == nil {
+		return nil
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.catalog, e.Key())
+	} else {
+		var rec struct {
+			Hosts []struct {
+				Name string `json:"name"`
+			} `json:"hosts"`
+		}
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			l.log.Warn("unreadable catalog", "provider", e.Key(), "err", err)
+			return nil
+		}
+		var info ProviderInfo
+		for _, h := range rec.Hosts {
+			info.Hosts = append(info.Hosts, h.Name)
+		}
+		l.catalog[e.Key()] = info
+	}
+	var all []string
+	for n := range l.names() {
+		all = append(all, n)
+	}
+	return all
+}
+
+func (l *loop) fold(ctx context.Context, m jetstream.Msg) {
+	var ev events.Event
+	if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Op == nil || ev.Op.Proxy == "" {
+		l.log.Warn("ignoring unreadable op result", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	if err := l.reconcile(ctx, ev.Op.Proxy, ev.Op); err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	_ = m.Ack()
+}
+
+func (l *loop) tick(ctx context.Context) {
+	for name, op := range l.unpublished {
+		delete(l.unpublished, name)
+		l.publishOp(ctx, op)
+	}
+	now := time.Now()
+	for name, t := range l.due {
+		if !now.Before(t) {
+			delete(l.due, name)
+			l.reconcile(ctx, name, nil)
+		}
+	}
+}
+
+// newID is a random 20-character lowercase base32 ID.
+func newID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:20]
+}
