@@ -27,6 +27,9 @@ type Store struct {
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
 const lockMarkerTTL = time.Minute
 
+// EventsMaxBytes caps EGRESS_EVENTS; the oldest events go first.
+const EventsMaxBytes = 256 << 20
+
 // EventsMaxAge is how long EGRESS_EVENTS keeps history.
 const EventsMaxAge = 7 * 24 * time.Hour
 
@@ -61,7 +64,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 		Subjects:    []string{events.EventsSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		MaxAge:      EventsMaxAge,
-		MaxBytes:    1 << 30,
+		MaxBytes:    EventsMaxBytes,
 		Storage:     jetstream.FileStorage,
 		Replicas:    r,
 		Duplicates:  2 * time.Minute,

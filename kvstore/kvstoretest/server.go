@@ -21,7 +21,7 @@ func StartServer(t testing.TB) *server.Server {
 		JetStream:          true,
 		StoreDir:           t.TempDir(),
 		JetStreamMaxMemory: 64 << 20,
-		JetStreamMaxStore:  1 << 30,
+		JetStreamMaxStore:  4 << 30,
 		NoLog:              true,
 		NoSigs:             true,
 	}

@@ -130,8 +130,10 @@ func (p *Provisioner) Run(ctx context.Context) error {
 
 func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, host string) {
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(p.cfg.Timings.FetchWait), jetstream.FetchContext(ctx))
+		fctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.FetchWait)
+		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
 		if err != nil {
+			cancel()
 			if ctx.Err() == nil {
 				p.cfg.Log.Warn("fetch", "host", host, "err", err)
 				sleep(ctx, time.Second)
@@ -141,9 +143,7 @@ func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, ho
 		for m := range batch.Messages() {
 			p.handle(ctx, m)
 		}
-		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, jetstream.ErrNoHeartbeat) {
-			p.cfg.Log.Debug("fetch batch", "host", host, "err", err)
-		}
+		cancel()
 	}
 }
 

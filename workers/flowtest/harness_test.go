@@ -1,0 +1,176 @@
+// Package flowtest drives the reconciler and provisioners together against a real embedded
+// nats-server and the fake provider: the whole op path, with no role importing another.
+package flowtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/providertest"
+	"github.com/egressd/egressd/workers/provisioner"
+	"github.com/egressd/egressd/workers/reconciler"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+const installation = "inst-test"
+
+// fastPolicy shortens every lifecycle timing so tests run in seconds.
+func fastPolicy() reconciler.Policy {
+	return reconciler.Policy{
+		ProvisioningPoll: 200 * time.Millisecond, DriftPoll: time.Second, DeletionPoll: 200 * time.Millisecond,
+		QuotaRetry: time.Second, ProvisionDeadline: 30 * time.Second, MaxDeadlines: 3,
+		BackoffBase: 100 * time.Millisecond, BackoffMax: time.Second, OpTimeout: 20 * time.Second, AddrMissLimit: 3,
+	}
+}
+
+func fastTimings() provisioner.Timings {
+	return provisioner.Timings{LockTTL: 3 * time.Second, Heartbeat: time.Second, CreateBudget: 30 * time.Second,
+		CallBudget: 10 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: time.Second}
+}
+
+type harness struct {
+	t     *testing.T
+	srv   *server.Server
+	store *kvstore.Store // the test's own connection
+	ctx   context.Context
+	wg    sync.WaitGroup
+	log   *slog.Logger
+}
+
+func newHarness(t *testing.T) *harness {
+	srv := kvstoretest.StartServer(t)
+	h := &harness{t: t, srv: srv, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if testing.Verbose() {
+		h.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	h.store = h.connect()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.ctx = ctx
+	t.Cleanup(func() { cancel(); h.wg.Wait() })
+	return h
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// connect opens a separate client connection, as a separate process would have.
+func (h *harness) connect() *kvstore.Store {
+	_, js := kvstoretest.Connect(h.t, h.srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return s
+}
+
+// provisioner starts a provisioner for the fake on its own connection.
+func (h *harness) provisioner(name string, fake *providertest.Fake, worker string) {
+	p, err := provisioner.New(provisioner.Config{Provider: name, Backend: fake, Catalog: fake.Catalog(),
+		Installation: installation, Worker: worker, Store: h.connect(), Log: h.log.With("worker", worker), Timings: fastTimings()})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.wg.Go(func() { _ = p.Run(h.ctx) })
+}
+
+// reconciler starts a reconciler on its own connection; cancel stops it.
+func (h *harness) reconciler(holder string) (cancel func()) {
+	r, err := reconciler.New(reconciler.Config{Store: h.connect(), Installation: installation, Holder: holder,
+		Policy: fastPolicy(), LeaderTTL: 2 * time.Second, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, c := context.WithCancel(h.ctx)
+	var done sync.WaitGroup
+	done.Go(func() { _ = r.Run(ctx) })
+	h.wg.Go(done.Wait)
+	return func() { c(); done.Wait() }
+}
+
+func (h *harness) put(name, spec string) uint64 {
+	h.t.Helper()
+	rev, err := h.store.Proxies.Put(h.ctx, name, []byte(spec))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return rev
+}
+
+func (h *harness) del(name string) {
+	h.t.Helper()
+	if err := h.store.Proxies.Delete(h.ctx, name); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// status reads a proxy's status; ok is false when there is none.
+func (h *harness) status(name string) (events.ProxyStatus, bool) {
+	var st events.ProxyStatus
+	_, err := kvstore.GetJSON(h.ctx, h.store.Status, name, &st)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return st, false
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st, true
+}
+
+// waitFor polls cond until it holds or the budget runs out.
+func (h *harness) waitFor(what string, budget time.Duration, cond func() (bool, string)) {
+	h.t.Helper()
+	deadline := time.Now().Add(budget)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		time.Sleep(50 * time.Millisecond)
+	}
+	h.t.Fatalf("timed out after %s waiting for %s; last state: %s", budget, what, last)
+}
+
+func (h *harness) waitPhase(name string, phase events.Phase) events.ProxyStatus {
+	h.t.Helper()
+	var st events.ProxyStatus
+	h.waitFor(name+" to be "+string(phase), 30*time.Second, func() (bool, string) {
+		var ok bool
+		st, ok = h.status(name)
+		b, _ := json.Marshal(st)
+		return ok && st.Phase == phase, fmt.Sprintf("exists=%v %s", ok, b)
+	})
+	return st
+}
+
+func (h *harness) waitGone(name string) {
+	h.t.Helper()
+	h.waitFor(name+"'s status to be removed", 30*time.Second, func() (bool, string) {
+		st, ok := h.status(name)
+		return !ok, string(st.Phase)
+	})
+}
+
+func fakeHost(limit int) providers.Host { return providers.Host{Name: "h1", MaxConcurrentOps: limit} }
