@@ -1,0 +1,133 @@
+package kvstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+)
+
+func TestEnsureIsIdempotent(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	for range 2 {
+		if _, err := kvstore.Ensure(ctx, js, kvstore.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := kvstore.EnsureOps(ctx, js, "kvm", []kvstore.HostConfig{{Name: "h1", MaxConcurrentOps: 3}, {Name: "h2"}}, kvstore.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for host, want := range map[string]int{"h1": 3, "h2": 1} {
+		c, err := js.Consumer(ctx, events.OpsStream("kvm"), events.HostConsumer(host))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CachedInfo().Config.MaxAckPending; got != want {
+			t.Errorf("%s MaxAckPending = %d, want %d", host, got, want)
+		}
+	}
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Proxies.Bucket() != "proxies" {
+		t.Fatal(st.Proxies.Bucket())
+	}
+}
+
+func TestCASHelpers(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct{ N int }
+	if _, err := kvstore.GetJSON(ctx, st.Status, "k", &v); !errors.Is(err, kvstore.ErrNotFound) {
+		t.Fatalf("missing key: %v", err)
+	}
+	rev, err := kvstore.WriteJSON(ctx, st.Status, "k", map[string]int{"N": 1}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.WriteJSON(ctx, st.Status, "k", map[string]int{"N": 2}, 0); !errors.Is(err, kvstore.ErrConflict) {
+		t.Fatalf("create over an existing key: %v", err)
+	}
+	if _, err := kvstore.UpdateJSON(ctx, st.Status, "k", map[string]int{"N": 2}, rev+100); !errors.Is(err, kvstore.ErrConflict) {
+		t.Fatalf("update at a wrong revision: %v", err)
+	}
+	rev2, err := kvstore.UpdateJSON(ctx, st.Status, "k", map[string]int{"N": 3}, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.GetJSON(ctx, st.Status, "k", &v); err != nil || v.N != 3 {
+		t.Fatalf("read back %v %v", v, err)
+	}
+	if err := kvstore.DeleteAt(ctx, st.Status, "k", rev); !errors.Is(err, kvstore.ErrConflict) {
+		t.Fatalf("delete at a stale revision: %v", err)
+	}
+	if err := kvstore.DeleteAt(ctx, st.Status, "k", rev2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLock(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	a, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "a", "test", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "b", "test", ttl); !errors.Is(err, kvstore.ErrLockHeld) {
+		t.Fatalf("second holder: %v", err)
+	}
+	// Renewing keeps the lock past its first TTL, and moves the fencing revision.
+	rev := a.Revision()
+	for range 4 {
+		time.Sleep(ttl / 3)
+		if err := a.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Revision() == rev {
+		t.Fatal("renewal did not move the fencing revision")
+	}
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "b", "test", ttl); !errors.Is(err, kvstore.ErrLockHeld) {
+		t.Fatalf("renewed lock taken: %v", err)
+	}
+	// Without renewal it expires on the server, and the old holder cannot renew it back.
+	var b *kvstore.Lock
+	deadline := time.Now().Add(5 * ttl)
+	for b == nil && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		b, _ = kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "b", "test", ttl)
+	}
+	if b == nil {
+		t.Fatal("lock never expired")
+	}
+	if err := a.Renew(ctx); !errors.Is(err, kvstore.ErrLockHeld) {
+		t.Fatalf("stale holder renewed: %v", err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatalf("releasing a lost lock: %v", err)
+	}
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "c", "test", ttl); !errors.Is(err, kvstore.ErrLockHeld) {
+		t.Fatalf("a stale release freed b's lock: %v", err)
+	}
+	if err := b.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "c", "test", ttl); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+}
