@@ -33,7 +33,7 @@ type ProxyStatus struct {
 	Port         int        `json:"port,omitempty"`
 	SpecHash     string     `json:"specHash,omitempty"`     // hash of the instance that exists
 	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
-	Teardown     string     `json:"teardown,omitempty"` // why the current instance must go
+	Teardown     string     `json:"teardown,omitempty"`     // why the current instance must go
 	Op           *OpRef     `json:"op,omitempty"`
 	LastError    *LastError `json:"lastError,omitempty"`
 	Reason       string     `json:"reason,omitempty"`

@@ -1,7 +1,6 @@
 package schemas
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -69,24 +68,34 @@ type HealthCheck struct {
 	URL              string `json:"url,omitempty"`
 }
 
-// ParseProxySpec decodes and validates a spec strictly (unknown fields are rejected) and
-// applies the defaults. Its error names the offending field; it never quotes user-data or a
-// password.
+// ParseProxySpec decodes and validates a spec strictly (unknown or miscased fields, null,
+// repeated keys and trailing data are rejected) and applies the defaults. Its error names the
+// offending field; it never quotes user-data or a password.
 func ParseProxySpec(data []byte) (ProxySpec, error) {
-	var s ProxySpec
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return ProxySpec{}, decodeError(err)
+	// The version is checked before anything else: a newer spec may use fields this version
+	// does not know, and "unsupported version" is the message that helps.
+	if v, ok := declaredVersion(data); ok && v != 1 {
+		return ProxySpec{}, versionError(v)
 	}
-	if dec.More() {
-		return ProxySpec{}, &FieldError{Field: "(document)", Problem: "trailing data after the JSON object"}
+	var s ProxySpec
+	if err := decodeStrict(data, &s); err != nil {
+		return ProxySpec{}, err
 	}
 	s.applyDefaults()
 	if err := s.Validate(); err != nil {
 		return ProxySpec{}, err
 	}
 	return s, nil
+}
+
+// declaredVersion is the integer "v" of a JSON object, if it has one.
+func declaredVersion(data []byte) (int, bool) {
+	var head map[string]json.RawMessage
+	var v *int
+	if json.Unmarshal(data, &head) != nil || json.Unmarshal(head["v"], &v) != nil || v == nil {
+		return 0, false
+	}
+	return *v, true
 }
 
 func (s *ProxySpec) applyDefaults() {
@@ -98,6 +107,9 @@ func (s *ProxySpec) applyDefaults() {
 	}
 	if s.Port == 0 {
 		s.Port = DefaultPort
+	}
+	if len(s.Attributes) == 0 {
+		s.Attributes = nil // "attributes": {} and no attributes are one spec
 	}
 	if s.Endpoint != nil && s.Endpoint.Port == 0 {
 		s.Endpoint.Port = s.Port
@@ -111,7 +123,9 @@ func (s *ProxySpec) applyDefaults() {
 		h.IntervalSeconds = DefaultIntervalSeconds
 	}
 	if h.TimeoutSeconds == 0 {
-		h.TimeoutSeconds = min(DefaultTimeoutSeconds, h.IntervalSeconds)
+		// Never above the interval, and never below 1 when the interval is itself invalid,
+		// so that one mistake gets one error.
+		h.TimeoutSeconds = min(DefaultTimeoutSeconds, max(h.IntervalSeconds, 1))
 	}
 	if h.FailureThreshold == 0 {
 		h.FailureThreshold = DefaultFailureThreshold

@@ -1,13 +1,14 @@
 package schemas
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // FieldError is a problem with one field of a document.
@@ -44,7 +45,7 @@ func (s ProxySpec) Validate() error {
 		errs = append(errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
 	}
 	if s.V != 1 {
-		bad("v", "unsupported version %d (this egressd understands 1)", s.V)
+		errs = append(errs, versionError(s.V))
 	}
 	if s.Port < 1 || s.Port > 65535 {
 		bad("port", "must be between 1 and 65535, got %d", s.Port)
@@ -63,13 +64,15 @@ func (s ProxySpec) Validate() error {
 			bad("cloudInitRef", "cannot be set together with cloudInit")
 		}
 		if s.CloudInitRef != "" && !cloudInitKey.MatchString(s.CloudInitRef) {
-			bad("cloudInitRef", "%q is not a valid cloud_init key", s.CloudInitRef)
+			// Not quoted: user-data pasted here by mistake must not reach the status.
+			bad("cloudInitRef", "is not a valid cloud_init key (letters, digits, '-', '/', '_', '=', separated by single dots)")
 		}
 	case ModeExternal:
 		if s.Endpoint == nil || s.Endpoint.Host == "" {
 			bad("endpoint.host", "is required for an external proxy")
 		} else if strings.ContainsAny(s.Endpoint.Host, " /@") {
-			bad("endpoint.host", "%q is not a host name or IP address", s.Endpoint.Host)
+			// Not quoted: "user:password@host" is a likely mistake here.
+			bad("endpoint.host", "is not a host name or IP address (no spaces, '/' or '@'; credentials go in auth)")
 		}
 		if s.Endpoint != nil && (s.Endpoint.Port < 1 || s.Endpoint.Port > 65535) {
 			bad("endpoint.port", "must be between 1 and 65535, got %d", s.Endpoint.Port)
@@ -80,8 +83,11 @@ func (s ProxySpec) Validate() error {
 		if s.Placement != (Placement{}) {
 			bad("placement", "must be empty for an external proxy")
 		}
-		if s.CloudInit != "" || s.CloudInitRef != "" {
+		if s.CloudInit != "" {
 			bad("cloudInit", "must be empty for an external proxy")
+		}
+		if s.CloudInitRef != "" {
+			bad("cloudInitRef", "must be empty for an external proxy")
 		}
 	default:
 		bad("mode", "must be %q or %q, got %q", ModeManaged, ModeExternal, s.Mode)
@@ -94,13 +100,16 @@ func (s ProxySpec) Validate() error {
 			bad("auth.password", "must not be empty")
 		}
 	}
-	for k, v := range s.Attributes {
-		if k == "" || len(k) > 63 {
-			bad("attributes", "keys must be 1 to 63 characters")
-		}
-		if len(v) > 256 {
+	// Sorted, so that the message (and so the status written from it) is the same every time.
+	badKey := false
+	for _, k := range slices.Sorted(maps.Keys(s.Attributes)) {
+		badKey = badKey || k == "" || utf8.RuneCountInString(k) > 63
+		if utf8.RuneCountInString(s.Attributes[k]) > 256 {
 			bad("attributes."+k, "must be at most 256 characters")
 		}
+	}
+	if badKey {
+		bad("attributes", "keys must be 1 to 63 characters")
 	}
 	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > 10000) {
 		bad("maxLeases", "must be between 0 and 10000, got %d", *s.MaxLeases)
@@ -109,8 +118,11 @@ func (s ProxySpec) Validate() error {
 	if h.IntervalSeconds < 1 || h.IntervalSeconds > 3600 {
 		bad("healthCheck.intervalSeconds", "must be between 1 and 3600, got %d", h.IntervalSeconds)
 	}
-	if h.TimeoutSeconds < 1 || h.TimeoutSeconds > h.IntervalSeconds {
+	intervalOK := h.IntervalSeconds >= 1 && h.IntervalSeconds <= 3600
+	if intervalOK && (h.TimeoutSeconds < 1 || h.TimeoutSeconds > h.IntervalSeconds) {
 		bad("healthCheck.timeoutSeconds", "must be between 1 and intervalSeconds (%d), got %d", h.IntervalSeconds, h.TimeoutSeconds)
+	} else if !intervalOK && (h.TimeoutSeconds < 1 || h.TimeoutSeconds > 3600) {
+		bad("healthCheck.timeoutSeconds", "must be between 1 and 3600, got %d", h.TimeoutSeconds)
 	}
 	if h.FailureThreshold < 1 || h.FailureThreshold > 100 {
 		bad("healthCheck.failureThreshold", "must be between 1 and 100, got %d", h.FailureThreshold)
@@ -127,38 +139,6 @@ func (s ProxySpec) Validate() error {
 	return errors.Join(errs...)
 }
 
-// decodeError turns encoding/json's errors into FieldErrors naming the field.
-func decodeError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := typeErr.Field
-		if field == "" {
-			field = "(document)"
-		}
-		return &FieldError{Field: field, Problem: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value)}
-	case errors.As(err, &syntaxErr):
-		return &FieldError{Field: "(document)", Problem: fmt.Sprintf("invalid JSON at byte %d: %v", syntaxErr.Offset, err)}
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return &FieldError{Field: "(document)", Problem: "empty or truncated JSON"}
-	}
-	if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return &FieldError{Field: strings.Trim(f, `"`), Problem: "unknown field"}
-	}
-	return &FieldError{Field: "(document)", Problem: err.Error()}
-}
-
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int64", "uint64":
-		return "an integer"
-	case "string":
-		return "a string"
-	case "map", "struct", "ptr":
-		return "an object"
-	case "bool":
-		return "a boolean"
-	}
-	return "a " + goKind
+func versionError(v int) error {
+	return &FieldError{Field: "v", Problem: fmt.Sprintf("unsupported version %d (this egressd understands 1)", v)}
 }
