@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	cases := []struct {
+		name, in, wantErr string
+	}{
+		{"minimal", "providers:\n  - name: local\n    type: local\n", ""},
+		{"full local block", "version: 1\nproviders:\n  - name: home\n    type: local\n    local:\n      stateDir: /tmp/x\n      addresses: [127.0.0.2-127.0.0.9]\n      bindSource: false\n      maxConcurrentOps: 4\n", ""},
+		{"unknown top-level key", "provider: []\n", "field provider not found"},
+		{"unknown nested key names it and its line", "providers:\n  - name: local\n    type: local\n    local:\n      stateDirr: /x\n", "line 5: field stateDirr not found"},
+		{"bad provider name", "providers:\n  - name: Local_1\n    type: local\n", "providers[0].name:"},
+		{"duplicate name", "providers:\n  - {name: a, type: local}\n  - {name: a, type: local}\n", "providers[1].name: duplicate"},
+		{"unknown type", "providers:\n  - {name: a, type: vmware}\n", `providers[0].type: unknown provider type "vmware"`},
+		{"missing type", "providers:\n  - {name: a}\n", "providers[0].type: is required"},
+		{"no providers", "version: 1\n", "providers: at least one"},
+		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
+		{"wrong type", "providers:\n  - name: a\n    type: local\n    local:\n      maxConcurrentOps: many\n", "line 5"},
+		{"empty", "", "empty config"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseConfig([]byte(tc.in))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := defaultConfig()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Providers[0].Name != "local" || c.Providers[0].Type != "local" {
+		t.Fatalf("default = %+v", c.Providers)
+	}
+}

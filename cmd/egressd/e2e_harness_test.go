@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The end-to-end tests drive the real binary and the real nats CLI; they are the README's
+// quickstart, made to fail loudly.
+var (
+	egressdBin string
+	natsBin    string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "egressd-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	egressdBin = filepath.Join(dir, "egressd")
+	build := exec.Command("go", "build", "-o", egressdBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building egressd for the end-to-end tests:", err)
+		os.Exit(1)
+	}
+	natsBin = findNats()
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// findNats looks for the nats CLI on PATH and in the repository's bin/ (where `make tools`
+// puts it).
+func findNats() string {
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p
+	}
+	if p, err := filepath.Abs("../../bin/nats"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func needNats(t *testing.T) {
+	t.Helper()
+	if natsBin == "" {
+		t.Fatal("the nats CLI is required: run `make tools` (go install github.com/nats-io/natscli/nats@v0.5.0)")
+	}
+}
+
+// node is one `egressd run` process.
+type node struct {
+	t      *testing.T
+	dir    string
+	url    string
+	listen string
+	args   []string
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	log    bytes.Buffer
+	exited chan struct{}
+}
+
+// freeAddr reserves a loopback port for a server the test starts next.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// writeConfig writes a config whose local provider hands out addresses from 127.0.<net>.x,
+// so tests running side by side never compete for an address.
+func writeConfig(t *testing.T, dir string, net int) string {
+	t.Helper()
+	p := filepath.Join(dir, "egressd.yaml")
+	cfg := fmt.Sprintf("providers:\n  - name: local\n    type: local\n    local:\n      addresses: [127.0.%d.2-127.0.%d.250]\n      bindSource: true\n", net, net)
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func startNode(t *testing.T, dir string, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, dir: dir, listen: freeAddr(t)}
+	n.url = "nats://" + n.listen
+	n.args = append([]string{"run", "--data-dir", filepath.Join(dir, "data"), "--nats-listen", n.listen, "--log-level", "debug"}, extra...)
+	n.start()
+	t.Cleanup(func() {
+		n.stop()
+		if t.Failed() {
+			t.Logf("egressd log:\n%s", n.logs())
+		}
+	})
+	return n
+}
+
+func (n *node) start() {
+	n.t.Helper()
+	n.cmd = exec.Command(egressdBin, n.args...)
+	n.cmd.Dir = n.dir
+	n.cmd.Stdout, n.cmd.Stderr = n, n
+	if err := n.cmd.Start(); err != nil {
+		n.t.Fatal(err)
+	}
+	n.exited = make(chan struct{})
+	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(n.cmd, n.exited)
+	waitUntil(n.t, "the embedded NATS server to listen", 20*time.Second, func() (bool, string) {
+		c, err := net.DialTimeout("tcp", n.listen, 200*time.Millisecond)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, ""
+	})
+}
+
+func (n *node) Write(p []byte) (int, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.log.Write(p)
+}
+
+func (n *node) logs() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.log.String()
+}
+
+// kill9 kills egressd run at once, as a crash would; its forward proxies live on.
+func (n *node) kill9() {
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.exited
+}
+
+// stop asks egressd to shut down and returns its exit code.
+func (n *node) stop() int {
+	select {
+	case <-n.exited:
+		return n.cmd.ProcessState.ExitCode()
+	default:
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.exited:
+	case <-time.After(20 * time.Second):
+		n.t.Errorf("egressd did not stop within 20s of SIGTERM")
+		n.kill9()
+	}
+	return n.cmd.ProcessState.ExitCode()
+}
+
+// nats runs the real nats CLI against the node.
+func (n *node) nats(args ...string) string {
+	n.t.Helper()
+	needNats(n.t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, natsBin, append([]string{"-s", n.url}, args...)...).CombinedOutput()
+	if err != nil {
+		n.t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// egressd runs another egressd command (status) against the node.
+func (n *node) egressd(args ...string) string {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, egressdBin, append(args, "--nats-url", n.url)...).Output()
+	if err != nil {
+		n.t.Fatalf("egressd %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func (n *node) rows() map[string]proxyRow {
+	n.t.Helper()
+	var rows []proxyRow
+	if err := json.Unmarshal([]byte(n.egressd("status", "-o", "json")), &rows); err != nil {
+		n.t.Fatal(err)
+	}
+	m := map[string]proxyRow{}
+	for _, r := range rows {
+		m[r.Name] = r
+	}
+	return m
+}
+
+// waitRows waits until cond holds for the status rows.
+func (n *node) waitRows(what string, budget time.Duration, cond func(map[string]proxyRow) bool) map[string]proxyRow {
+	n.t.Helper()
+	var rows map[string]proxyRow
+	waitUntil(n.t, what, budget, func() (bool, string) {
+		rows = n.rows()
+		return cond(rows), summary(rows)
+	})
+	return rows
+}
+
+func summary(rows map[string]proxyRow) string {
+	var b strings.Builder
+	for name, r := range rows {
+		fmt.Fprintf(&b, "%s=%s(%s %s) ", name, r.Phase, r.Address, r.Reason)
+	}
+	return b.String()
+}
+
+func waitUntil(t *testing.T, what string, budget time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(budget)
+	var last string
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last: %s", budget, what, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// proxyProcs lists the live forward-proxy processes whose files are under dir, from /proc
+// and independently of the provider's own bookkeeping.
+func proxyProcs(t *testing.T, dir string) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 2 || args[1] != "forward-proxy" || !strings.Contains(string(cmdline), dir) || slices.Contains(args, "--detach") {
+			continue // not ours, or the short-lived starter of a proxy rather than a proxy
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue // a zombie is not a running proxy
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// killProcs removes whatever a failed test left running.
+func killProcs(t *testing.T, dir string) {
+	for _, pid := range proxyProcs(t, dir) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

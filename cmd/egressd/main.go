@@ -1,0 +1,58 @@
+// Command egressd is the control plane for fleets of forward proxies: every role in one
+// binary, on NATS JetStream.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/egressd/egressd/providers/local/forwardproxy"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+const usage = `egressd: forward proxies kept alive and handed out, on NATS JetStream.
+
+Usage:
+  egressd run [flags]            run every role with an embedded NATS server (or --nats-url)
+  egressd status [-o json]       show proxies: phase, address, reason, age
+  egressd forward-proxy [flags]  the forward proxy the local provider runs
+  egressd version
+
+Run "egressd <command> -h" for a command's flags.
+`
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return runCmd(ctx, rest, stderr)
+	case "status":
+		return statusCmd(ctx, rest, stdout, stderr)
+	case "forward-proxy":
+		return forwardproxy.Main(ctx, rest, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "egressd", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "egressd: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// proxyRow is one line of `egressd status` (and one object of -o json).
+type proxyRow struct {
+	Name     string              `json:"name"`
+	Mode     string              `json:"mode"`
+	Provider string              `json:"provider"`
+	Phase    events.Phase        `json:"phase"`
+	Address  string              `json:"address"`
+	Reason   string              `json:"reason"`
+	Message  string              `json:"message,omitempty"`
+	Age      string              `json:"age"`
+	Status   *events.ProxyStatus `json:"status,omitempty"`
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
+	output := fs.String("o", "table", "output: table or json")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *output != "table" && *output != "json" {
+		fmt.Fprintf(stderr, "egressd status: -o %q: use table or json\n", *output)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	rows, err := loadRows(ctx, *natsURL)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd status:", err)
+		return 1
+	}
+	if *output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if rows == nil {
+			rows = []proxyRow{}
+		}
+		_ = enc.Encode(rows)
+		return 0
+	}
+	printTable(stdout, rows)
+	return 0
+}
+
+func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
+	nc, err := nats.Connect(url, nats.Name("egressd status"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is `egressd run` running?)", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := readAll(ctx, js, events.BucketProxies)
+	if err != nil {
+		return nil, err
+	}
+	statuses, err := readAll(ctx, js, events.BucketStatus)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var rows []proxyRow
+	for name, e := range specs {
+		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Age: age(now, e.Created())}
+		if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
+			r.Mode, r.Provider = s.Mode, s.Provider
+		}
+		rows = append(rows, r)
+	}
+	for name, e := range statuses {
+		var st events.ProxyStatus
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			continue
+		}
+		i := slices.IndexFunc(rows, func(r proxyRow) bool { return r.Name == name })
+		if i < 0 {
+			rows = append(rows, proxyRow{Name: name, Mode: "?"})
+			i = len(rows) - 1
+		}
+		r := &rows[i]
+		r.Phase, r.Reason, r.Message, r.Status = st.Phase, st.Reason, st.Message, &st
+		if st.Mode != "" {
+			r.Mode = st.Mode
+		}
+		if st.Provider != "" {
+			r.Provider = st.Provider
+		}
+		if st.IP != "" {
+			r.Address = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
+		}
+		if !st.CreatedAt.IsZero() {
+			r.Age = age(now, st.CreatedAt)
+		}
+	}
+	slices.SortFunc(rows, func(a, b proxyRow) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return rows, nil
+}
+
+// readAll returns the latest entry of every key of a bucket; a bucket that does not exist
+// yet reads as empty.
+func readAll(ctx context.Context, js jetstream.JetStream, bucket string) (map[string]jetstream.KeyValueEntry, error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read bucket %s: %w", bucket, err)
+	}
+	defer w.Stop()
+	out := map[string]jetstream.KeyValueEntry{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read bucket %s: %w", bucket, ctx.Err())
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			out[e.Key()] = e
+		}
+	}
+}
+
+func printTable(w io.Writer, rows []proxyRow) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, "No proxies. Declare one with: nats kv put proxies p1 '{\"provider\":\"local\"}'")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tREASON\tAGE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address), dash(r.Reason), r.Age)
+	}
+	tw.Flush()
+	for _, r := range rows {
+		if r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed {
+			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Message)
+		}
+	}
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// age prints a duration like kubectl does: 45s, 12m, 3h, 5d.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
