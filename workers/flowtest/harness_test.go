@@ -41,7 +41,7 @@ func fastTimings() provisioner.Timings {
 }
 
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	srv   *server.Server
 	store *kvstore.Store // the test's own connection
 	ctx   context.Context
@@ -49,7 +49,7 @@ type harness struct {
 	log   *slog.Logger
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t testing.TB) *harness {
 	srv := kvstoretest.StartServer(t)
 	h := &harness{t: t, srv: srv, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
@@ -62,7 +62,7 @@ func newHarness(t *testing.T) *harness {
 	return h
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
