@@ -85,8 +85,11 @@ type HostConfig struct {
 // redelivered to another.
 const OpsAckWait = 30 * time.Second
 
-// OpsMaxDeliver bounds redeliveries of one op; the provisioner terminates it on the last one.
-const OpsMaxDeliver = 6
+// OpsMaxAttempts bounds how often a provisioner retries one op after transient errors before
+// it reports the op finished and leaves the backoff to the reconciler. The consumer itself
+// redelivers without limit: a message past a consumer's MaxDeliver would stay in the work
+// queue forever, and redeliveries also happen while another worker holds the op lock.
+const OpsMaxAttempts = 6
 
 // EnsureOps declares the work-queue stream of a provider and one durable pull consumer per
 // host whose MaxAckPending is that host's limit: the server then holds the limit across any
@@ -112,7 +115,7 @@ func EnsureOps(ctx context.Context, js jetstream.JetStream, provider string, hos
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       OpsAckWait,
 			MaxAckPending: max(h.MaxConcurrentOps, 1),
-			MaxDeliver:    OpsMaxDeliver,
+			MaxDeliver:    -1,
 		})
 		if err != nil {
 			return fmt.Errorf("declare consumer %s on %s: %w", events.HostConsumer(h.Name), events.OpsStream(provider), err)

@@ -182,7 +182,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	s := workers.Settle(res.ErrorClass, delivered, kvstore.OpsMaxDeliver)
+	s := workers.Settle(res.ErrorClass, delivered, kvstore.OpsMaxAttempts)
 	res.V, res.OpID, res.Kind, res.Proxy, res.Provider, res.Host = 1, op.ID, op.Kind, op.Proxy, p.cfg.Provider, op.Host
 	res.Attempt, res.Final, res.Worker, res.StartedAt, res.At = delivered, s.Final, p.cfg.Worker, started, time.Now().UTC()
 	if err := p.publishResult(relCtx, res); err != nil {
