@@ -9,19 +9,33 @@ const (
 	KindInvalid  = "invalid"   // a spec was rejected
 	KindDeleted  = "deleted"   // a proxy and its instance are gone
 	KindReplaced = "replacing" // a spec change started a replacement
+	KindHealth   = "health"    // a proxy turned healthy or unhealthy
+	KindLease    = "lease"     // a lease was granted, renewed, released or expired
+	KindReport   = "report"    // a crawler reported a proxy blocked, failed or ok
 )
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
 // the OpResult in Op.
 type Event struct {
-	V       int       `json:"v"`
-	ID      string    `json:"id"`
-	Kind    string    `json:"kind"`
-	Proxy   string    `json:"proxy"`
-	At      time.Time `json:"at"`
-	Phase   Phase     `json:"phase,omitempty"`
-	From    Phase     `json:"from,omitempty"`
-	Reason  string    `json:"reason,omitempty"`
-	Message string    `json:"message,omitempty"`
-	Op      *OpResult `json:"op,omitempty"`
+	V       int          `json:"v"`
+	ID      string       `json:"id"`
+	Kind    string       `json:"kind"`
+	Proxy   string       `json:"proxy"`
+	At      time.Time    `json:"at"`
+	Phase   Phase        `json:"phase,omitempty"`
+	From    Phase        `json:"from,omitempty"`
+	Reason  string       `json:"reason,omitempty"`
+	Message string       `json:"message,omitempty"`
+	Op      *OpResult    `json:"op,omitempty"`
+	Health  *ProxyHealth `json:"health,omitempty"`
+	Lease   *LeaseEvent  `json:"lease,omitempty"`
+}
+
+// LeaseEvent describes a lease event (Reason: granted, renewed, released, expired, reported).
+type LeaseEvent struct {
+	ID     string    `json:"id"`
+	Holder string    `json:"holder,omitempty"`
+	Target string    `json:"target,omitempty"`
+	Result string    `json:"result,omitempty"` // report result
+	Until  time.Time `json:"until,omitzero"`   // expiry or cooldown end
 }

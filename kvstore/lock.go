@@ -52,18 +52,15 @@ func AcquireLock(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 func (l *Lock) Revision() uint64 { return l.rev }
 
 // Renew restarts the lock's TTL if it is still ours. ErrLockHeld (wrapped) once it is lost.
-// KeyValue.Update would drop the per-key TTL, so this publishes to the key's subject with the
-// expected last sequence and a message TTL, which is what the SDK does inside Create.
 func (l *Lock) Renew(ctx context.Context) error {
-	ack, err := l.js.Publish(ctx, "$KV."+l.kv.Bucket()+"."+l.key, l.record,
-		jetstream.WithExpectLastSequencePerSubject(l.rev), jetstream.WithMsgTTL(l.ttl))
+	rev, err := PutTTL(ctx, l.js, l.kv, l.key, l.record, l.rev, l.ttl)
+	if errors.Is(err, ErrConflict) {
+		return errors.Join(ErrLockHeld, err)
+	}
 	if err != nil {
-		if err = mapErr(err); errors.Is(err, ErrConflict) {
-			return errors.Join(ErrLockHeld, err)
-		}
 		return fmt.Errorf("renew lock %s: %w", l.key, err)
 	}
-	l.rev = ack.Sequence
+	l.rev = rev
 	return nil
 }
 

@@ -22,6 +22,9 @@ type Store struct {
 	Status    jetstream.KeyValue
 	Catalog   jetstream.KeyValue
 	Locks     jetstream.KeyValue
+	Health    jetstream.KeyValue
+	Leases    jetstream.KeyValue
+	Cooldowns jetstream.KeyValue
 }
 
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
@@ -48,6 +51,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 		{&s.Catalog, jetstream.KeyValueConfig{Bucket: events.BucketCatalog, History: 1, Description: "provider catalogs"}},
 		// Per-key TTLs need History 1, or the server stretches them to the marker TTL.
 		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
+		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
+		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
+		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
 	}
 	for _, b := range buckets {
 		b.cfg.Storage = jetstream.FileStorage

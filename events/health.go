@@ -1,0 +1,67 @@
+package events
+
+import "time"
+
+// Buckets of probes and leases (DESIGN §3.1).
+const (
+	BucketHealth    = "proxy_health"
+	BucketLeases    = "proxy_leases"
+	BucketCooldowns = "proxy_cooldowns"
+)
+
+// Probe subjects: the reconciler publishes one ProbeRequest per proxy per interval on core
+// NATS; probers take them in the queue group ProbeQueue, optionally only for some providers
+// or hosts by subscribing to a narrower filter. External proxies use provider and host
+// "external".
+const (
+	ProbeQueue    = "probers"
+	ProbeSubjects = "egress.probe.>"
+	External      = "external"
+)
+
+// ProbeSubject is where the probe request of proxy is published.
+func ProbeSubject(provider, host, proxy string) string {
+	return "egress.probe." + provider + "." + host + "." + proxy
+}
+
+// ProbeRequest asks a prober to check one proxy now. It carries no credentials: the prober
+// reads the spec (auth, healthCheck settings) from the proxies bucket.
+type ProbeRequest struct {
+	V        int       `json:"v"`
+	Proxy    string    `json:"proxy"`
+	Provider string    `json:"provider"` // "external" for external proxies
+	Host     string    `json:"host"`
+	Address  string    `json:"address"` // the proxy's IP or host name
+	Port     int       `json:"port"`
+	Reason   string    `json:"reason,omitempty"` // "interval", "report", "new"
+	At       time.Time `json:"at"`
+}
+
+// ProxyHealth is a prober's verdict on a proxy, in proxy_health under the proxy's name. Each
+// record carries a TTL of about three probe intervals, so a proxy nobody probes any more
+// reads as unknown (absent) rather than as stale health.
+type ProxyHealth struct {
+	V                    int       `json:"v"`
+	Proxy                string    `json:"proxy"`
+	Address              string    `json:"address"` // host:port that was probed
+	Healthy              bool      `json:"healthy"`
+	ConsecutiveSuccesses int       `json:"consecutiveSuccesses"`
+	ConsecutiveFailures  int       `json:"consecutiveFailures"`
+	SuccessThreshold     int       `json:"successThreshold"`
+	FailureThreshold     int       `json:"failureThreshold"`
+	LatencyMs            float64   `json:"latencyMs,omitempty"` // of the last successful probe
+	LastError            string    `json:"lastError,omitempty"`
+	EgressIP             string    `json:"egressIp,omitempty"`      // the address the check target saw
+	LeakedHeaders        []string  `json:"leakedHeaders,omitempty"` // Via, X-Forwarded-For, … the target received
+	CheckURL             string    `json:"checkUrl"`
+	Prober               string    `json:"prober"`
+	LastProbeAt          time.Time `json:"lastProbeAt"`
+	LastSuccessAt        time.Time `json:"lastSuccessAt,omitzero"`
+	LastTransitionAt     time.Time `json:"lastTransitionAt,omitzero"`
+}
+
+// Judged reports whether the thresholds have produced a verdict yet: healthy after
+// SuccessThreshold successes, unhealthy after FailureThreshold failures.
+func (h ProxyHealth) Judged() bool {
+	return h.Healthy || h.ConsecutiveFailures >= h.FailureThreshold
+}

@@ -1,0 +1,132 @@
+package events
+
+import "time"
+
+// Lease service (DESIGN §3.5): a micro service named LeaseService with these endpoints.
+const (
+	LeaseService        = "egress-leases"
+	LeaseSubjectPrefix  = "egress.lease"
+	LeaseAcquireSubject = "egress.lease.acquire"
+	LeaseRenewSubject   = "egress.lease.renew"
+	LeaseReleaseSubject = "egress.lease.release"
+	LeaseReportSubject  = "egress.lease.report"
+)
+
+// Lease is the value of a slot key <proxy>.<slot> in proxy_leases. The key's TTL is the
+// lease's; the server expires it.
+type Lease struct {
+	V          int       `json:"v"`
+	Proxy      string    `json:"proxy"`
+	Slot       int       `json:"slot"`
+	Holder     string    `json:"holder,omitempty"`
+	Target     string    `json:"target,omitempty"`
+	Sticky     string    `json:"sticky,omitempty"`
+	AcquiredAt time.Time `json:"acquiredAt"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+}
+
+// Cooldown is the value of <proxy> (global) or <proxy>.<b64url(target)> in proxy_cooldowns.
+type Cooldown struct {
+	V      int       `json:"v"`
+	Proxy  string    `json:"proxy"`
+	Target string    `json:"target,omitempty"` // empty: every target
+	Result string    `json:"result"`           // blocked or failed
+	Holder string    `json:"holder,omitempty"`
+	Until  time.Time `json:"until"`
+}
+
+// AcquireRequest asks for a lease on a Ready proxy matching Selector.
+type AcquireRequest struct {
+	Selector   map[string]string `json:"selector,omitempty"`
+	Target     string            `json:"target,omitempty"`
+	TTLSeconds int               `json:"ttlSeconds,omitempty"`
+	Holder     string            `json:"holder,omitempty"`
+	Sticky     string            `json:"sticky,omitempty"`
+}
+
+// LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
+// for curl -x.
+type LeaseGrant struct {
+	ID        string    `json:"id"`
+	Proxy     string    `json:"proxy"`
+	Host      string    `json:"host"`
+	Port      int       `json:"port"`
+	URL       string    `json:"url"`
+	ExpiresAt time.Time `json:"expiresAt"`
+}
+
+// LeaseReply answers acquire and renew.
+type LeaseReply struct {
+	Lease LeaseGrant `json:"lease"`
+}
+
+// RenewRequest extends a lease.
+type RenewRequest struct {
+	ID         string `json:"id"`
+	TTLSeconds int    `json:"ttlSeconds,omitempty"`
+}
+
+// ReleaseRequest ends a lease; releasing twice is fine.
+type ReleaseRequest struct {
+	ID string `json:"id"`
+}
+
+// ReleaseReply answers release.
+type ReleaseReply struct {
+	Released bool `json:"released"`
+}
+
+// Report results.
+const (
+	ReportOK      = "ok"
+	ReportBlocked = "blocked"
+	ReportFailed  = "failed"
+)
+
+// ReportRequest tells how a leased proxy did: blocked cools it down for Target, failed for
+// every target (and asks for a probe now).
+type ReportRequest struct {
+	ID              string `json:"id"`
+	Result          string `json:"result"`
+	Target          string `json:"target,omitempty"`
+	CooldownSeconds int    `json:"cooldownSeconds,omitempty"`
+	Release         bool   `json:"release,omitempty"`
+}
+
+// ReportReply answers report.
+type ReportReply struct {
+	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
+	Released      bool      `json:"released,omitempty"`
+}
+
+// Lease service error codes, in the Nats-Service-Error-Code header and in ErrorReply.
+const (
+	CodeBadRequest  = 400
+	CodeNotFound    = 404 // unknown lease
+	CodeConflict    = 409 // the lease expired and its slot belongs to someone else now
+	CodeUnavailable = 503 // no proxy available; Availability says why
+	CodeInternal    = 500
+)
+
+// ErrorReply is the body of every lease service error.
+type ErrorReply struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail names the problem; Field names the request field at fault, if one is.
+type ErrorDetail struct {
+	Code         int           `json:"code"`
+	Message      string        `json:"message"`
+	Field        string        `json:"field,omitempty"`
+	Availability *Availability `json:"availability,omitempty"`
+}
+
+// Availability is why no proxy could be leased, as numbers, so a crawler can tell "wait"
+// from "misconfigured".
+type Availability struct {
+	Matched       int `json:"matched"`       // proxies whose attributes match the selector
+	Ready         int `json:"ready"`         // of those, phase Ready
+	AtCapacity    int `json:"atCapacity"`    // of those Ready, every slot taken (or maxLeases 0)
+	CoolingTarget int `json:"coolingTarget"` // of those Ready, cooling down for this target
+	CoolingGlobal int `json:"coolingGlobal"` // of those Ready, cooling down for every target
+}

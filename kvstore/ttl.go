@@ -1,0 +1,24 @@
+package kvstore
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PutTTL writes key with a per-key TTL. KeyValue.Put and Update take no TTL (and Update drops
+// one), so this publishes to the key's subject as the SDK does inside Create. With rev > 0 the
+// write only succeeds if rev is still the key's latest revision (ErrConflict otherwise). The
+// bucket needs History 1 and limit markers.
+func PutTTL(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	opts := []jetstream.PublishOpt{jetstream.WithMsgTTL(ttl)}
+	if rev > 0 {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(rev))
+	}
+	ack, err := js.Publish(ctx, "$KV."+kv.Bucket()+"."+key, value, opts...)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	return ack.Sequence, nil
+}
