@@ -1,0 +1,211 @@
+package forwardproxy
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// The auth file holds one line:
+//
+//	username:sha256:<hex salt>:<hex sha256(salt bytes + password)>
+//
+// so that the password itself is never on disk next to the proxy.
+
+const authScheme = "sha256"
+
+// WriteAuthFile writes the credential for username and password to path, atomically and with
+// mode 0600, so that a running proxy switches from the old credential to the new one between
+// two requests.
+func WriteAuthFile(path, username, password string) error {
+	if username == "" || strings.ContainsAny(username, ":\r\n") {
+		return errors.New("auth file: username must be non-empty and contain no ':' or line break")
+	}
+	salt := make([]byte, 16)
+	rand.Read(salt)
+	sum := saltedSum(salt, password)
+	line := username + ":" + authScheme + ":" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(sum[:]) + "\n"
+	if err := writeFileAtomic(path, []byte(line), 0o600); err != nil {
+		return fmt.Errorf("auth file: %w", err)
+	}
+	return nil
+}
+
+type credential struct {
+	userSum [32]byte // hashed so that comparing names takes the same time whatever their length
+	salt    []byte
+	sum     [32]byte
+}
+
+func saltedSum(salt []byte, password string) [32]byte {
+	h := sha256.New()
+	h.Write(salt)
+	h.Write([]byte(password))
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// parseAuthFile parses the file's content. Its errors never quote the content.
+func parseAuthFile(data []byte) (*credential, error) {
+	text := strings.TrimRight(string(data), "\r\n")
+	if text == "" {
+		return nil, errors.New("empty")
+	}
+	if strings.ContainsAny(text, "\r\n") {
+		return nil, errors.New("more than one line")
+	}
+	parts := strings.Split(text, ":")
+	if len(parts) != 4 {
+		return nil, errors.New("want username:sha256:<hex salt>:<hex sum>")
+	}
+	if parts[0] == "" {
+		return nil, errors.New("empty username")
+	}
+	if parts[1] != authScheme {
+		return nil, fmt.Errorf("unsupported scheme %q (want %q)", parts[1], authScheme)
+	}
+	salt, err := hex.DecodeString(parts[2])
+	if err != nil || len(salt) == 0 {
+		return nil, errors.New("salt is not non-empty hex")
+	}
+	sum, err := hex.DecodeString(parts[3])
+	if err != nil || len(sum) != sha256.Size {
+		return nil, errors.New("sum is not 64 hex digits")
+	}
+	c := &credential{userSum: sha256.Sum256([]byte(parts[0])), salt: salt}
+	copy(c.sum[:], sum)
+	return c, nil
+}
+
+func (c *credential) match(username, password string) bool {
+	u := sha256.Sum256([]byte(username))
+	p := saltedSum(c.salt, password)
+	// Both comparisons always run: a wrong name takes as long as a wrong password.
+	return subtle.ConstantTimeCompare(u[:], c.userSum[:])&subtle.ConstantTimeCompare(p[:], c.sum[:]) == 1
+}
+
+// authenticator checks Proxy-Authorization against the auth file, re-reading the file whenever
+// it changes on disk. An unreadable or corrupt file denies every request: the proxy fails closed.
+type authenticator struct {
+	path string
+	log  *slog.Logger
+
+	mu     sync.Mutex
+	loaded bool // seen is the file state cred reflects
+	seen   fileKey
+	cred   *credential
+}
+
+// fileKey changes whenever the file is replaced or rewritten. The inode covers an atomic
+// replacement within the file system's mtime granularity.
+type fileKey struct {
+	ok    bool
+	mtime int64
+	size  int64
+	ino   uint64
+}
+
+func newAuthenticator(path string, log *slog.Logger) *authenticator {
+	return &authenticator{path: path, log: log}
+}
+
+func (a *authenticator) allow(header string) bool {
+	user, pass, ok := parseBasic(header)
+	if !ok {
+		return false
+	}
+	c := a.current()
+	return c != nil && c.match(user, pass)
+}
+
+func (a *authenticator) current() *credential {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fi, err := os.Stat(a.path)
+	var key fileKey
+	if err == nil {
+		key = fileKey{ok: true, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			key.ino = st.Ino
+		}
+	}
+	if a.loaded && key == a.seen {
+		return a.cred
+	}
+	a.loaded, a.seen, a.cred = true, key, nil
+	if err != nil {
+		a.log.Warn("auth file unreadable; denying every request", "path", a.path, "err", err)
+		return nil
+	}
+	c, err := loadAuthFile(a.path)
+	if err != nil {
+		a.log.Warn("auth file unusable; denying every request", "path", a.path, "err", err)
+		return nil
+	}
+	a.cred = c
+	a.log.Info("auth file loaded", "path", a.path)
+	return c
+}
+
+func loadAuthFile(path string) (*credential, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := parseAuthFile(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+func parseBasic(header string) (user, pass string, ok bool) {
+	const prefix = "basic "
+	if len(header) < len(prefix) || !strings.EqualFold(header[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(header[len(prefix):]))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(raw), ":")
+}
+
+// writeFileAtomic replaces path with data so that readers see the old or the new content,
+// never a mix.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}

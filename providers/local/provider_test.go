@@ -1,0 +1,616 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/providers"
+)
+
+// upstream is an HTTP server on 127.0.0.1 that answers with the address it saw the request
+// come from.
+func upstream(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		io.WriteString(w, host)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// through fetches url through the instance's proxy and returns the status and body.
+func through(t *testing.T, inst providers.Instance, user *url.Userinfo, target string) (int, string) {
+	t.Helper()
+	proxy := &url.URL{Scheme: "http", Host: net.JoinHostPort(inst.Address, strconv.Itoa(inst.Port)), User: user}
+	c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxy), DisableKeepAlives: true}, Timeout: 10 * time.Second}
+	resp, err := c.Get(target)
+	if err != nil {
+		t.Fatalf("GET %s through %s: %v", target, proxy.Host, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func TestLifecycle(t *testing.T) {
+	cfg := testConfig(t, 10)
+	p := newProvider(t, cfg)
+	port := freePort(t)
+	req := request("egress-life", port)
+	req.Auth = &providers.Auth{Username: "crawler", Password: "pw-SENTINEL"}
+	req.UserData = providers.UserData("#cloud-config\n# UD-SENTINEL\n")
+
+	inst := mustCreate(t, p, req)
+	if inst.ID != "local/egress-life" || inst.Name != req.Name || inst.Host != "local" || inst.Port != port {
+		t.Errorf("Create = %+v", inst)
+	}
+	if !strings.HasPrefix(inst.Address, "127.77.") {
+		t.Errorf("address %s is not from the pool", inst.Address)
+	}
+	srv := upstream(t)
+	if status, _ := through(t, inst, nil, srv.URL); status != http.StatusProxyAuthRequired {
+		t.Errorf("without credentials: %d, want 407", status)
+	}
+	if status, body := through(t, inst, url.UserPassword("crawler", "pw-SENTINEL"), srv.URL); status != 200 || body != "127.0.0.1" {
+		t.Errorf("with credentials: %d %q (loopback instances do not bind their source by default)", status, body)
+	}
+
+	// The state on disk holds the marks, and neither the password nor the user-data.
+	dir := filepath.Join(cfg.StateDir, req.Name)
+	var m meta
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.V != 1 || m.ID != inst.ID || m.UID != req.UID || m.Installation != testInstallation || !m.Managed ||
+		m.Proxy != req.Proxy || m.Address != inst.Address || m.Port != port || m.BindSource || !m.Auth || m.CreatedAt.IsZero() {
+		t.Errorf("instance.json = %+v", m)
+	}
+	filepath.WalkDir(cfg.StateDir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			data, _ := os.ReadFile(path)
+			if strings.Contains(string(data), "pw-SENTINEL") || strings.Contains(string(data), "UD-SENTINEL") {
+				t.Errorf("%s holds a secret", path)
+			}
+		}
+		return nil
+	})
+
+	got := mustGet(t, p, inst.ID)
+	if got.State != providers.StateRunning || got.Address != inst.Address || !got.Marks.CreatedAt.Equal(m.CreatedAt) {
+		t.Errorf("Get = %+v", got)
+	}
+	list, err := p.List(ctxT(t))
+	if err != nil || len(list) != 1 || list[0].ID != inst.ID {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+
+	pids := proxies(p, req.Name)
+	if len(pids) != 1 {
+		t.Fatalf("proxy processes: %v, want one", pids)
+	}
+	checkDetached(t, pids[0])
+	if err := p.Delete(ctxT(t), inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctxT(t), inst.ID); !errors.Is(err, providers.ErrNotFound) {
+		t.Errorf("Get after Delete: %v, want ErrNotFound", err)
+	}
+	if alive(pids[0], p.pidPath(req.Name)) {
+		t.Error("proxy still running after Delete")
+	}
+	if entries, _ := os.ReadDir(cfg.StateDir); len(entries) != 1 || entries[0].Name() != allocLock {
+		t.Errorf("state dir after Delete: %v, want only %s", entries, allocLock)
+	}
+}
+
+func TestNewTouchesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "not", "yet")
+	p, err := New("local", Config{StateDir: dir}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exists(dir) {
+		t.Error("New created the state dir")
+	}
+	cat := p.Catalog()
+	if cat.Type != "local" || len(cat.Hosts) != 1 || cat.Hosts[0] != (providers.Host{Name: "local", MaxConcurrentOps: 2}) ||
+		cat.Limits["addresses"] != 253 {
+		t.Errorf("Catalog = %+v", cat)
+	}
+	// Reads of a state dir that does not exist yet answer without creating it.
+	if list, err := p.List(ctxT(t)); err != nil || len(list) != 0 {
+		t.Errorf("List = %v, %v", list, err)
+	}
+	if _, err := p.Get(ctxT(t), "local/egress-x"); !errors.Is(err, providers.ErrNotFound) {
+		t.Errorf("Get = %v, want ErrNotFound", err)
+	}
+	if exists(dir) {
+		t.Error("a read created the state dir")
+	}
+}
+
+func TestSurvivesReopen(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	inst := mustCreate(t, p, request("egress-reopen", freePort(t)))
+	before := proxies(p, inst.Name)
+
+	q := reopen(t, p)
+	got := mustGet(t, q, inst.ID)
+	if got.State != providers.StateRunning || got.Address != inst.Address || got.Port != inst.Port {
+		t.Errorf("reopened Get = %+v, want %+v", got, inst)
+	}
+	again, err := q.Create(ctxT(t), request("egress-reopen", inst.Port))
+	if err != nil || again.Address != inst.Address {
+		t.Fatalf("reopened Create = %+v, %v", again, err)
+	}
+	if after := proxies(q, inst.Name); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("proxies before %v, after %v: Create of a running instance must not restart it", before, after)
+	}
+}
+
+func TestKilledProxyIsStoppedAndRestarts(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	req := request("egress-kill", freePort(t))
+	inst := mustCreate(t, p, req)
+	first := mustGet(t, p, inst.ID)
+	pids := proxies(p, req.Name)
+	if len(pids) != 1 {
+		t.Fatalf("proxies: %v", pids)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "Get to say Stopped", func() bool { return mustGet(t, p, inst.ID).State == providers.StateStopped })
+	if got := mustGet(t, p, inst.ID); got.Address != "" {
+		t.Errorf("Stopped instance has address %q", got.Address)
+	}
+
+	again, err := p.Create(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.State != providers.StateRunning || again.Address != inst.Address || again.Port != inst.Port ||
+		!again.Marks.CreatedAt.Equal(first.Marks.CreatedAt) {
+		t.Errorf("restarted = %+v, want Running like %+v", again, first)
+	}
+	if now := proxies(p, req.Name); len(now) != 1 || now[0] == pids[0] {
+		t.Errorf("proxies after restart: %v (killed %d)", now, pids[0])
+	}
+	srv := upstream(t)
+	if status, _ := through(t, again, url.UserPassword("x", "y"), srv.URL); status != 200 {
+		t.Errorf("restarted proxy answers %d", status)
+	}
+}
+
+func TestEveryInstanceHasItsOwnAddress(t *testing.T) {
+	p := newProvider(t, testConfig(t, 2))
+	port := freePort(t)
+	a := mustCreate(t, p, request("egress-a", port))
+	// A different port does not make an address free for a second instance.
+	b := mustCreate(t, p, request("egress-b", port+1))
+	if a.Address == b.Address {
+		t.Fatalf("two instances on %s", a.Address)
+	}
+	_, err := p.Create(ctxT(t), request("egress-c", port))
+	if !errors.Is(err, providers.ErrQuota) {
+		t.Fatalf("third Create in a pool of two: %v, want ErrQuota", err)
+	}
+	if _, err := p.Get(ctxT(t), "local/egress-c"); !errors.Is(err, providers.ErrNotFound) {
+		t.Errorf("Get after a Create that failed: %v, want ErrNotFound", err)
+	}
+	if err := p.Delete(ctxT(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	c := mustCreate(t, p, request("egress-c", port))
+	if c.Address != a.Address {
+		t.Errorf("freed address %s not reused, got %s", a.Address, c.Address)
+	}
+}
+
+func TestBusyAddressIsSkipped(t *testing.T) {
+	cfg := testConfig(t, 3)
+	p := newProvider(t, cfg)
+	port := freePort(t)
+	first, _, _ := strings.Cut(cfg.Addresses[0], "-")
+	ln, err := net.Listen("tcp", net.JoinHostPort(first, strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	inst := mustCreate(t, p, request("egress-skip", port))
+	if inst.Address == first {
+		t.Errorf("took %s, where something else listens", first)
+	}
+}
+
+func TestBindSourceUsesInstanceAddress(t *testing.T) {
+	cfg := testConfig(t, 5)
+	yes := true
+	cfg.BindSource = &yes
+	p := newProvider(t, cfg)
+	inst := mustCreate(t, p, request("egress-src", freePort(t)))
+	srv := upstream(t) // on 127.0.0.1
+	status, body := through(t, inst, nil, srv.URL)
+	if status != 200 || body != inst.Address {
+		t.Errorf("upstream saw the request from %q (status %d), want the instance's %s", body, status, inst.Address)
+	}
+}
+
+func TestAuthAddedAndRemovedRestarts(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	req := request("egress-auth", freePort(t))
+	inst := mustCreate(t, p, req)
+	srv := upstream(t)
+	if status, _ := through(t, inst, nil, srv.URL); status != 200 {
+		t.Fatalf("no auth: %d", status)
+	}
+
+	req.Auth = &providers.Auth{Username: "u", Password: "one"}
+	inst, err := p.Create(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := through(t, inst, nil, srv.URL); status != 407 {
+		t.Errorf("auth added: without credentials %d, want 407", status)
+	}
+	before := proxies(p, req.Name)
+
+	// A new password reaches the running proxy without a restart.
+	req.Auth = &providers.Auth{Username: "u", Password: "two"}
+	if inst, err = p.Create(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := through(t, inst, url.UserPassword("u", "one"), srv.URL); status != 407 {
+		t.Errorf("old password: %d, want 407", status)
+	}
+	if status, _ := through(t, inst, url.UserPassword("u", "two"), srv.URL); status != 200 {
+		t.Errorf("new password: %d, want 200", status)
+	}
+	if after := proxies(p, req.Name); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("password rotation restarted the proxy: %v → %v", before, after)
+	}
+
+	req.Auth = nil
+	if inst, err = p.Create(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := through(t, inst, nil, srv.URL); status != 200 {
+		t.Errorf("auth removed: %d, want 200", status)
+	}
+	if exists(filepath.Join(p.dir(req.Name), authFile)) {
+		t.Error("auth file left after auth was removed")
+	}
+}
+
+func TestCreateOfAnotherUIDsNameIsPermanent(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	req := request("egress-mine", freePort(t))
+	mustCreate(t, p, req)
+	req.UID = "someone-else"
+	if _, err := p.Create(ctxT(t), req); !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("Create with another uid: %v, want ErrPermanent", err)
+	}
+}
+
+func TestInvalidRequestsArePermanent(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	for name, mutate := range map[string]func(*providers.CreateRequest){
+		"unknown host":  func(r *providers.CreateRequest) { r.Host = "elsewhere" },
+		"no uid":        func(r *providers.CreateRequest) { r.UID = "" },
+		"port zero":     func(r *providers.CreateRequest) { r.Port = 0 },
+		"upper case":    func(r *providers.CreateRequest) { r.Name = "Egress-x" },
+		"dot dot":       func(r *providers.CreateRequest) { r.Name = ".." },
+		"colon in user": func(r *providers.CreateRequest) { r.Auth = &providers.Auth{Username: "a:b", Password: "p"} },
+	} {
+		req := request("egress-invalid", 3128)
+		mutate(&req)
+		if _, err := p.Create(ctxT(t), req); !errors.Is(err, providers.ErrPermanent) {
+			t.Errorf("%s: %v, want ErrPermanent", name, err)
+		}
+	}
+	if entries, _ := os.ReadDir(p.stateDir); len(entries) != 0 {
+		t.Errorf("an invalid request touched the state dir: %v", entries)
+	}
+}
+
+func TestStatesFromDisk(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	plant := func(name, content string) {
+		dir := p.dir(name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if content != "" {
+			os.WriteFile(filepath.Join(dir, metaFile), []byte(content), 0o600)
+		}
+	}
+	good := func(name string) string {
+		data, _ := json.Marshal(meta{V: 1, ID: idOf(name), Name: name, UID: "u", Installation: "i", Managed: true,
+			CreatedAt: time.Now().UTC(), Address: "127.77.254.1", Port: 3128})
+		return string(data)
+	}
+	plant("egress-starting", good("egress-starting"))
+	plant("egress-dead", good("egress-dead"))
+	os.WriteFile(p.pidPath("egress-dead"), []byte("999999999\n"), 0o644)
+	plant("egress-reused", good("egress-reused"))
+	os.WriteFile(p.pidPath("egress-reused"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644) // alive, not ours
+	plant("egress-corrupt", "{not json")
+	plant("egress-empty", "")
+	plant("egress-misnamed", good("egress-other"))
+
+	for name, want := range map[string]providers.State{
+		"egress-starting": providers.StateProvisioning,
+		"egress-dead":     providers.StateStopped,
+		"egress-reused":   providers.StateStopped,
+	} {
+		if got := mustGet(t, p, idOf(name)); got.State != want || got.Address != "" {
+			t.Errorf("%s: %s %q, want %s without address", name, got.State, got.Address, want)
+		}
+	}
+	for _, name := range []string{"egress-corrupt", "egress-empty", "egress-misnamed"} {
+		if _, err := p.Get(ctxT(t), idOf(name)); !errors.Is(err, providers.ErrTransient) {
+			t.Errorf("Get(%s) = %v, want ErrTransient", name, err)
+		}
+	}
+	list, err := p.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, inst := range list {
+		names = append(names, inst.Name)
+	}
+	if strings.Join(names, ",") != "egress-dead,egress-reused,egress-starting" {
+		t.Errorf("List names %v", names)
+	}
+
+	// A dead instance's Delete removes it; so does a corrupt one's.
+	for _, name := range []string{"egress-dead", "egress-corrupt"} {
+		if err := p.Delete(ctxT(t), idOf(name)); err != nil {
+			t.Errorf("Delete(%s): %v", name, err)
+		}
+		if exists(p.dir(name)) {
+			t.Errorf("%s still on disk", name)
+		}
+	}
+}
+
+// A provisioner killed while its Create is starting a proxy leaves the intermediate running
+// with the lock: another Create waits for it and then finds the proxy it started, rather
+// than starting a second one.
+func TestProvisionerKilledMidCreate(t *testing.T) {
+	cfg := testConfig(t, 5)
+	stall := filepath.Join(t.TempDir(), "stall")
+	if err := os.WriteFile(stall, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+	p := newProvider(t, cfg)
+	name, port := "egress-orphan", freePort(t)
+	cfgJSON, _ := json.Marshal(cfg)
+
+	prov := exec.Command(testBinary(t), "provision", string(cfgJSON), name, "uid-"+name, strconv.Itoa(port))
+	var out strings.Builder
+	prov.Stdout, prov.Stderr = &out, &out
+	if err := prov.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stalled proxy", func() bool { return len(proxies(p, name)) == 1 })
+	prov.Process.Kill()
+	prov.Wait()
+
+	if got := mustGet(t, p, idOf(name)); got.State != providers.StateProvisioning {
+		t.Errorf("mid-start Get = %s, want Provisioning", got.State)
+	}
+	type result struct {
+		inst providers.Instance
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		inst, err := p.Create(ctxT(t), request(name, port))
+		done <- result{inst, err}
+	}()
+	select {
+	case r := <-done:
+		t.Fatalf("Create did not wait for the orphaned intermediate: %+v %v", r.inst, r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	os.Remove(stall)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("Create: %v (provisioner said %q)", r.err, out.String())
+	}
+	t.Cleanup(func() { p.Delete(context.Background(), r.inst.ID) })
+	if r.inst.State != providers.StateRunning {
+		t.Errorf("Create = %+v", r.inst)
+	}
+	if pids := proxies(p, name); len(pids) != 1 {
+		t.Errorf("proxy processes: %v, want exactly one", pids)
+	}
+	if n := len(findProcesses(p.pidPath(name))); n != 1 {
+		t.Errorf("%d processes carry the instance's mark, want 1 (the intermediate must be gone)", n)
+	}
+}
+
+// A Create whose context ends while the proxy is starting leaves nothing behind.
+func TestAbandonedStartLeavesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		setup func(p *Provider) context.Context
+	}{
+		{"caller's deadline", func(p *Provider) context.Context {
+			ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+			t.Cleanup(cancel)
+			return ctx
+		}},
+		{"intermediate's readiness timeout", func(p *Provider) context.Context {
+			p.readyTimeout = 700 * time.Millisecond
+			return ctxT(t)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t, 5)
+			stall := filepath.Join(t.TempDir(), "stall")
+			os.WriteFile(stall, nil, 0o600)
+			cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+			p := newProvider(t, cfg)
+			name := "egress-abandoned"
+			_, err := p.Create(c.setup(p), request(name, freePort(t)))
+			if !errors.Is(err, providers.ErrTransient) {
+				t.Fatalf("Create = %v, want ErrTransient", err)
+			}
+			if n := findProcesses(p.pidPath(name)); len(n) != 0 {
+				t.Errorf("processes left: %v", n)
+			}
+			if _, err := p.Get(ctxT(t), idOf(name)); !errors.Is(err, providers.ErrNotFound) {
+				t.Errorf("Get = %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestMissingBinaryIsPermanent(t *testing.T) {
+	cfg := testConfig(t, 5)
+	cfg.Binary = filepath.Join(t.TempDir(), "no-such-egressd")
+	p := newProvider(t, cfg)
+	_, err := p.Create(ctxT(t), request("egress-nobin", freePort(t)))
+	if !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("Create = %v, want ErrPermanent", err)
+	}
+}
+
+func TestConcurrentProvidersShareAPool(t *testing.T) {
+	// Two provider objects over one state dir stand for two provisioner processes.
+	cfg := testConfig(t, 12)
+	a, b := newProvider(t, cfg), newProvider(t, cfg)
+	port := freePort(t)
+	var wg sync.WaitGroup
+	insts := make([]providers.Instance, 10)
+	errs := make([]error, 10)
+	for i := range insts {
+		p := a
+		if i%2 == 1 {
+			p = b
+		}
+		wg.Go(func() { insts[i], errs[i] = p.Create(ctxT(t), request("egress-shared-"+strconv.Itoa(i), port)) })
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, inst := range insts {
+		if errs[i] != nil {
+			t.Errorf("Create %d: %v", i, errs[i])
+			continue
+		}
+		t.Cleanup(func() { a.Delete(context.Background(), inst.ID) })
+		if seen[inst.Address] {
+			t.Errorf("address %s given twice", inst.Address)
+		}
+		seen[inst.Address] = true
+	}
+}
+
+func TestCheck(t *testing.T) {
+	p := newProvider(t, testConfig(t, 3))
+	got := p.Check(ctxT(t))
+	if len(got) != 1 || got[0].Name != "local" || !got[0].Ready || got[0].Reason != "Reachable" {
+		t.Errorf("Check = %+v", got)
+	}
+	cfg := testConfig(t, 3)
+	cfg.Addresses = []string{"198.51.100.1-198.51.100.3"} // TEST-NET-2: documentation only
+	for _, a := range []string{"198.51.100.1", "198.51.100.2", "198.51.100.3"} {
+		if canListen(netip.MustParseAddr(a), 0) == nil {
+			t.Skipf("this host has %s", a)
+		}
+	}
+	p = newProvider(t, cfg)
+	got = p.Check(ctxT(t))
+	if len(got) != 1 || got[0].Ready || got[0].Reason != "Unreachable" || got[0].Message == "" {
+		t.Errorf("Check with foreign addresses = %+v", got)
+	}
+	if _, err := p.Create(ctxT(t), request("egress-foreign", freePort(t))); !errors.Is(err, providers.ErrQuota) {
+		t.Errorf("Create with foreign addresses = %v, want ErrQuota", err)
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	p := newProvider(t, testConfig(t, 3))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Create(ctx, request("egress-cancel", freePort(t))); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Create = %v", err)
+	}
+	if err := p.Delete(ctx, "local/egress-cancel"); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Delete = %v", err)
+	}
+	if exists(p.dir("egress-cancel")) {
+		t.Error("a cancelled Create left a directory")
+	}
+}
+
+// checkDetached checks that the proxy leads a session of its own, was reparented away from
+// this process, and holds no lock file.
+func checkDetached(t *testing.T, pid int) {
+	t.Helper()
+	proc := filepath.Join("/proc", strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Fields after the command name: state ppid pgrp session ...
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	if ppid, _ := strconv.Atoi(fields[1]); ppid == os.Getpid() {
+		t.Errorf("proxy %d is still this process's child", pid)
+	}
+	if sid, _ := strconv.Atoi(fields[3]); sid != pid {
+		t.Errorf("proxy %d is in session %d, want its own", pid, sid)
+	}
+	fds, _ := os.ReadDir(filepath.Join(proc, "fd"))
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join(proc, "fd", fd.Name())); strings.HasSuffix(target, ".lock") {
+			t.Errorf("proxy %d holds %s as fd %s", pid, target, fd.Name())
+		}
+	}
+}
+
+func TestAllocationSweepsLeftovers(t *testing.T) {
+	p := newProvider(t, testConfig(t, 3))
+	old := time.Now().Add(-2 * time.Minute)
+	for _, n := range []string{tmpPrefix + "egress-x-1", trashPrefix + "egress-y-1", trashPrefix + "egress-z-1"} {
+		if err := os.MkdirAll(filepath.Join(p.stateDir, n, "egress-q"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chtimes(filepath.Join(p.stateDir, trashPrefix+"egress-y-1"), old, old)
+	mustCreate(t, p, request("egress-sweep", freePort(t)))
+	for n, want := range map[string]bool{
+		tmpPrefix + "egress-x-1":   false, // a birth no one is at: allocation holds the lock
+		trashPrefix + "egress-y-1": false, // an old removal
+		trashPrefix + "egress-z-1": true,  // a removal that may be under way
+	} {
+		if got := exists(filepath.Join(p.stateDir, n)); got != want {
+			t.Errorf("%s exists = %v, want %v", n, got, want)
+		}
+	}
+}
