@@ -2,7 +2,9 @@ package reconciler
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +23,7 @@ type Input struct {
 	UserData     []byte // resolved user-data
 	UserDataErr  error  // the referenced cloud_init document is missing
 	Status       *events.ProxyStatus
+	Health       *events.ProxyHealth // the probers' verdict, nil when unknown
 	Catalog      map[string]ProviderInfo
 	Installation string
 	Result       *events.OpResult // an op result to fold in first, if any
@@ -62,6 +65,7 @@ const (
 	ReasonCreating          = "Creating"
 	ReasonWaitingForAddress = "WaitingForAddress"
 	ReasonOpTimeout         = "OpTimeout"
+	ReasonProbeFailing      = "ProbeFailing"
 )
 
 // Decide is the whole lifecycle policy of a proxy (DESIGN §5.1). It is pure: the same input
@@ -457,15 +461,40 @@ func (d *decider) phase() events.Phase {
 	case st.Teardown != "":
 		return events.PhaseReplacing
 	case st.Mode == schemas.ModeExternal:
-		return events.PhaseRunning
+		return d.healthPhase()
 	case st.Reason == ReasonQuota && d.now.Before(st.RetryAt):
 		return events.PhaseWaiting
 	case st.InstanceID != "" && st.IP != "":
-		return events.PhaseRunning
+		return d.healthPhase()
 	case d.mayExist() || st.Op != nil:
 		return events.PhaseProvisioning
 	}
 	return events.PhasePending
+}
+
+// healthPhase is the phase of a proxy that has an address: Ready or Unhealthy once the probers
+// have a verdict on that very address, Running until then.
+func (d *decider) healthPhase() events.Phase {
+	st, h := d.st, d.in.Health
+	if h == nil || h.Address != net.JoinHostPort(st.IP, strconv.Itoa(st.Port)) || !h.Judged() {
+		if st.Reason == ReasonProbeFailing {
+			st.Reason, st.Message = "", ""
+		}
+		return events.PhaseRunning
+	}
+	if h.Healthy {
+		if st.ReadyAt.IsZero() {
+			st.ReadyAt = d.now
+		}
+		if st.Reason == ReasonProbeFailing {
+			st.Reason, st.Message = "", ""
+		}
+		return events.PhaseReady
+	}
+	if st.Mode != schemas.ModeExternal || st.Reason == "" || st.Reason == ReasonExternal {
+		st.Reason, st.Message = ReasonProbeFailing, h.LastError
+	}
+	return events.PhaseUnhealthy
 }
 
 func knownProviders(c map[string]ProviderInfo) string {

@@ -370,6 +370,39 @@ func TestDecide(t *testing.T) {
 				t.Errorf("status %+v", d.Status)
 			}
 		}}},
+		{"a healthy verdict on the address makes it Ready", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3}
+			return in
+		}, want{phase: events.PhaseReady, check: func(t *testing.T, d Decision) {
+			if !d.Status.ReadyAt.Equal(t0) {
+				t.Errorf("readyAt %v", d.Status.ReadyAt)
+			}
+		}}},
+		{"failures past the threshold make it Unhealthy", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", ConsecutiveFailures: 3, FailureThreshold: 3, SuccessThreshold: 1, LastError: "connection refused"}
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: ReasonProbeFailing, check: func(t *testing.T, d Decision) {
+			if d.Status.Message != "connection refused" || len(d.Ops) != 0 {
+				t.Errorf("message %q ops %v", d.Status.Message, d.Ops)
+			}
+		}}},
+		{"failures below the threshold keep it Running", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", ConsecutiveFailures: 2, FailureThreshold: 3, SuccessThreshold: 1}
+			return in
+		}, want{phase: events.PhaseRunning}},
+		{"a verdict on an old address counts for nothing", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.9:3128", Healthy: true, ConsecutiveSuccesses: 5, SuccessThreshold: 1, FailureThreshold: 3}
+			return in
+		}, want{phase: events.PhaseRunning}},
+		{"a healthy external proxy is Ready", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"mode":"external","endpoint":{"host":"10.0.0.5","port":8080}}`), nil, t0)
+			in.Health = &events.ProxyHealth{Address: "10.0.0.5:8080", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3}
+			return in
+		}, want{phase: events.PhaseReady}},
 		{"changing provider replaces on the old provider", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {
