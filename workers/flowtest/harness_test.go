@@ -22,6 +22,7 @@ import (
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/egressd/egressd/workers/reconciler"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 const installation = "inst-test"
@@ -71,14 +72,19 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 // connect opens a separate client connection, as a separate process would have.
 func (h *harness) connect() *kvstore.Store {
-	_, js := kvstoretest.Connect(h.t, h.srv)
+	_, s := h.connectNC()
+	return s
+}
+
+func (h *harness) connectNC() (*nats.Conn, *kvstore.Store) {
+	nc, js := kvstoretest.Connect(h.t, h.srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := kvstore.Ensure(ctx, js, kvstore.Options{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return s
+	return nc, s
 }
 
 // provisioner starts a provisioner for the fake on its own connection.
@@ -96,7 +102,8 @@ func (h *harness) provisioner(name string, fake *providertest.Fake, worker strin
 
 // reconciler starts a reconciler on its own connection; cancel stops it.
 func (h *harness) reconciler(holder string) (cancel func()) {
-	r, err := reconciler.New(reconciler.Config{Store: h.connect(), Installation: installation, Holder: holder,
+	nc, store := h.connectNC()
+	r, err := reconciler.New(reconciler.Config{Store: store, NC: nc, Installation: installation, Holder: holder,
 		Policy: fastPolicy(), LeaderTTL: 2 * time.Second, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
 	if err != nil {
 		h.t.Fatal(err)

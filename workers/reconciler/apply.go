@@ -26,16 +26,15 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 		return in
 	}
 	in.SpecRevision = se.rev
-	if err := schemas.ValidName(name); err != nil {
-		in.SpecErr = &schemas.FieldError{Field: "name", Problem: err.Error()}
+	if se.err != nil {
+		in.SpecErr = se.err
 		return in
 	}
-	spec, err := schemas.ParseProxySpec(se.raw)
-	if err != nil {
-		in.SpecErr = err
-		return in
-	}
+	spec := *se.spec
 	in.Spec = &spec
+	if h, ok := l.health[name]; ok {
+		in.Health = &h
+	}
 	in.UserData = []byte(spec.CloudInit)
 	if spec.CloudInitRef != "" {
 		ud, ok := l.cloudInit[spec.CloudInitRef]

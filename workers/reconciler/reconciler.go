@@ -14,13 +14,16 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/schemas"
 	"github.com/egressd/egressd/workers"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of the reconciler.
 type Config struct {
 	Store        *kvstore.Store
+	NC           *nats.Conn // core NATS, for probe requests
 	Installation string
 	Holder       string // this process's identity in the leader lock
 	Policy       Policy
@@ -36,8 +39,8 @@ type Reconciler struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.Store == nil || cfg.Installation == "" || cfg.Holder == "" {
-		return nil, errors.New("reconciler: store, installation and holder are required")
+	if cfg.Store == nil || cfg.NC == nil || cfg.Installation == "" || cfg.Holder == "" {
+		return nil, errors.New("reconciler: store, connection, installation and holder are required")
 	}
 	if cfg.Policy == (Policy{}) {
 		cfg.Policy = DefaultPolicy()
@@ -63,8 +66,10 @@ func (r *Reconciler) Run(ctx context.Context) error {
 }
 
 type specEntry struct {
-	raw []byte
-	rev uint64
+	raw  []byte
+	rev  uint64
+	spec *schemas.ProxySpec // parsed once per revision; nil when invalid
+	err  error
 }
 
 type statusEntry struct {
@@ -80,7 +85,9 @@ type loop struct {
 	statuses    map[string]statusEntry
 	cloudInit   map[string][]byte
 	catalog     map[string]ProviderInfo
+	health      map[string]events.ProxyHealth
 	due         map[string]time.Time
+	probeDue    map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
 }
 
@@ -91,7 +98,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
 	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
-		unpublished: map[string]events.Op{}}
+		health: map[string]events.ProxyHealth{}, probeDue: map[string]time.Time{}, unpublished: map[string]events.Op{}}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
@@ -113,10 +120,15 @@ func (r *Reconciler) lead(ctx context.Context) error {
 		return fmt.Errorf("watch provider_catalog: %w", err)
 	}
 	defer catW.Stop()
+	healthW, err := watch(s.Health)
+	if err != nil {
+		return fmt.Errorf("watch proxy_health: %w", err)
+	}
+	defer healthW.Stop()
 	for _, w := range []struct {
 		w     jetstream.KeyWatcher
 		apply func(jetstream.KeyValueEntry) []string
-	}{{catW, l.applyCatalog}, {ciW, l.applyCloudInit}, {specW, l.applySpec}} {
+	}{{catW, l.applyCatalog}, {ciW, l.applyCloudInit}, {specW, l.applySpec}, {healthW, l.applyHealth}} {
 		if err := initial(ctx, w.w, w.apply); err != nil {
 			return err
 		}
@@ -157,6 +169,11 @@ func (r *Reconciler) lead(ctx context.Context) error {
 				return errors.New("provider_catalog watch closed")
 			}
 			l.handle(ctx, l.applyCatalog(e))
+		case e, ok := <-healthW.Updates():
+			if !ok {
+				return errors.New("proxy_health watch closed")
+			}
+			l.handle(ctx, l.applyHealth(e))
 		case m := <-results:
 			l.fold(ctx, m)
 		case <-tick.C:
@@ -275,7 +292,15 @@ func (l *loop) applySpec(e jetstream.KeyValueEntry) []string {
 		return nil
 	}
 	if e.Operation() == jetstream.KeyValuePut {
-		l.specs[e.Key()] = specEntry{raw: e.Value(), rev: e.Revision()}
+		se := specEntry{raw: e.Value(), rev: e.Revision()}
+		if se.err = schemas.ValidName(e.Key()); se.err != nil {
+			se.err = &schemas.FieldError{Field: "name", Problem: se.err.Error()}
+		} else if spec, err := schemas.ParseProxySpec(se.raw); err != nil {
+			se.err = err
+		} else {
+			se.spec = &spec
+		}
+		l.specs[e.Key()] = se
 	} else {
 		delete(l.specs, e.Key())
 	}
@@ -299,6 +324,19 @@ func (l *loop) applyCloudInit(e jetstream.KeyValueEntry) []string {
 		}
 	}
 	return affected
+}
+
+func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
+	if e == nil {
+		return nil
+	}
+	var h events.ProxyHealth
+	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil {
+		delete(l.health, e.Key()) // expired: nobody probes it, so its health is unknown
+	} else {
+		l.health[e.Key()] = h
+	}
+	return []string{e.Key()}
 }
 
 func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
@@ -356,6 +394,7 @@ func (l *loop) tick(ctx context.Context) {
 			l.reconcile(ctx, name, nil)
 		}
 	}
+	l.scheduleProbes(now)
 }
 
 // newID is a random 20-character lowercase base32 ID.
