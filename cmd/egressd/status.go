@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,6 +28,9 @@ type proxyRow struct {
 	Provider string              `json:"provider"`
 	Phase    events.Phase        `json:"phase"`
 	Address  string              `json:"address"`
+	Healthy  string              `json:"healthy"` // True, False, or - while unknown
+	Leases   int                 `json:"leases"`
+	MaxLease int                 `json:"maxLeases"`
 	Reason   string              `json:"reason"`
 	Message  string              `json:"message,omitempty"`
 	Age      string              `json:"age"`
@@ -83,12 +87,26 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	health, err := readAll(ctx, js, events.BucketHealth)
+	if err != nil {
+		return nil, err
+	}
+	leases, err := readAll(ctx, js, events.BucketLeases)
+	if err != nil {
+		return nil, err
+	}
+	active := map[string]int{}
+	for key := range leases {
+		if proxy, _, ok := strings.Cut(key, "."); ok {
+			active[proxy]++
+		}
+	}
 	now := time.Now()
 	var rows []proxyRow
 	for name, e := range specs {
-		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Age: age(now, e.Created())}
+		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Healthy: "-", Age: age(now, e.Created())}
 		if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
-			r.Mode, r.Provider = s.Mode, s.Provider
+			r.Mode, r.Provider, r.MaxLease = s.Mode, s.Provider, *s.MaxLeases
 		}
 		rows = append(rows, r)
 	}
@@ -99,7 +117,7 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 		}
 		i := slices.IndexFunc(rows, func(r proxyRow) bool { return r.Name == name })
 		if i < 0 {
-			rows = append(rows, proxyRow{Name: name, Mode: "?"})
+			rows = append(rows, proxyRow{Name: name, Mode: "?", Healthy: "-"})
 			i = len(rows) - 1
 		}
 		r := &rows[i]
@@ -116,6 +134,16 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 		if !st.CreatedAt.IsZero() {
 			r.Age = age(now, st.CreatedAt)
 		}
+		var h events.ProxyHealth
+		if e, ok := health[name]; ok && json.Unmarshal(e.Value(), &h) == nil && h.Address == r.Address && h.Judged() {
+			r.Healthy = "False"
+			if h.Healthy {
+				r.Healthy = "True"
+			}
+		}
+	}
+	for i := range rows {
+		rows[i].Leases = active[rows[i].Name]
 	}
 	slices.SortFunc(rows, func(a, b proxyRow) int {
 		if a.Name < b.Name {
@@ -161,9 +189,10 @@ func printTable(w io.Writer, rows []proxyRow) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tREASON\tAGE")
+	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tHEALTHY\tLEASES\tREASON\tAGE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address), dash(r.Reason), r.Age)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
+			r.Healthy, r.Leases, r.MaxLease, dash(r.Reason), r.Age)
 	}
 	tw.Flush()
 	for _, r := range rows {
