@@ -12,23 +12,27 @@ const (
 	KindHealth   = "health"    // a proxy turned healthy or unhealthy
 	KindLease    = "lease"     // a lease was granted, renewed, released or expired
 	KindReport   = "report"    // a crawler reported a proxy blocked, failed or ok
+	KindGC       = "gc"        // the orphan collector deleted something
+	KindProvider = "provider"  // a provider target turned ready or not ready
 )
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
 // the OpResult in Op.
 type Event struct {
-	V       int          `json:"v"`
-	ID      string       `json:"id"`
-	Kind    string       `json:"kind"`
-	Proxy   string       `json:"proxy"`
-	At      time.Time    `json:"at"`
-	Phase   Phase        `json:"phase,omitempty"`
-	From    Phase        `json:"from,omitempty"`
-	Reason  string       `json:"reason,omitempty"`
-	Message string       `json:"message,omitempty"`
-	Op      *OpResult    `json:"op,omitempty"`
-	Health  *ProxyHealth `json:"health,omitempty"`
-	Lease   *LeaseEvent  `json:"lease,omitempty"`
+	V       int           `json:"v"`
+	ID      string        `json:"id"`
+	Kind    string        `json:"kind"`
+	Proxy   string        `json:"proxy"`
+	At      time.Time     `json:"at"`
+	Phase   Phase         `json:"phase,omitempty"`
+	From    Phase         `json:"from,omitempty"`
+	Reason  string        `json:"reason,omitempty"`
+	Message string        `json:"message,omitempty"`
+	Op      *OpResult     `json:"op,omitempty"`
+	Health  *ProxyHealth  `json:"health,omitempty"`
+	Lease   *LeaseEvent   `json:"lease,omitempty"`
+	GC      *GCDeletion   `json:"gc,omitempty"`
+	Target  *TargetHealth `json:"target,omitempty"`
 }
 
 // LeaseEvent describes a lease event (Reason: granted, renewed, released, expired, reported).

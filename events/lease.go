@@ -13,11 +13,15 @@ const (
 )
 
 // Lease is the value of a slot key <proxy>.<slot> in proxy_leases. The key's TTL is the
-// lease's; the server expires it.
+// lease's; the server expires it. Token is random per grant and kept by renewals, so the lease
+// ID <proxy>.<slot>.<token> stays the same for the lease's whole life while a later grant of
+// the same slot gets another one.
 type Lease struct {
 	V          int       `json:"v"`
 	Proxy      string    `json:"proxy"`
 	Slot       int       `json:"slot"`
+	Token      string    `json:"token"`
+	TTLSeconds int       `json:"ttlSeconds"` // of the last grant or renewal; a renewal without one keeps it
 	Holder     string    `json:"holder,omitempty"`
 	Target     string    `json:"target,omitempty"`
 	Sticky     string    `json:"sticky,omitempty"`
@@ -45,14 +49,16 @@ type AcquireRequest struct {
 }
 
 // LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
-// for curl -x.
+// for curl -x. TTLSeconds is the TTL the service applied, so a client can schedule renewals
+// without comparing its clock with ExpiresAt.
 type LeaseGrant struct {
-	ID        string    `json:"id"`
-	Proxy     string    `json:"proxy"`
-	Host      string    `json:"host"`
-	Port      int       `json:"port"`
-	URL       string    `json:"url"`
-	ExpiresAt time.Time `json:"expiresAt"`
+	ID         string    `json:"id"`
+	Proxy      string    `json:"proxy"`
+	Host       string    `json:"host"`
+	Port       int       `json:"port"`
+	URL        string    `json:"url"`
+	ExpiresAt  time.Time `json:"expiresAt"`
+	TTLSeconds int       `json:"ttlSeconds"`
 }
 
 // LeaseReply answers acquire and renew.

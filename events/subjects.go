@@ -48,3 +48,9 @@ func EventSubject(kind, proxy string) string { return eventsPrefix + kind + "." 
 
 // OpResultSubjects is the filter the reconciler folds op results from.
 const OpResultSubjects = eventsPrefix + KindOpResult + ".>"
+
+// GCLockKey is held by the one provisioner that sweeps a host for orphans this round.
+func GCLockKey(provider, host string) string { return "gc." + provider + "." + host }
+
+// CheckLockKey is held by the one provisioner that checks a provider's targets this round.
+func CheckLockKey(provider string) string { return "check." + provider }

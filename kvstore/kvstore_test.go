@@ -131,3 +131,39 @@ func TestLock(t *testing.T) {
 		t.Fatalf("after release: %v", err)
 	}
 }
+
+func TestCreateTTL(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	rev, err := kvstore.CreateTTL(ctx, st.Health, "p1", []byte("a"), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.CreateTTL(ctx, st.Health, "p1", []byte("b"), ttl); !errors.Is(err, kvstore.ErrConflict) {
+		t.Fatalf("create over a live key: %v", err)
+	}
+	// A PutTTL at the created revision keeps a TTL, so the key still expires.
+	if _, err := kvstore.PutTTL(ctx, js, st.Health, "p1", []byte("c"), rev, ttl); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * ttl)
+	for {
+		_, _, err := kvstore.Get(ctx, st.Health, "p1")
+		if errors.Is(err, kvstore.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("key never expired: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Over the expiry marker, create succeeds again.
+	if _, err := kvstore.CreateTTL(ctx, st.Health, "p1", []byte("d"), ttl); err != nil {
+		t.Fatalf("create after expiry: %v", err)
+	}
+}

@@ -25,6 +25,7 @@ type Store struct {
 	Health    jetstream.KeyValue
 	Leases    jetstream.KeyValue
 	Cooldowns jetstream.KeyValue
+	Providers jetstream.KeyValue // provider_health
 }
 
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
@@ -53,6 +54,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
 		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
 		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
+		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
 	}
 	for _, b := range buckets {

@@ -22,3 +22,11 @@ func PutTTL(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, 
 	}
 	return ack.Sequence, nil
 }
+
+// CreateTTL writes key with a per-key TTL only if it is absent, deleted or expired
+// (ErrConflict otherwise): the first write of a TTL record that two writers may race on. The
+// bucket needs History 1 and limit markers.
+func CreateTTL(ctx context.Context, kv Writer, key string, value []byte, ttl time.Duration) (uint64, error) {
+	rev, err := kv.Create(ctx, key, value, jetstream.KeyTTL(ttl))
+	return rev, mapErr(err)
+}

@@ -27,6 +27,8 @@ type Config struct {
 	Store        *kvstore.Store
 	Log          *slog.Logger
 	Timings      Timings
+	GC           GC
+	Checks       Checks
 }
 
 // Timings bound the provisioner's waits.
@@ -123,6 +125,8 @@ func (p *Provisioner) Run(ctx context.Context) error {
 			wg.Go(func() { p.fetchLoop(ctx, cons, host) })
 		}
 	}
+	wg.Go(func() { p.gcLoop(ctx) })
+	wg.Go(func() { p.checkLoop(ctx) })
 	p.cfg.Log.Info("provisioner started", "hosts", p.cfg.Hosts)
 	wg.Wait()
 	return nil

@@ -24,7 +24,9 @@ type rig struct {
 	results chan events.OpResult
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigWith(t, nil, provisioner.Checks{}) }
+
+func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Checks) *rig {
 	_, nc, js := kvstoretest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
@@ -43,7 +45,10 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: r.fake, Catalog: r.fake.Catalog(),
+	if backend == nil {
+		backend = r.fake
+	}
+	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: backend, Catalog: r.fake.Catalog(), Checks: checks,
 		Installation: "inst", Worker: "w1", Store: store,
 		Timings: provisioner.Timings{LockTTL: 2 * time.Second, Heartbeat: 500 * time.Millisecond, CreateBudget: 10 * time.Second,
 			CallBudget: 5 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond}})

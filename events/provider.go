@@ -1,0 +1,34 @@
+package events
+
+import "time"
+
+// BucketProviderHealth holds one TargetHealth per provider target, key <provider>.<target>.
+const BucketProviderHealth = "provider_health"
+
+// TargetHealth is the latest check of one provider target (a host, an API endpoint).
+type TargetHealth struct {
+	V                  int               `json:"v"`
+	Provider           string            `json:"provider"`
+	Target             string            `json:"target"`
+	Order              int               `json:"order"` // position in the provider's config
+	Address            string            `json:"address,omitempty"`
+	Ready              bool              `json:"ready"`
+	Reason             string            `json:"reason"`
+	Message            string            `json:"message,omitempty"` // at most 1024 characters
+	LatencyMs          float64           `json:"latencyMs"`
+	Details            map[string]string `json:"details,omitempty"`
+	CheckedAt          time.Time         `json:"checkedAt"`
+	LastTransitionTime time.Time         `json:"lastTransitionTime"` // moves only when Ready flips
+	Checker            string            `json:"checker"`
+}
+
+// GCDeletion describes an orphan the collector deleted (an event of kind gc).
+type GCDeletion struct {
+	Provider  string    `json:"provider"`
+	Host      string    `json:"host,omitempty"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name,omitempty"`
+	UID       string    `json:"uid,omitempty"`
+	Kind      string    `json:"kind"` // instance, or the provider's name for a leftover resource
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+}
