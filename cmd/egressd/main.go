@@ -20,7 +20,8 @@ const usage = `egressd: forward proxies kept alive and handed out, on NATS JetSt
 
 Usage:
   egressd run [flags]            run every role with an embedded NATS server (or --nats-url)
-  egressd status [-o json]       show proxies: phase, address, reason, age
+  egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
+  egressd status providers       show provider targets: ready, reason, latency
   egressd forward-proxy [flags]  the forward proxy the local provider runs
   egressd version
 

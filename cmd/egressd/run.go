@@ -29,6 +29,8 @@ type runFlags struct {
 	replicas   int
 	logLevel   string
 	leaderTTL  time.Duration
+	gc         provisioner.GC
+	checks     provisioner.Checks
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -44,12 +46,19 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.leaderTTL, "leader-ttl", 10*time.Second, "reconciler leader lease; a standby takes over within it")
+	fs.DurationVar(&f.gc.Interval, "gc-interval", provisioner.DefaultGC().Interval, "how often orphans are collected per host (0 disables)")
+	fs.DurationVar(&f.gc.MinAge, "gc-min-age", provisioner.DefaultGC().MinAge, "an orphan younger than this is left alone")
+	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd run:", err)
+		return 2
+	}
+	if f.checks.Interval != 0 && f.checks.Interval < provisioner.MinCheckInterval {
+		fmt.Fprintf(stderr, "egressd run: --check-interval %s: must be at least %s\n", f.checks.Interval, provisioner.MinCheckInterval)
 		return 2
 	}
 	if err := run(ctx, f, log); err != nil {
@@ -142,7 +151,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 				return err
 			}
 			p, err := provisioner.New(provisioner.Config{Provider: pc.Name, Backend: b, Catalog: b.Catalog(),
-				Installation: installation, Worker: holder, Store: store, Log: log})
+				Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks})
 			if err != nil {
 				return err
 			}

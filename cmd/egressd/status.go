@@ -38,6 +38,14 @@ type proxyRow struct {
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	what := "proxies"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		what, args = args[0], args[1:]
+	}
+	if what != "proxies" && what != "providers" {
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies or providers)\n", what)
+		return 2
+	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
@@ -51,6 +59,24 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	if what == "providers" {
+		targets, err := loadTargets(ctx, *natsURL)
+		if err != nil {
+			fmt.Fprintln(stderr, "egressd status:", err)
+			return 1
+		}
+		if *output == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if targets == nil {
+				targets = []events.TargetHealth{}
+			}
+			_ = enc.Encode(targets)
+			return 0
+		}
+		printTargets(stdout, targets)
+		return 0
+	}
 	rows, err := loadRows(ctx, *natsURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd status:", err)

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// loadTargets reads every provider target's latest check, in config order.
+func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error) {
+	nc, err := nats.Connect(url, nats.Name("egressd status"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is `egressd run` running?)", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := readAll(ctx, js, events.BucketProviderHealth)
+	if err != nil {
+		return nil, err
+	}
+	var out []events.TargetHealth
+	for _, e := range entries {
+		var th events.TargetHealth
+		if json.Unmarshal(e.Value(), &th) == nil {
+			out = append(out, th)
+		}
+	}
+	slices.SortFunc(out, func(a, b events.TargetHealth) int {
+		if c := strings.Compare(a.Provider, b.Provider); c != 0 {
+			return c
+		}
+		return a.Order - b.Order
+	})
+	return out, nil
+}
+
+func printTargets(w io.Writer, targets []events.TargetHealth) {
+	if len(targets) == 0 {
+		fmt.Fprintln(w, "No provider checks yet (they run every --check-interval on the provisioners).")
+		return
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "PROVIDER\tTARGET\tREADY\tREASON\tLATENCY\tCHECKED\tSINCE\tMESSAGE")
+	for _, t := range targets {
+		msg := t.Message
+		if len(msg) > 80 {
+			msg = msg[:77] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%.1fms\t%s ago\t%s\t%s\n", t.Provider, t.Target, t.Ready, t.Reason, t.LatencyMs,
+			age(now, t.CheckedAt), age(now, t.LastTransitionTime), dash(msg))
+	}
+	tw.Flush()
+}
