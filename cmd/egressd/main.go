@@ -22,6 +22,8 @@ Usage:
   egressd run [flags]            run every role with an embedded NATS server (or --nats-url)
   egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
   egressd status providers       show provider targets: ready, reason, latency
+  egressd events [-f] [--since 1h] [--kind k] [--proxy p]
+                                 follow what happens, in a human-readable form
   egressd forward-proxy [flags]  the forward proxy the local provider runs
   egressd version
 
@@ -45,6 +47,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return runCmd(ctx, rest, stderr)
 	case "status":
 		return statusCmd(ctx, rest, stdout, stderr)
+	case "events":
+		return eventsCmd(ctx, rest, stdout, stderr)
 	case "forward-proxy":
 		return forwardproxy.Main(ctx, rest, stderr)
 	case "version", "--version":

@@ -130,6 +130,9 @@ func (d *decider) deleteProxy() {
 		return
 	}
 	d.st.Teardown = ReasonProxyDeleted
+	if d.st.LastError == nil {
+		d.st.Reason, d.st.Message = ReasonProxyDeleted, "the proxy was deleted; deleting its instance"
+	}
 	d.teardown()
 }
 

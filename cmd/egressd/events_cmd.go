@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// eventsCmd tails EGRESS_EVENTS in a human-readable form.
+func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("events", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
+	since := fs.Duration("since", time.Hour, "show events from this long ago (0: only new ones)")
+	follow := fs.Bool("f", true, "keep following new events (-f=false prints history and exits)")
+	kind := fs.String("kind", "", "only these kinds, comma separated (phase, op, health, lease, report, gc, provider, deleted)")
+	proxy := fs.String("proxy", "", "only events about this proxy (or provider, for gc and provider events)")
+	asJSON := fs.Bool("json", false, "print the raw JSON events, one per line")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	nc, err := nats.Connect(*natsURL, nats.Name("egressd events"), nats.Timeout(5*time.Second))
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd events: connect to NATS at %s: %v (is `egressd run` running?)\n", *natsURL, err)
+		return 1
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd events:", err)
+		return 1
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: eventFilters(*kind, *proxy)}
+	if *since > 0 {
+		start := time.Now().Add(-*since)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	} else {
+		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	}
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd events:", err)
+		return 1
+	}
+	for {
+		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0
+			}
+			fmt.Fprintln(stderr, "egressd events:", err)
+			return 1
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			if *asJSON {
+				fmt.Fprintf(stdout, "%s\n", m.Data())
+				continue
+			}
+			var ev events.Event
+			if json.Unmarshal(m.Data(), &ev) != nil {
+				continue
+			}
+			fmt.Fprintln(stdout, formatEvent(ev))
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			fmt.Fprintln(stderr, "egressd events:", err)
+		}
+		if ctx.Err() != nil || (n == 0 && !*follow) {
+			return 0
+		}
+	}
+}
+
+func eventFilters(kinds, proxy string) []string {
+	tok := "*"
+	if proxy != "" {
+		tok = proxy
+	}
+	var out []string
+	for _, k := range splitList(kinds) {
+		out = append(out, events.EventSubject(k, tok))
+	}
+	if len(out) == 0 {
+		out = []string{events.EventSubject("*", tok)}
+	}
+	return out
+}
+
+// formatEvent is one line: time, kind, subject, and what happened.
+func formatEvent(ev events.Event) string {
+	what := ""
+	switch {
+	case ev.Kind == events.KindPhase:
+		what = fmt.Sprintf("%s → %s", orDash(string(ev.From)), ev.Phase)
+	case ev.Op != nil:
+		r := ev.Op
+		what = fmt.Sprintf("%s on %s/%s attempt %d", r.Kind, r.Provider, r.Host, r.Attempt)
+		if r.Kind == events.OpDelete && r.ErrorClass == "NotFound" {
+			what += ": gone"
+		} else if r.ErrorClass != "" {
+			what += ": " + r.ErrorClass
+		} else {
+			what += ": ok"
+		}
+		if r.Instance != nil && r.Instance.Address != "" {
+			what += fmt.Sprintf(" (%s %s:%d)", r.Instance.State, r.Instance.Address, r.Instance.Port)
+		}
+	case ev.Health != nil:
+		what = fmt.Sprintf("%s at %s", ev.Reason, ev.Health.Address)
+	case ev.Lease != nil:
+		what = fmt.Sprintf("lease %s %s", ev.Lease.ID, ev.Reason)
+		if ev.Lease.Holder != "" {
+			what += " by " + ev.Lease.Holder
+		}
+		if ev.Lease.Target != "" {
+			what += " for " + ev.Lease.Target
+		}
+	case ev.GC != nil:
+		what = fmt.Sprintf("deleted orphan %s (uid %s)", ev.GC.ID, orDash(ev.GC.UID))
+	case ev.Target != nil:
+		what = fmt.Sprintf("target %s ready=%v %s", ev.Target.Target, ev.Target.Ready, ev.Target.Reason)
+	default:
+		what = ev.Reason
+	}
+	line := fmt.Sprintf("%s  %-8s %-20s %s", ev.At.Local().Format("15:04:05.000"), ev.Kind, ev.Proxy, what)
+	if ev.Message != "" && ev.Kind != events.KindGC {
+		line += "  — " + ev.Message
+	} else if ev.Kind == events.KindPhase && ev.Reason != "" {
+		line += "  (" + ev.Reason + ")"
+	}
+	return strings.TrimRight(line, " ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

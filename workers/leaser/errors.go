@@ -1,0 +1,47 @@
+package leaser
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// apiError is an answer the caller gets as a service error: its code goes in the
+// Nats-Service-Error-Code header, its message in Nats-Service-Error, and both (with the field
+// and the availability) in an events.ErrorReply body. Messages never carry credentials.
+type apiError struct {
+	code  int
+	field string
+	msg   string
+	avail *events.Availability
+}
+
+func (e *apiError) Error() string { return strconv.Itoa(e.code) + " " + e.msg }
+
+func badRequest(field, format string, args ...any) *apiError {
+	return &apiError{code: events.CodeBadRequest, field: field, msg: fmt.Sprintf(format, args...)}
+}
+
+// errInternal is what a caller is told of a failure on our side; the cause is only logged.
+var errInternal = &apiError{code: events.CodeInternal, msg: "internal error in the lease service; retry"}
+
+// replyError sends err as a service error. Anything but an *apiError is an internal failure:
+// it is logged and the caller gets a generic 500, since a KV error may quote keys or payloads.
+func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		l.log.Error("request failed", "endpoint", endpoint, "err", err)
+		ae = errInternal
+	}
+	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail}})
+	if merr != nil {
+		body = nil
+	}
+	if rerr := req.Error(strconv.Itoa(ae.code), ae.msg, body); rerr != nil {
+		l.log.Warn("reply", "endpoint", endpoint, "err", rerr)
+	}
+}

@@ -1,0 +1,100 @@
+package leaser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// grant is the reply form of a lease. The URL carries the proxy's credentials, escaped by
+// url.UserPassword; it goes to the holder only, never to a log or an event.
+func grant(id string, l events.Lease, t target) events.LeaseGrant {
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.ip, strconv.Itoa(t.port))}
+	if t.auth != nil {
+		u.User = url.UserPassword(t.auth.Username, t.auth.Password)
+	}
+	return events.LeaseGrant{ID: id, Proxy: l.Proxy, Host: t.ip, Port: t.port, URL: u.String(),
+		ExpiresAt: l.ExpiresAt, TTLSeconds: l.TTLSeconds}
+}
+
+// readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
+// is empty (never granted, released or expired), 409 when it holds another grant.
+func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
+	key := slotKey(id.Proxy, id.Slot)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.Leases, key)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return events.Lease{}, 0, &apiError{code: events.CodeNotFound, field: "id",
+			msg: fmt.Sprintf("lease %s is unknown or has expired", id)}
+	}
+	if err != nil {
+		return events.Lease{}, 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	var rec events.Lease
+	if err := json.Unmarshal(raw, &rec); err != nil || rec.Token != id.Token {
+		return events.Lease{}, 0, &apiError{code: events.CodeConflict, field: "id",
+			msg: fmt.Sprintf("lease %s was lost: its slot has been granted to another holder", id)}
+	}
+	return rec, rev, nil
+}
+
+// casRetries bounds how often a renewal or release re-reads a slot that changed under it
+// (the same holder renewing from two places at once).
+const casRetries = 3
+
+func (l *Leaser) emitLease(reason, msgID string, lease events.Lease) {
+	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
+	l.emitter.emit(events.Event{ID: msgID, Kind: events.KindLease, Proxy: lease.Proxy, At: l.now(), Reason: reason,
+		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
+}
+
+// deleteLease releases id's slot if it still holds this grant. It reports false, without
+// error, when the lease is gone or belongs to someone else: release is idempotent.
+func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
+	key := slotKey(id.Proxy, id.Slot)
+	for range casRetries {
+		rec, rev, err := l.readLease(ctx, id)
+		var ae *apiError
+		if errors.As(err, &ae) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		// At rev only: if the lease expired and was granted again since the read, this fails
+		// instead of removing the new holder's lease.
+		err = kvstore.DeleteAt(ctx, l.cfg.Store.Leases, key, rev)
+		if errors.Is(err, kvstore.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("delete %s: %w", key, err)
+		}
+		l.view.noteReleased(key, rev)
+		rec.ExpiresAt = l.now()
+		l.emitLease("released", "released:"+id.String(), rec)
+		l.log.Debug("lease released", "id", id.String())
+		return true, nil
+	}
+	return false, errors.New("the slot kept changing during release")
+}
+
+// now and the TTL of a renewal: ttlSeconds, or the lease's own TTL when it is 0 (clamped to
+// the current bounds, which may have changed since the grant).
+func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
+	if seconds != 0 {
+		return time.Duration(seconds) * time.Second
+	}
+	d := time.Duration(rec.TTLSeconds) * time.Second
+	if d == 0 {
+		d = l.cfg.DefaultTTL
+	}
+	return min(max(d, l.cfg.MinTTL), l.cfg.MaxTTL)
+}

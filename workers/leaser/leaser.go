@@ -1,0 +1,103 @@
+package leaser
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go"
+)
+
+// ServiceVersion is the micro service version; it follows the wire contract in docs/leases.md.
+const ServiceVersion = "1.0.0"
+
+// Config of one leaser replica. Zero durations take the defaults below.
+type Config struct {
+	Store  *kvstore.Store
+	NC     *nats.Conn // serves the micro service and publishes probe requests
+	Worker string     // this process's identity, in the service metadata; default host-pid
+
+	// TTLs a request may ask for: ttlSeconds must lie in [MinTTL, MaxTTL]; 0 means DefaultTTL
+	// on acquire and the lease's own TTL on renew. Whole seconds.
+	MinTTL     time.Duration // default 5s
+	DefaultTTL time.Duration // default 5m
+	MaxTTL     time.Duration // default 1h
+
+	// Cooldowns a report sets when it names none. A block is a site's verdict on an egress
+	// address and tends to last, so BlockedCooldown is the longer; a failure also triggers a
+	// probe that takes the proxy out (phase Unhealthy) if it is really broken, so
+	// FailedCooldown only has to bridge the time until that verdict.
+	BlockedCooldown time.Duration // default 10m
+	FailedCooldown  time.Duration // default 5m
+	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
+
+	RequestBudget  time.Duration // all the KV calls of one request together; default 5s
+	ShutdownBudget time.Duration // for requests in flight when Run's context ends; default 5s
+
+	Log *slog.Logger
+	Now func() time.Time // record timestamps; expiry itself runs on the server's clock
+}
+
+// Defaults.
+const (
+	DefaultMinTTL          = 5 * time.Second
+	DefaultDefaultTTL      = 5 * time.Minute
+	DefaultMaxTTL          = time.Hour
+	DefaultBlockedCooldown = 10 * time.Minute
+	DefaultFailedCooldown  = 5 * time.Minute
+	DefaultMaxCooldown     = 24 * time.Hour
+)
+
+// Leaser is one replica of the lease service.
+type Leaser struct {
+	cfg      Config
+	log      *slog.Logger
+	view     *view
+	emitter  *emitter
+	inflight atomic.Int64
+}
+
+// New checks the config and applies defaults; it does no I/O.
+func New(cfg Config) (*Leaser, error) {
+	if cfg.Store == nil || cfg.NC == nil {
+		return nil, errors.New("leaser: store and NATS connection are required")
+	}
+	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
+	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
+	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
+	cfg.BlockedCooldown = cmp.Or(cfg.BlockedCooldown, DefaultBlockedCooldown)
+	cfg.FailedCooldown = cmp.Or(cfg.FailedCooldown, DefaultFailedCooldown)
+	cfg.MaxCooldown = cmp.Or(cfg.MaxCooldown, DefaultMaxCooldown)
+	cfg.RequestBudget = cmp.Or(cfg.RequestBudget, 5*time.Second)
+	cfg.ShutdownBudget = cmp.Or(cfg.ShutdownBudget, 5*time.Second)
+	for _, d := range []time.Duration{cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.BlockedCooldown, cfg.FailedCooldown, cfg.MaxCooldown} {
+		if d < time.Second || d%time.Second != 0 {
+			return nil, fmt.Errorf("leaser: TTLs and cooldowns must be whole seconds of at least 1s, got %v", d)
+		}
+	}
+	if cfg.MinTTL > cfg.DefaultTTL || cfg.DefaultTTL > cfg.MaxTTL {
+		return nil, fmt.Errorf("leaser: need MinTTL ≤ DefaultTTL ≤ MaxTTL, got %v, %v, %v", cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL)
+	}
+	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
+		return nil, fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
+	}
+	if cfg.Worker == "" {
+		h, _ := os.Hostname()
+		cfg.Worker = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
+	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log)}, nil
+}
+
+func (l *Leaser) now() time.Time { return l.cfg.Now().UTC() }

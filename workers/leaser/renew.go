@@ -1,0 +1,71 @@
+package leaser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// renew restarts a lease's TTL. KV Update would drop the per-key TTL, so the record is
+// rewritten with kvstore.PutTTL at the revision just read: a renewal can never revive a slot
+// that expired or was granted again in between. The ID does not change.
+func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
+	r, id, err := l.decodeRenew(data)
+	if err != nil {
+		return nil, err
+	}
+	key := slotKey(id.Proxy, id.Slot)
+	for range casRetries {
+		rec, rev, err := l.readLease(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		t, known, inRange := l.view.lookup(id.Proxy, id.Slot)
+		switch {
+		case !known:
+			return nil, &apiError{code: events.CodeConflict, field: "id",
+				msg: fmt.Sprintf("lease %s cannot be renewed: proxy %s no longer exists", id, id.Proxy)}
+		case !inRange:
+			// maxLeases was lowered: the slots above it drain by running out.
+			return nil, &apiError{code: events.CodeConflict, field: "id",
+				msg: fmt.Sprintf("lease %s cannot be renewed: proxy %s's maxLeases was lowered and slot %d is draining", id, id.Proxy, id.Slot)}
+		}
+		ttl := l.renewTTL(r.TTLSeconds, rec)
+		rec.TTLSeconds = int(ttl / time.Second)
+		rec.ExpiresAt = l.now().Add(ttl)
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return nil, err
+		}
+		nrev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Leases, key, b, rev, ttl)
+		if errors.Is(err, kvstore.ErrConflict) {
+			continue // renewed (or released) concurrently: read again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("renew %s: %w", key, err)
+		}
+		l.view.noteLease(key, nrev, rec)
+		l.emitLease("renewed", fmt.Sprintf("renewed:%s:%d", id, nrev), rec)
+		return events.LeaseReply{Lease: grant(id.String(), rec, t)}, nil
+	}
+	return nil, errors.New("the slot kept changing during renewal")
+}
+
+// release ends a lease. Releasing a lease that is gone or someone else's answers
+// released:false: the caller's goal, not holding it, is met either way.
+func (l *Leaser) release(ctx context.Context, data []byte) (any, error) {
+	_, id, err := decodeRelease(data)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := l.deleteLease(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return events.ReleaseReply{Released: ok}, nil
+}

@@ -1,0 +1,81 @@
+package leaser
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// report records how a leased proxy did. blocked cools the proxy down for the target, failed
+// for every target and asks a prober to check it now; ok changes nothing but the event
+// stream. Only the holder of a live lease can report, so nobody can cool down a proxy they
+// do not hold. A later cooldown of the same key replaces the earlier one.
+func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
+	r, id, cooldown, err := l.decodeReport(data)
+	if err != nil {
+		return nil, err
+	}
+	rec, _, err := l.readLease(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	now := l.now()
+	var reply events.ReportReply
+	if r.Result != events.ReportOK {
+		key := globalCooldownKey(id.Proxy)
+		if r.Result == events.ReportBlocked {
+			key = targetCooldownKey(id.Proxy, r.Target)
+		}
+		cd := events.Cooldown{V: 1, Proxy: id.Proxy, Result: r.Result, Holder: rec.Holder, Until: now.Add(cooldown)}
+		if r.Result == events.ReportBlocked {
+			cd.Target = r.Target
+		}
+		b, err := json.Marshal(cd)
+		if err != nil {
+			return nil, err
+		}
+		rev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Cooldowns, key, b, 0, cooldown)
+		if err != nil {
+			return nil, fmt.Errorf("write cooldown %s: %w", key, err)
+		}
+		l.view.noteCooldown(key, rev, true)
+		reply.CooldownUntil = cd.Until
+	}
+	if r.Result == events.ReportFailed {
+		l.probeNow(id.Proxy, now)
+	}
+	l.emitter.emit(events.Event{ID: "report:" + id.String() + ":" + newToken(), Kind: events.KindReport, Proxy: id.Proxy,
+		At: now, Reason: r.Result, Lease: &events.LeaseEvent{ID: id.String(), Holder: rec.Holder, Target: r.Target,
+			Result: r.Result, Until: reply.CooldownUntil}})
+	l.log.Info("report", "id", id.String(), "result", r.Result, "target", r.Target, "cooldown", cooldown)
+	if r.Release {
+		released, err := l.deleteLease(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		reply.Released = released
+	}
+	return reply, nil
+}
+
+// probeNow asks the probers to check proxy at once (core NATS, like the reconciler's
+// interval probes). It is best effort: the interval probe follows anyway.
+func (l *Leaser) probeNow(proxy string, now time.Time) {
+	t, known, _ := l.view.lookup(proxy, 0)
+	if !known || t.provider == "" || t.host == "" || t.ip == "" {
+		l.log.Warn("no probe requested: the proxy's provider, host or address is unknown", "proxy", proxy)
+		return
+	}
+	b, err := json.Marshal(events.ProbeRequest{V: 1, Proxy: proxy, Provider: t.provider, Host: t.host,
+		Address: t.ip, Port: t.port, Reason: "report", At: now})
+	if err == nil {
+		err = l.cfg.NC.Publish(events.ProbeSubject(t.provider, t.host, proxy), b)
+	}
+	if err != nil {
+		l.log.Warn("request probe", "proxy", proxy, "err", err)
+	}
+}

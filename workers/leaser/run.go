@@ -1,0 +1,175 @@
+package leaser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Run fills the view from the watches, serves the lease endpoints once every watch has
+// delivered its initial values, and on ctx's end stops the service, lets the requests in
+// flight finish (within ShutdownBudget) and returns when every goroutine it started has.
+func (l *Leaser) Run(ctx context.Context) error {
+	watchCtx, stopWatches := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer stopWatches()
+
+	st := l.cfg.Store
+	watches := []struct {
+		kv    jetstream.KeyValue
+		apply func(jetstream.KeyValueEntry)
+	}{
+		{st.Proxies, l.view.applySpec},
+		{st.Status, l.view.applyStatus},
+		{st.Health, l.view.applyHealth},
+		{st.Cooldowns, l.view.applyCooldown},
+		{st.Leases, l.applyLease},
+	}
+	ready := make(chan struct{}, len(watches))
+	failed := make(chan error, len(watches))
+	for _, w := range watches {
+		kw, err := w.kv.WatchAll(watchCtx)
+		if err != nil {
+			return fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
+		}
+		wg.Go(func() {
+			if err := l.follow(watchCtx, kw, w.apply, ready); err != nil {
+				failed <- fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
+			}
+		})
+	}
+	wg.Go(func() { l.emitter.run(watchCtx) })
+
+	for range watches {
+		select {
+		case <-ready:
+		case err := <-failed:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	}
+
+	svc, err := l.serve(watchCtx)
+	if err != nil {
+		return err
+	}
+	l.log.Info("lease service started", "subjects", events.LeaseSubjectPrefix+".*")
+	select {
+	case <-ctx.Done():
+	case err = <-failed:
+	}
+	l.stop(svc)
+	return err
+}
+
+// follow applies a watch's entries to the view until ctx ends, signalling ready once the
+// initial values are in.
+func (l *Leaser) follow(ctx context.Context, kw jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), ready chan<- struct{}) error {
+	defer func() { _ = kw.Stop() }()
+	initial := true
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-kw.Updates():
+			switch {
+			case !ok && ctx.Err() != nil:
+				return nil
+			case !ok:
+				return errors.New("the watch ended (connection closed?)")
+			case e == nil:
+				if initial {
+					initial = false
+					ready <- struct{}{}
+				}
+			default:
+				apply(e)
+			}
+		}
+	}
+}
+
+// applyLease folds a proxy_leases entry and publishes the expiry of a held slot. Every
+// replica sees the expiry marker and publishes; the message ID is the slot key and the
+// lease's last revision, so the stream keeps one event however many replicas there are.
+func (l *Leaser) applyLease(e jetstream.KeyValueEntry) {
+	old := l.view.applyLease(e)
+	if old == nil {
+		return
+	}
+	lease := old.lease
+	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
+	l.emitter.emit(events.Event{ID: fmt.Sprintf("expired:%s:%d", e.Key(), old.rev), Kind: events.KindLease,
+		Proxy: lease.Proxy, At: l.now(), Reason: "expired",
+		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
+}
+
+// serve registers the service; every replica joins the endpoints' default queue group, so
+// each request goes to exactly one of them.
+func (l *Leaser) serve(ctx context.Context) (micro.Service, error) {
+	svc, err := micro.AddService(l.cfg.NC, micro.Config{
+		Name:        events.LeaseService,
+		Version:     ServiceVersion,
+		Description: "leases of egress proxies (docs/leases.md)",
+		Metadata:    map[string]string{"worker": l.cfg.Worker},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("add service %s: %w", events.LeaseService, err)
+	}
+	g := svc.AddGroup(events.LeaseSubjectPrefix)
+	for name, h := range map[string]func(context.Context, []byte) (any, error){
+		"acquire": l.acquire, "renew": l.renew, "release": l.release, "report": l.report,
+	} {
+		if err := g.AddEndpoint(name, l.handler(ctx, name, h)); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("add endpoint %s: %w", name, err)
+		}
+	}
+	return svc, nil
+}
+
+// handler runs h with the request budget and answers with its reply or its error.
+func (l *Leaser) handler(ctx context.Context, name string, h func(context.Context, []byte) (any, error)) micro.Handler {
+	return micro.HandlerFunc(func(req micro.Request) {
+		l.inflight.Add(1)
+		defer l.inflight.Add(-1)
+		rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
+		defer cancel()
+		reply, err := h(rctx, req.Data())
+		if err != nil {
+			l.replyError(req, name, err)
+			return
+		}
+		if err := req.RespondJSON(reply); err != nil {
+			l.log.Warn("reply", "endpoint", name, "err", err)
+		}
+	})
+}
+
+// stop unsubscribes (new requests go to the other replicas) and waits, within ShutdownBudget,
+// until the requests already delivered here are answered: Stop drains, so they still run.
+func (l *Leaser) stop(svc micro.Service) {
+	if err := svc.Stop(); err != nil {
+		l.log.Warn("stop service", "err", err)
+	}
+	deadline := time.Now().Add(l.cfg.ShutdownBudget)
+	quiet := 0
+	for quiet < 5 && time.Now().Before(deadline) {
+		// A drained message starts right after the one before it: idle several polls in a row.
+		if l.inflight.Load() == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l.log.Info("lease service stopped")
+}

@@ -1,0 +1,295 @@
+package leaser
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// view is one replica's picture of the fleet, fed by KV watches. It is only ever used to
+// choose and order candidates and to explain a refusal; every decision that must be exact is
+// made by the server (the slot Create, the CAS of a renewal or release).
+type view struct {
+	mu      sync.RWMutex
+	proxies map[string]*proxyView
+	// Newest revision applied per key of proxy_leases and proxy_cooldowns, deletes and
+	// expiries included. The handlers write what they just did into the view before the watch
+	// echoes it (so the next request on this replica sees it); the revisions keep an echo, or
+	// a late write, from undoing a newer state.
+	leaseRev map[string]uint64
+	coolRev  map[string]uint64
+	sticky   map[string]stickyRef
+}
+
+// proxyView is what the view knows of one proxy. Fields are grouped by the bucket that feeds
+// them; a proxy missing from a bucket has that group's zero value.
+type proxyView struct {
+	// proxies
+	hasSpec   bool
+	attrs     map[string]string
+	maxLeases int
+	auth      *schemas.Auth
+	external  bool
+	// proxy_status
+	hasStatus bool
+	phase     events.Phase
+	ip        string
+	port      int
+	provider  string
+	host      string
+	// proxy_health
+	latencyMs float64 // 0: unknown
+	// proxy_leases
+	slots      map[int]slotState
+	lastLeased time.Time
+	// proxy_cooldowns: targets cooling down, "" for every target
+	cooling map[string]bool
+}
+
+// slotState is a held slot: the record and the revision it was read or written at.
+type slotState struct {
+	rev   uint64
+	lease events.Lease
+}
+
+type stickyRef struct {
+	proxy string
+	at    time.Time
+}
+
+// maxSticky bounds the sticky memory; beyond it the oldest tenth is forgotten.
+const maxSticky = 100_000
+
+func newView() *view {
+	return &view{proxies: map[string]*proxyView{}, leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
+		sticky: map[string]stickyRef{}}
+}
+
+// proxy returns the entry of name, creating it. Callers hold mu.
+func (v *view) proxy(name string) *proxyView {
+	p := v.proxies[name]
+	if p == nil {
+		p = &proxyView{slots: map[int]slotState{}, cooling: map[string]bool{}}
+		v.proxies[name] = p
+	}
+	return p
+}
+
+// forget drops an entry nothing refers to any more. Callers hold mu.
+func (v *view) forget(name string) {
+	p := v.proxies[name]
+	if p != nil && !p.hasSpec && !p.hasStatus && p.latencyMs == 0 && len(p.slots) == 0 && len(p.cooling) == 0 {
+		delete(v.proxies, name)
+	}
+}
+
+func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
+
+// applySpec folds an entry of proxies. An invalid spec (or an invalid name) makes the proxy
+// unleasable: the reconciler reports the problem, not us.
+func (v *view) applySpec(e jetstream.KeyValueEntry) {
+	name := e.Key()
+	if schemas.ValidName(name) != nil {
+		return
+	}
+	var spec schemas.ProxySpec
+	ok := false
+	if isPut(e) {
+		var err error
+		spec, err = schemas.ParseProxySpec(e.Value())
+		ok = err == nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.proxy(name)
+	p.hasSpec = ok
+	p.attrs, p.auth, p.maxLeases, p.external = nil, nil, 0, false
+	if ok {
+		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
+		p.external = spec.Mode == schemas.ModeExternal
+	}
+	v.forget(name)
+}
+
+// applyStatus folds an entry of proxy_status.
+func (v *view) applyStatus(e jetstream.KeyValueEntry) {
+	var st events.ProxyStatus
+	ok := isPut(e) && json.Unmarshal(e.Value(), &st) == nil
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.proxy(e.Key())
+	p.hasStatus = ok
+	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
+	v.forget(e.Key())
+}
+
+// applyHealth folds an entry of proxy_health; only the latency matters here, since the
+// reconciler already turns health into the phase.
+func (v *view) applyHealth(e jetstream.KeyValueEntry) {
+	var h events.ProxyHealth
+	if isPut(e) && json.Unmarshal(e.Value(), &h) != nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.proxy(e.Key())
+	p.latencyMs = h.LatencyMs
+	v.forget(e.Key())
+}
+
+// applyLease folds an entry of proxy_leases. When a held slot is purged (its TTL ran out) it
+// returns the lease that expired and the revision it had, for the "expired" event.
+func (v *view) applyLease(e jetstream.KeyValueEntry) (expired *slotState) {
+	proxy, slot, ok := parseSlotKey(e.Key())
+	if !ok {
+		return nil
+	}
+	if !isPut(e) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if e.Revision() <= v.leaseRev[e.Key()] {
+			return nil
+		}
+		v.leaseRev[e.Key()] = e.Revision()
+		p := v.proxy(proxy)
+		old, held := p.slots[slot]
+		delete(p.slots, slot)
+		v.forget(proxy)
+		if held && e.Operation() == jetstream.KeyValuePurge {
+			return &old
+		}
+		return nil
+	}
+	var l events.Lease
+	if json.Unmarshal(e.Value(), &l) != nil {
+		l = events.Lease{Proxy: proxy, Slot: slot} // still a held slot, whoever wrote it
+	}
+	v.noteLease(e.Key(), e.Revision(), l)
+	return nil
+}
+
+// noteLease records a held slot at rev unless the view already has something newer.
+func (v *view) noteLease(key string, rev uint64, l events.Lease) {
+	proxy, slot, ok := parseSlotKey(key)
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if rev <= v.leaseRev[key] {
+		return
+	}
+	v.leaseRev[key] = rev
+	p := v.proxy(proxy)
+	p.slots[slot] = slotState{rev: rev, lease: l}
+	if l.AcquiredAt.After(p.lastLeased) {
+		p.lastLeased = l.AcquiredAt
+	}
+	if l.Sticky != "" {
+		if ref, seen := v.sticky[l.Sticky]; !seen || !l.AcquiredAt.Before(ref.at) {
+			v.sticky[l.Sticky] = stickyRef{proxy: proxy, at: l.AcquiredAt}
+			v.trimSticky()
+		}
+	}
+}
+
+// noteReleased removes a slot this replica just deleted at rev (the delete marker's own
+// revision is not returned by the server, so rev marks "everything up to the lease").
+func (v *view) noteReleased(key string, rev uint64) {
+	proxy, slot, ok := parseSlotKey(key)
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	p := v.proxies[proxy]
+	if p == nil {
+		return
+	}
+	if s, held := p.slots[slot]; held && s.rev == rev {
+		delete(p.slots, slot)
+		v.forget(proxy)
+	}
+	v.leaseRev[key] = max(v.leaseRev[key], rev)
+}
+
+// trimSticky forgets the oldest tenth of the sticky memory once it is full. Callers hold mu.
+func (v *view) trimSticky() {
+	if len(v.sticky) <= maxSticky {
+		return
+	}
+	refs := slices.SortedFunc(maps.Keys(v.sticky), func(a, b string) int { return v.sticky[a].at.Compare(v.sticky[b].at) })
+	for _, k := range refs[:len(refs)/10] {
+		delete(v.sticky, k)
+	}
+}
+
+// applyCooldown folds an entry of proxy_cooldowns.
+func (v *view) applyCooldown(e jetstream.KeyValueEntry) {
+	v.noteCooldown(e.Key(), e.Revision(), isPut(e))
+}
+
+// noteCooldown records that key is (on) or is no longer (!on) cooling down as of rev.
+func (v *view) noteCooldown(key string, rev uint64, on bool) {
+	proxy, target, ok := parseCooldownKey(key)
+	if !ok {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if rev <= v.coolRev[key] {
+		return
+	}
+	v.coolRev[key] = rev
+	p := v.proxy(proxy)
+	if on {
+		p.cooling[target] = true
+	} else {
+		delete(p.cooling, target)
+		v.forget(proxy)
+	}
+}
+
+// target is where a lease's holder connects, and what a probe checks.
+type target struct {
+	ip       string
+	port     int
+	auth     *schemas.Auth
+	provider string
+	host     string
+}
+
+// lookup returns the connection details of proxy, and whether slot is still within its
+// maxLeases (a shrunk maxLeases lets the slots above it drain).
+func (v *view) lookup(proxy string, slot int) (t target, known, inRange bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	p := v.proxies[proxy]
+	if p == nil || !p.hasSpec {
+		return target{}, false, false
+	}
+	t = target{ip: p.ip, port: p.port, auth: p.auth, provider: p.provider, host: p.host}
+	if p.external {
+		t.provider, t.host = events.External, events.External
+	}
+	return t, true, slot < p.maxLeases
+}
+
+// activeLeases counts the held slots of every proxy the view knows of.
+func (v *view) activeLeases() map[string]int {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	out := map[string]int{}
+	for name, p := range v.proxies {
+		if len(p.slots) > 0 {
+			out[name] = len(p.slots)
+		}
+	}
+	return out
+}
