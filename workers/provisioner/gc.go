@@ -92,6 +92,7 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 			continue
 		}
 		deleted++
+		p.cfg.Observer.ObserveGC(p.cfg.Provider)
 		p.cfg.Log.Info("orphan GC: deleted", "instance", inst.ID, "uid", inst.Marks.UID, "createdAt", inst.Marks.CreatedAt)
 		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: inst.ID, Name: inst.Name,
 			UID: inst.Marks.UID, Kind: "instance", CreatedAt: inst.Marks.CreatedAt})

@@ -29,7 +29,19 @@ type Config struct {
 	Timings      Timings
 	GC           GC
 	Checks       Checks
+	Observer     Observer // optional
 }
+
+// Observer counts what leaves no state behind (metrics).
+type Observer interface {
+	ObserveOp(provider, op, result string, d time.Duration)
+	ObserveGC(provider string)
+}
+
+type noObserver struct{}
+
+func (noObserver) ObserveOp(string, string, string, time.Duration) {}
+func (noObserver) ObserveGC(string)                                {}
 
 // Timings bound the provisioner's waits.
 type Timings struct {
@@ -65,6 +77,9 @@ func New(cfg Config) (*Provisioner, error) {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	if cfg.Timings == (Timings{}) {
 		cfg.Timings = DefaultTimings()
@@ -194,6 +209,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
+	p.cfg.Observer.ObserveOp(p.cfg.Provider, string(op.Kind), res.ErrorClass, res.At.Sub(started))
 	log.Info("op done", "class", res.ErrorClass, "settle", s.Action.String(), "took", res.At.Sub(started).Round(time.Millisecond))
 	switch s.Action {
 	case workers.Ack:

@@ -1,0 +1,157 @@
+package metrics_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/metrics"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
+	_, nc, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kvstore.EnsureOps(ctx, js, "local", []kvstore.HostConfig{{Name: "local", MaxConcurrentOps: 2}}, kvstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	put := func(kv jetstream.KeyValue, key string, v any) {
+		if _, err := kvstore.PutJSON(ctx, kv, key, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(st.Status, "a", events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local"})
+	put(st.Status, "b", events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local"})
+	put(st.Status, "c", events.ProxyStatus{V: 1, Phase: events.PhaseInvalid})
+	put(st.Status, "d", events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "external"})
+	put(st.Health, "a", events.ProxyHealth{V: 1, Healthy: true})
+	put(st.Health, "b", events.ProxyHealth{V: 1, Healthy: false})
+	put(st.Leases, "a.0", events.Lease{V: 1, Proxy: "a"})
+	put(st.Leases, "a.1", events.Lease{V: 1, Proxy: "a", Slot: 1})
+	put(st.Leases, "b.0", events.Lease{V: 1, Proxy: "b"})
+	put(st.Providers, "local.local", events.TargetHealth{V: 1, Provider: "local", Target: "local", Ready: true, LatencyMs: 2.5})
+	// Two ops queued for the host, none taken yet.
+	for _, p := range []string{"a", "b"} {
+		if _, err := js.Publish(ctx, events.OpSubject("local", "local", p), []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, metrics.New(st, nc)
+}
+
+func TestMetricsLintAndMatchKV(t *testing.T) {
+	_, m := seed(t)
+	m.ObserveOp("local", "create", "", 120*time.Millisecond)
+	m.ObserveOp("local", "create", "Transient", time.Second)
+	m.ObserveLease("acquire", "granted", time.Millisecond)
+	m.ObserveProbe(false, 5*time.Second)
+	m.ObserveGC("local")
+	problems, err := testutil.GatherAndLint(m.Registry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+	want := `
+# HELP egress_proxies Proxies by provider and phase, from proxy_status.
+# TYPE egress_proxies gauge
+egress_proxies{phase="Invalid",provider=""} 1
+egress_proxies{phase="Ready",provider="local"} 2
+egress_proxies{phase="Running",provider="external"} 1
+# HELP egress_proxies_healthy Proxies the probers judge healthy, from proxy_health.
+# TYPE egress_proxies_healthy gauge
+egress_proxies_healthy 1
+# HELP egress_leases_active Active lease slots, from proxy_leases.
+# TYPE egress_leases_active gauge
+egress_leases_active 3
+# HELP egress_host_ops_pending Ops waiting for a provisioner, per host.
+# TYPE egress_host_ops_pending gauge
+egress_host_ops_pending{host="local",provider="local"} 2
+# HELP egress_host_ops_in_flight Ops delivered to a provisioner and not yet settled, per host (the consumer's ack-pending count).
+# TYPE egress_host_ops_in_flight gauge
+egress_host_ops_in_flight{host="local",provider="local"} 0
+# HELP egress_provider_target_up 1 when the provider target's last check was ready, from provider_health.
+# TYPE egress_provider_target_up gauge
+egress_provider_target_up{provider="local",target="local"} 1
+# HELP egress_provider_ops_total Provider operations run by this process, by provider, op and result class.
+# TYPE egress_provider_ops_total counter
+egress_provider_ops_total{op="create",provider="local",result="Transient"} 1
+egress_provider_ops_total{op="create",provider="local",result="ok"} 1
+# HELP egress_gc_deletions_total Orphans deleted by this process's garbage collector.
+# TYPE egress_gc_deletions_total counter
+egress_gc_deletions_total{provider="local"} 1
+# HELP egress_probe_failures_total Probes through proxies that failed.
+# TYPE egress_probe_failures_total counter
+egress_probe_failures_total 1
+`
+	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
+		"egress_provider_target_up", "egress_provider_ops_total", "egress_gc_deletions_total", "egress_probe_failures_total"}
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The values follow KV at scrape time: a change shows on the next scrape with no process
+// having counted anything.
+func TestMetricsFollowState(t *testing.T) {
+	st, m := seed(t)
+	if err := st.Leases.Delete(context.Background(), "a.1"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(events.ProxyHealth{V: 1, Healthy: true})
+	if _, err := st.Health.Put(context.Background(), "b", b); err != nil {
+		t.Fatal(err)
+	}
+	want := `
+# HELP egress_leases_active Active lease slots, from proxy_leases.
+# TYPE egress_leases_active gauge
+egress_leases_active 2
+# HELP egress_proxies_healthy Proxies the probers judge healthy, from proxy_health.
+# TYPE egress_proxies_healthy gauge
+egress_proxies_healthy 2
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "egress_leases_active", "egress_proxies_healthy"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	_, m := seed(t)
+	var down error
+	srv := httptest.NewServer(m.Handler(func() error { return down }))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "egress_proxies{") || !strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics: %d\n%.300s", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz: %d", code)
+	}
+	down = errors.New("nats disconnected")
+	if code, body := get("/healthz"); code != 503 || !strings.Contains(body, "nats disconnected") {
+		t.Fatalf("/healthz when down: %d %q", code, body)
+	}
+}

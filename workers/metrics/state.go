@@ -1,0 +1,177 @@
+package metrics
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	descProxies      = prometheus.NewDesc("egress_proxies", "Proxies by provider and phase, from proxy_status.", []string{"provider", "phase"}, nil)
+	descHealthy      = prometheus.NewDesc("egress_proxies_healthy", "Proxies the probers judge healthy, from proxy_health.", nil, nil)
+	descLeases       = prometheus.NewDesc("egress_leases_active", "Active lease slots, from proxy_leases.", nil, nil)
+	descInFlight     = prometheus.NewDesc("egress_host_ops_in_flight", "Ops delivered to a provisioner and not yet settled, per host (the consumer's ack-pending count).", []string{"provider", "host"}, nil)
+	descPending      = prometheus.NewDesc("egress_host_ops_pending", "Ops waiting for a provisioner, per host.", []string{"provider", "host"}, nil)
+	descTargetUp     = prometheus.NewDesc("egress_provider_target_up", "1 when the provider target's last check was ready, from provider_health.", []string{"provider", "target"}, nil)
+	descCheckTime    = prometheus.NewDesc("egress_provider_check_duration_seconds", "Duration of the provider target's last check.", []string{"provider", "target"}, nil)
+	descStreamMsgs   = prometheus.NewDesc("egress_jetstream_messages", "Messages stored in a JetStream stream.", []string{"stream"}, nil)
+	descStreamBytes  = prometheus.NewDesc("egress_jetstream_bytes", "Bytes stored in a JetStream stream.", []string{"stream"}, nil)
+	descConsumers    = prometheus.NewDesc("egress_jetstream_consumers", "Consumers of a JetStream stream.", []string{"stream"}, nil)
+	descNATSIn       = prometheus.NewDesc("egress_nats_client_in_messages_total", "Messages this process received from NATS.", nil, nil)
+	descNATSOut      = prometheus.NewDesc("egress_nats_client_out_messages_total", "Messages this process sent to NATS.", nil, nil)
+	descNATSInBytes  = prometheus.NewDesc("egress_nats_client_in_bytes_total", "Bytes this process received from NATS.", nil, nil)
+	descNATSOutBytes = prometheus.NewDesc("egress_nats_client_out_bytes_total", "Bytes this process sent to NATS.", nil, nil)
+	descReconnects   = prometheus.NewDesc("egress_nats_client_reconnects_total", "Reconnections of this process to NATS.", nil, nil)
+	descConnected    = prometheus.NewDesc("egress_nats_client_connected", "1 while this process is connected to NATS.", nil, nil)
+	descScrapeErrors = prometheus.NewDesc("egress_scrape_errors", "Sources that could not be read during this scrape.", []string{"source"}, nil)
+)
+
+// stateCollector reads egressd's state from NATS on every scrape.
+type stateCollector struct {
+	store   *kvstore.Store
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descLeases, descInFlight, descPending, descTargetUp, descCheckTime,
+		descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes, descReconnects,
+		descConnected, descScrapeErrors} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.collectClient(ch)
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	failed := map[string]bool{}
+	fail := func(source string, err error) bool {
+		if err != nil {
+			failed[source] = true
+		}
+		return err != nil
+	}
+	if entries, err := values(ctx, c.store.Status); !fail("proxy_status", err) {
+		counts := map[[2]string]int{}
+		for _, v := range entries {
+			var st events.ProxyStatus
+			if json.Unmarshal(v, &st) == nil {
+				provider := st.Provider
+				if st.Mode == "external" {
+					provider = events.External
+				}
+				counts[[2]string{provider, string(st.Phase)}]++
+			}
+		}
+		for k, n := range counts {
+			ch <- prometheus.MustNewConstMetric(descProxies, prometheus.GaugeValue, float64(n), k[0], k[1])
+		}
+	}
+	if entries, err := values(ctx, c.store.Health); !fail("proxy_health", err) {
+		healthy := 0
+		for _, v := range entries {
+			var h events.ProxyHealth
+			if json.Unmarshal(v, &h) == nil && h.Healthy {
+				healthy++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(healthy))
+	}
+	if entries, err := values(ctx, c.store.Leases); !fail("proxy_leases", err) {
+		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(len(entries)))
+	}
+	if entries, err := values(ctx, c.store.Providers); !fail("provider_health", err) {
+		for _, v := range entries {
+			var th events.TargetHealth
+			if json.Unmarshal(v, &th) != nil {
+				continue
+			}
+			up := 0.0
+			if th.Ready {
+				up = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descTargetUp, prometheus.GaugeValue, up, th.Provider, th.Target)
+			ch <- prometheus.MustNewConstMetric(descCheckTime, prometheus.GaugeValue, th.LatencyMs/1000, th.Provider, th.Target)
+		}
+	}
+	fail("jetstream", c.collectStreams(ctx, ch))
+	for source := range failed {
+		ch <- prometheus.MustNewConstMetric(descScrapeErrors, prometheus.GaugeValue, 1, source)
+	}
+}
+
+func (c *stateCollector) collectClient(ch chan<- prometheus.Metric) {
+	s := c.nc.Stats()
+	ch <- prometheus.MustNewConstMetric(descNATSIn, prometheus.CounterValue, float64(s.InMsgs))
+	ch <- prometheus.MustNewConstMetric(descNATSOut, prometheus.CounterValue, float64(s.OutMsgs))
+	ch <- prometheus.MustNewConstMetric(descNATSInBytes, prometheus.CounterValue, float64(s.InBytes))
+	ch <- prometheus.MustNewConstMetric(descNATSOutBytes, prometheus.CounterValue, float64(s.OutBytes))
+	ch <- prometheus.MustNewConstMetric(descReconnects, prometheus.CounterValue, float64(s.Reconnects))
+	connected := 0.0
+	if c.nc.IsConnected() {
+		connected = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descConnected, prometheus.GaugeValue, connected)
+}
+
+// collectStreams reports every stream's size and, for provider op streams, each host
+// consumer's queue: ack-pending is the ops in flight on that host.
+func (c *stateCollector) collectStreams(ctx context.Context, ch chan<- prometheus.Metric) error {
+	lister := c.store.JS.ListStreams(ctx)
+	for info := range lister.Info() {
+		name := info.Config.Name
+		ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.GaugeValue, float64(info.State.Msgs), name)
+		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.GaugeValue, float64(info.State.Bytes), name)
+		ch <- prometheus.MustNewConstMetric(descConsumers, prometheus.GaugeValue, float64(info.State.Consumers), name)
+		provider, ok := strings.CutPrefix(name, "OPS_")
+		if !ok {
+			continue
+		}
+		stream, err := c.store.JS.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		cl := stream.ListConsumers(ctx)
+		for ci := range cl.Info() {
+			host, ok := strings.CutPrefix(ci.Name, "host_")
+			if !ok {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(descInFlight, prometheus.GaugeValue, float64(ci.NumAckPending), provider, host)
+			ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(ci.NumPending), provider, host)
+		}
+		if err := cl.Err(); err != nil {
+			return err
+		}
+	}
+	return lister.Err()
+}
+
+// values reads the latest value of every key of a bucket (deleted and expired keys excluded).
+func values(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	out := map[string][]byte{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			out[e.Key()] = e.Value()
+		}
+	}
+}
