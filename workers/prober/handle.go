@@ -54,6 +54,7 @@ func (p *Prober) handle(ctx context.Context, subject string, data []byte) {
 	if ctx.Err() != nil {
 		return // cut short by shutdown: says nothing about the proxy
 	}
+	p.cfg.Observer.ObserveProbe(res.err == nil, res.latency)
 	h, transition, err := p.record(ctx, observation{proxy: req.Proxy, address: addr, checkURL: target.Redacted(),
 		prober: p.cfg.Worker, at: at, check: check, res: res})
 	if err != nil {
@@ -62,8 +63,11 @@ func (p *Prober) handle(ctx context.Context, subject string, data []byte) {
 		}
 		return
 	}
-	log.Debug("probed", "address", addr, "ok", res.err == nil, "latency", res.latency.Round(time.Microsecond),
-		"healthy", h.Healthy, "err", h.LastError)
+	if res.err != nil {
+		log.Debug("probe failed", "address", addr, "healthy", h.Healthy, "failures", h.ConsecutiveFailures, "err", res.err)
+	} else {
+		log.Debug("probe succeeded", "address", addr, "healthy", h.Healthy, "latency", res.latency.Round(time.Microsecond))
+	}
 	if !transition {
 		return
 	}

@@ -199,7 +199,7 @@ func (e *env) healthEvents(proxy string) []events.Event {
 	}
 	var out []events.Event
 	for {
-		batch, err := c.Fetch(100, jetstream.FetchMaxWait(300*time.Millisecond))
+		batch, err := c.FetchNoWait(100)
 		if err != nil {
 			e.t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestProbeThroughForwardProxy(t *testing.T) {
@@ -63,7 +64,8 @@ func TestProbeThroughForwardProxy(t *testing.T) {
 func TestProxyDownAndBack(t *testing.T) {
 	e := newEnv(t)
 	addr, stop := startForwardProxy(t, "127.0.0.2:0", "", "")
-	p := e.prober(nil, Config{})
+	obs := &countingObserver{}
+	p := e.prober(nil, Config{Observer: obs})
 	e.putSpec("p1", spec{check: map[string]any{"successThreshold": 2, "failureThreshold": 3}})
 
 	steps := []struct {
@@ -84,6 +86,19 @@ func TestProxyDownAndBack(t *testing.T) {
 	}
 	if got := reasons(e.healthEvents("p1")); !slices.Equal(got, []string{"Healthy", "Unhealthy", "Healthy"}) {
 		t.Errorf("events %v", got)
+	}
+	if obs.ok != 4 || obs.failed != 3 {
+		t.Errorf("observed %d good and %d failed probes, want 4 and 3", obs.ok, obs.failed)
+	}
+}
+
+type countingObserver struct{ ok, failed int }
+
+func (o *countingObserver) ObserveProbe(ok bool, _ time.Duration) {
+	if ok {
+		o.ok++
+	} else {
+		o.failed++
 	}
 }
 
@@ -129,9 +144,14 @@ func TestLeakedHeaders(t *testing.T) {
 	e := newEnv(t)
 	addr := startLeakyProxy(t, map[string]string{"Via": "1.1 squid", "X-Forwarded-For": "10.1.2.3"}, false)
 	e.putSpec("p1", spec{})
-	h := e.probeNow(e.prober(nil, Config{}), "p1", addr)
+	// An injected clock stamps the record (behind the request's time, so it is not stale).
+	at := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	h := e.probeNow(e.prober(nil, Config{Now: func() time.Time { return at }}), "p1", addr)
 	if !h.Healthy || !slices.Equal(h.LeakedHeaders, []string{"Via", "X-Forwarded-For"}) {
 		t.Fatalf("%+v", h)
+	}
+	if !h.LastProbeAt.Equal(at) || !h.LastSuccessAt.Equal(at) || !h.LastTransitionAt.Equal(at) {
+		t.Errorf("timestamps not from the injected clock: %+v", h)
 	}
 }
 

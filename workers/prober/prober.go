@@ -31,10 +31,20 @@ type Config struct {
 	Concurrency int // probes in flight at most; default 64
 	Log         *slog.Logger
 	Now         func() time.Time // default time.Now
+	Observer    Observer         // optional: counts probes (metrics)
 
 	// InsecureSkipVerify accepts any certificate of an https check URL. For tests only.
 	InsecureSkipVerify bool
 }
+
+// Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
+type Observer interface {
+	ObserveProbe(ok bool, d time.Duration)
+}
+
+type noObserver struct{}
+
+func (noObserver) ObserveProbe(bool, time.Duration) {}
 
 // DefaultConcurrency is the number of probes one prober runs at once unless told otherwise.
 const DefaultConcurrency = 64
@@ -85,6 +95,9 @@ func New(cfg Config) (*Prober, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
 	}
 	return &Prober{
 		cfg:        cfg,

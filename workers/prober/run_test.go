@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -139,9 +140,10 @@ func TestDroppedRequests(t *testing.T) {
 	for _, tc := range []struct {
 		proxy string
 		edit  func(subj string, data []byte) (string, []byte)
+		log   string
 	}{
-		{"gone", nil},
-		{"invalid", nil},
+		{"gone", nil, "proxy is gone"},
+		{"invalid", nil, "spec is invalid"},
 		{"stale", func(s string, d []byte) (string, []byte) {
 			var req events.ProbeRequest
 			if err := json.Unmarshal(d, &req); err != nil {
@@ -150,23 +152,27 @@ func TestDroppedRequests(t *testing.T) {
 			req.At = req.At.Add(-time.Minute)
 			d, _ = json.Marshal(req)
 			return s, d
-		}},
-		{"wrong-subject", func(s string, d []byte) (string, []byte) { return events.ProbeSubject("other", "h1", "wrong-subject"), d }},
-		{"garbage", func(s string, d []byte) (string, []byte) { return s, []byte("{") }},
+		}, "stale probe request"},
+		{"wrong-subject", func(s string, d []byte) (string, []byte) {
+			return events.ProbeSubject("other", "h1", "wrong-subject"), d
+		}, "differ from the subject"},
+		{"garbage", func(s string, d []byte) (string, []byte) { return s, []byte("{") }, "malformed probe request"},
 	} {
 		subj, data := request(t, tc.proxy, "local", "h1", addr)
 		if tc.edit != nil {
 			subj, data = tc.edit(subj, data)
 		}
+		before := len(e.logs.String())
 		p.handle(context.Background(), subj, data)
 		if h, ok := e.health(tc.proxy); ok {
 			t.Errorf("%s: recorded %+v", tc.proxy, h)
 		}
+		if logged := e.logs.String()[before:]; !strings.Contains(logged, tc.log) {
+			t.Errorf("%s: dropped without saying %q: %s", tc.proxy, tc.log, logged)
+		}
 	}
 }
 
-// Probers racing on one proxy never lose an update: every record call that reports success
-// is counted in the final record.
 func TestConcurrentRecordsLoseNothing(t *testing.T) {
 	e := newEnv(t)
 	probers := []*Prober{e.prober(e.connect(), Config{Worker: "w1"}), e.prober(e.connect(), Config{Worker: "w2"})}
