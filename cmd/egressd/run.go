@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser"
+	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/workers/prober"
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/egressd/egressd/workers/reconciler"
 	"github.com/nats-io/nats.go"
@@ -31,6 +35,10 @@ type runFlags struct {
 	leaderTTL  time.Duration
 	gc         provisioner.GC
 	checks     provisioner.Checks
+	probe      string
+	echoListen string
+	checkURL   string
+	metrics    string
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -41,13 +49,17 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.configPath, "config", "", "YAML config declaring providers (default: one local provider named local)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one")
 	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
-	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner")
+	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser")
 	fs.StringVar(&f.provision, "provision", "", "providers this process provisions (comma list; default all in the config)")
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.leaderTTL, "leader-ttl", 10*time.Second, "reconciler leader lease; a standby takes over within it")
 	fs.DurationVar(&f.gc.Interval, "gc-interval", provisioner.DefaultGC().Interval, "how often orphans are collected per host (0 disables)")
 	fs.DurationVar(&f.gc.MinAge, "gc-min-age", provisioner.DefaultGC().MinAge, "an orphan younger than this is left alone")
+	fs.StringVar(&f.probe, "probe", "", "providers or provider.host pairs this prober serves (comma list; default all)")
+	fs.StringVar(&f.echoListen, "echo-listen", "127.0.0.1:0", "where the prober serves the echo endpoint probes reach through the proxies")
+	fs.StringVar(&f.checkURL, "probe-check-url", "", "default check URL for probes (default: this process's echo endpoint); must be reachable from the proxies")
+	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -76,20 +88,27 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-func parseRoles(s string) (reconcile, provision bool, err error) {
-	for _, r := range strings.Split(s, ",") {
-		switch strings.TrimSpace(r) {
+type roleSet struct{ reconciler, provisioner, prober, leaser bool }
+
+func parseRoles(s string) (roleSet, error) {
+	var r roleSet
+	for _, name := range strings.Split(s, ",") {
+		switch strings.TrimSpace(name) {
 		case "all":
-			reconcile, provision = true, true
+			r = roleSet{true, true, true, true}
 		case "reconciler":
-			reconcile = true
+			r.reconciler = true
 		case "provisioner":
-			provision = true
+			r.provisioner = true
+		case "prober":
+			r.prober = true
+		case "leaser":
+			r.leaser = true
 		default:
-			return false, false, fmt.Errorf("--roles: unknown role %q (all, reconciler, provisioner)", r)
+			return roleSet{}, fmt.Errorf("--roles: unknown role %q (all, reconciler, provisioner, prober, leaser)", name)
 		}
 	}
-	return reconcile, provision, nil
+	return r, nil
 }
 
 func run(ctx context.Context, f runFlags, log *slog.Logger) error {
@@ -97,7 +116,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	doReconcile, doProvision, err := parseRoles(f.roles)
+	roles, err := parseRoles(f.roles)
 	if err != nil {
 		return err
 	}
@@ -139,8 +158,17 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	holder := identity()
 	log = log.With("installation", installation)
 
+	obs := metrics.New(store, nc)
 	g, gctx := errgroup.WithContext(ctx)
-	if doProvision {
+	if f.metrics != "" {
+		ln, err := net.Listen("tcp", f.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		log.Info("serving /metrics and /healthz", "url", "http://"+ln.Addr().String())
+		g.Go(func() error { return metrics.Serve(gctx, ln, obs.Handler(natsHealthy(nc))) })
+	}
+	if roles.provisioner {
 		serve := splitList(f.provision)
 		for _, pc := range cfg.Providers {
 			if len(serve) > 0 && !slices.Contains(serve, pc.Name) {
@@ -151,7 +179,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 				return err
 			}
 			p, err := provisioner.New(provisioner.Config{Provider: pc.Name, Backend: b, Catalog: b.Catalog(),
-				Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks})
+				Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs})
 			if err != nil {
 				return err
 			}
@@ -163,7 +191,31 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 			g.Go(func() error { return p.Run(gctx) })
 		}
 	}
-	if doReconcile {
+	if roles.prober {
+		checkURL := f.checkURL
+		if checkURL == "" {
+			ln, err := net.Listen("tcp", f.echoListen)
+			if err != nil {
+				return fmt.Errorf("--echo-listen: %w", err)
+			}
+			checkURL = "http://" + ln.Addr().String() + "/"
+			g.Go(func() error { return prober.ServeEcho(gctx, ln) })
+		}
+		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: holder, Filters: splitList(f.probe),
+			DefaultCheckURL: checkURL, Log: log, Observer: obs})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return p.Run(gctx) })
+	}
+	if roles.leaser {
+		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return l.Run(gctx) })
+	}
+	if roles.reconciler {
 		r, err := reconciler.New(reconciler.Config{Store: store, NC: nc, Installation: installation, Holder: holder,
 			LeaderTTL: f.leaderTTL, Log: log})
 		if err != nil {
@@ -175,6 +227,16 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("egressd stopped")
 	return err
+}
+
+// natsHealthy is /healthz: the process is healthy while its NATS connection is up.
+func natsHealthy(nc *nats.Conn) func() error {
+	return func() error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("NATS connection is %s", nc.Status())
+		}
+		return nil
+	}
 }
 
 func connect(url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
