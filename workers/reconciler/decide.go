@@ -225,6 +225,13 @@ func (d *decider) managed() {
 	if !d.mayExist() {
 		d.st.Provider, d.st.Host = spec.Provider, host
 	}
+	if v, judged := d.verdict(); judged && !v {
+		// A proxy the probers find broken is looked at soon, not at the next drift poll:
+		// a dead instance is then replaced within seconds.
+		if soon := d.now.Add(d.p.ProvisioningPoll); d.st.NextPollAt.After(soon) {
+			d.st.NextPollAt = soon
+		}
+	}
 	switch {
 	case d.st.InstanceID == "":
 		if d.st.ProvisionAt.IsZero() {
@@ -478,14 +485,15 @@ func (d *decider) phase() events.Phase {
 // healthPhase is the phase of a proxy that has an address: Ready or Unhealthy once the probers
 // have a verdict on that very address, Running until then.
 func (d *decider) healthPhase() events.Phase {
-	st, h := d.st, d.in.Health
-	if h == nil || h.Address != net.JoinHostPort(st.IP, strconv.Itoa(st.Port)) || !h.Judged() {
+	st := d.st
+	healthy, judged := d.verdict()
+	if !judged {
 		if st.Reason == ReasonProbeFailing {
 			st.Reason, st.Message = "", ""
 		}
 		return events.PhaseRunning
 	}
-	if h.Healthy {
+	if healthy {
 		if st.ReadyAt.IsZero() {
 			st.ReadyAt = d.now
 		}
@@ -495,9 +503,18 @@ func (d *decider) healthPhase() events.Phase {
 		return events.PhaseReady
 	}
 	if st.Mode != schemas.ModeExternal || st.Reason == "" || st.Reason == ReasonExternal {
-		st.Reason, st.Message = ReasonProbeFailing, h.LastError
+		st.Reason, st.Message = ReasonProbeFailing, d.in.Health.LastError
 	}
 	return events.PhaseUnhealthy
+}
+
+// verdict is the probers' verdict on the proxy's current address, if they have one.
+func (d *decider) verdict() (healthy, judged bool) {
+	h := d.in.Health
+	if h == nil || d.st.IP == "" || h.Address != net.JoinHostPort(d.st.IP, strconv.Itoa(d.st.Port)) || !h.Judged() {
+		return false, false
+	}
+	return h.Healthy, true
 }
 
 func knownProviders(c map[string]ProviderInfo) string {

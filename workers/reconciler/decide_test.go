@@ -387,6 +387,9 @@ func TestDecide(t *testing.T) {
 			if d.Status.Message != "connection refused" || len(d.Ops) != 0 {
 				t.Errorf("message %q ops %v", d.Status.Message, d.Ops)
 			}
+			if !d.Wake.Equal(t0.Add(p.ProvisioningPoll)) {
+				t.Errorf("an unhealthy proxy is polled at %v, want within the provisioning poll", d.Wake)
+			}
 		}}},
 		{"failures below the threshold keep it Running", func(t *testing.T) Input {
 			in := input(t, spec(t, base), running(spec(t, base)), t0)
