@@ -1,0 +1,13 @@
+//go:build !unix
+
+package statuspage
+
+import "os/exec"
+
+func ownProcessGroup(*exec.Cmd) {}
+
+func killProcessGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = cmd.Process.Kill()
+	}
+}

@@ -1,0 +1,129 @@
+package statuspage
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+)
+
+// Defaults of Config.
+const (
+	DefaultRefresh      = 5 * time.Second
+	DefaultRecentEvents = 50
+	DefaultTimeout      = 3 * time.Second
+	DefaultTitle        = "egressd status"
+)
+
+// maxRecentEvents bounds RecentEvents: the page reads that many messages per request.
+const maxRecentEvents = 1000
+
+// Config configures a Page.
+type Config struct {
+	Store        *kvstore.Store
+	Log          *slog.Logger
+	Refresh      time.Duration // how often the browser reloads the page; default 5 s
+	RecentEvents int           // how many of the latest events to show; default 50
+	Title        string        // default "egressd status"
+	Timeout      time.Duration // bound on the NATS reads of one request; default 3 s
+}
+
+// Page renders the status page. It holds no state between requests.
+type Page struct {
+	cfg Config
+}
+
+// New checks cfg and applies its defaults.
+func New(cfg Config) (*Page, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("statuspage: Config.Store is required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.RecentEvents <= 0 {
+		cfg.RecentEvents = DefaultRecentEvents
+	}
+	cfg.RecentEvents = min(cfg.RecentEvents, maxRecentEvents)
+	if cfg.Title == "" {
+		cfg.Title = DefaultTitle
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Page{cfg: cfg}, nil
+}
+
+// Handler serves the page at "/" and its data at "/api/status.json". Both are read-only:
+// only GET and HEAD are routed.
+func (p *Page) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", p.serveHTML)
+	mux.HandleFunc("GET /api/status.json", p.serveJSON)
+	return mux
+}
+
+// snapshot reads the state for one request, bounded by the configured timeout.
+func (p *Page) snapshot(r *http.Request) Snapshot {
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
+	defer cancel()
+	s := load(ctx, p.cfg, time.Now())
+	for _, e := range s.Errors {
+		p.cfg.Log.Warn("status page: read failed", "err", e)
+	}
+	return s
+}
+
+func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
+	s := p.snapshot(r)
+	// Rendered into a buffer first, so a template error is a clean 500, not half a page.
+	var buf bytes.Buffer
+	if err := pageTemplate.Execute(&buf, newView(s)); err != nil {
+		p.cfg.Log.Error("status page: render failed", "err", err)
+		http.Error(w, "status page: render failed", http.StatusInternalServerError)
+		return
+	}
+	setHeaders(w, "text/html; charset=utf-8")
+	// Even with the banner shown, a monitor polling the page should see the failure.
+	w.WriteHeader(statusCode(s))
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
+	s := p.snapshot(r)
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		p.cfg.Log.Error("status page: encode failed", "err", err)
+		http.Error(w, "status page: encode failed", http.StatusInternalServerError)
+		return
+	}
+	setHeaders(w, "application/json")
+	w.WriteHeader(statusCode(s))
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func statusCode(s Snapshot) int {
+	if len(s.Errors) > 0 {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusOK
+}
+
+// setHeaders makes the page inert beyond its own inline CSS: no script may run and nothing
+// may be loaded, so even an escaping mistake could not execute a hostile proxy message.
+func setHeaders(w http.ResponseWriter, contentType string) {
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}

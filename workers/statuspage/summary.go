@@ -1,0 +1,87 @@
+package statuspage
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// summarize says in one line what an event means, in the words `egressd events` uses, so the
+// page and the terminal read alike.
+func summarize(ev events.Event) string {
+	what := ""
+	switch {
+	case ev.Kind == events.KindPhase:
+		what = fmt.Sprintf("%s → %s", orDash(string(ev.From)), ev.Phase)
+		if ev.Reason != "" {
+			what += " (" + ev.Reason + ")"
+		}
+	case ev.Op != nil:
+		r := ev.Op
+		what = fmt.Sprintf("%s on %s/%s attempt %d", r.Kind, r.Provider, r.Host, r.Attempt)
+		switch {
+		case r.Kind == events.OpDelete && r.ErrorClass == "NotFound":
+			what += ": gone"
+		case r.ErrorClass != "":
+			what += ": " + r.ErrorClass
+		default:
+			what += ": ok"
+		}
+		if r.Instance != nil && r.Instance.Address != "" {
+			what += fmt.Sprintf(" (%s %s:%d)", r.Instance.State, r.Instance.Address, r.Instance.Port)
+		}
+	case ev.Health != nil:
+		what = fmt.Sprintf("%s at %s", ev.Reason, ev.Health.Address)
+	case ev.Lease != nil:
+		what = fmt.Sprintf("lease %s %s", ev.Lease.ID, ev.Reason)
+		if ev.Lease.Holder != "" {
+			what += " by " + ev.Lease.Holder
+		}
+		if ev.Lease.Target != "" {
+			what += " for " + ev.Lease.Target
+		}
+	case ev.GC != nil:
+		what = fmt.Sprintf("deleted orphan %s (uid %s)", ev.GC.ID, orDash(ev.GC.UID))
+	case ev.Target != nil:
+		ready := "not ready"
+		if ev.Target.Ready {
+			ready = "ready"
+		}
+		what = fmt.Sprintf("target %s %s: %s", ev.Target.Target, ready, ev.Target.Reason)
+	default:
+		what = ev.Reason
+	}
+	// A gc event's message repeats its instance; every other message adds the why.
+	if ev.Message != "" && ev.Kind != events.KindGC {
+		if what == "" {
+			return ev.Message
+		}
+		what += " — " + ev.Message
+	}
+	return orDash(what)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// age prints a duration the way `egressd status` does: 45s, 12m, 3h, 5d.
+func age(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := max(now.Sub(t), 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

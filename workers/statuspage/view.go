@@ -1,0 +1,152 @@
+package statuspage
+
+import (
+	_ "embed"
+	"html/template"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+//go:embed page.html.tmpl
+var pageSource string
+
+// pageTemplate is parsed once; html/template escapes every value for its context, so a
+// proxy message or event text containing markup is shown as text.
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	"phaseClass":  phaseClass,
+	"healthClass": healthClass,
+	"problem":     problem,
+	"leases":      leases,
+	"attrs":       attrs,
+	"ms":          func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
+	"iso":         func(t time.Time) string { return t.Format(time.RFC3339) },
+	"full":        func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+}).Parse(pageSource))
+
+// phaseOrder is the order of the summary: lifecycle first, trouble last.
+var phaseOrder = []events.Phase{
+	events.PhaseReady, events.PhaseRunning, events.PhaseProvisioning, events.PhasePending, events.PhaseReplacing,
+	events.PhaseWaiting, events.PhaseDeleting, events.PhaseUnhealthy, events.PhaseFailed, events.PhaseInvalid,
+}
+
+type phaseCount struct {
+	Phase events.Phase
+	Count int
+}
+
+// view is what the template renders: the snapshot plus what is easier computed in Go.
+type view struct {
+	Snapshot
+	Phases []phaseCount
+	Events []eventView
+}
+
+type eventView struct {
+	EventRow
+	Clock string // time of day, with the date when not today
+	Ago   string
+}
+
+type agedTarget struct {
+	TargetRow
+	Checked, Since string
+}
+
+func newView(s Snapshot) view {
+	v := view{Snapshot: s}
+	for _, p := range phaseOrder {
+		if n := s.Counts.Phases[string(p)]; n > 0 {
+			v.Phases = append(v.Phases, phaseCount{p, n})
+		}
+	}
+	// Phases this version does not know are still counted, after the known ones.
+	var other []string
+	for p := range s.Counts.Phases {
+		if !slices.Contains(phaseOrder, events.Phase(p)) {
+			other = append(other, p)
+		}
+	}
+	slices.Sort(other)
+	for _, p := range other {
+		v.Phases = append(v.Phases, phaseCount{events.Phase(p), s.Counts.Phases[p]})
+	}
+	for _, e := range s.Events {
+		clock := e.At.Format("15:04:05")
+		if !sameDay(e.At, s.GeneratedAt) {
+			clock = e.At.Format("2006-01-02 15:04:05")
+		}
+		v.Events = append(v.Events, eventView{EventRow: e, Clock: clock, Ago: age(s.GeneratedAt, e.At)})
+	}
+	return v
+}
+
+// Incomplete reports whether a failed read left section partial: its empty state then says
+// so instead of "nothing yet".
+func (v view) Incomplete(section string) bool { return v.incomplete[section] }
+
+// Targets pairs each provider row with its ages, for the template.
+func (v view) Targets() []agedTarget {
+	out := make([]agedTarget, 0, len(v.Providers))
+	for _, t := range v.Providers {
+		checked := age(v.GeneratedAt, t.CheckedAt)
+		if !t.CheckedAt.IsZero() {
+			checked += " ago"
+		}
+		out = append(out, agedTarget{t, checked, age(v.GeneratedAt, t.LastTransitionTime)})
+	}
+	return out
+}
+
+func sameDay(a, b time.Time) bool {
+	ay, am, ad := a.Date()
+	by, bm, bd := b.Date()
+	return ay == by && am == bm && ad == bd
+}
+
+// phaseClass picks the badge colour. The phase is always printed as text as well, so the
+// colour only helps those who can see it.
+func phaseClass(p events.Phase) string {
+	switch p {
+	case events.PhaseReady:
+		return "ok"
+	case events.PhaseUnhealthy, events.PhaseWaiting:
+		return "warn"
+	case events.PhaseInvalid, events.PhaseFailed:
+		return "bad"
+	case events.PhaseDeleting:
+		return "neutral"
+	}
+	return "progress"
+}
+
+func healthClass(h string) string {
+	switch h {
+	case HealthTrue:
+		return "ok"
+	case HealthFalse:
+		return "bad"
+	}
+	return "neutral"
+}
+
+// problem marks the rows whose message is the point: a rejected spec or a proxy given up on.
+func problem(p events.Phase) bool { return p == events.PhaseInvalid || p == events.PhaseFailed }
+
+func leases(r ProxyRow) string {
+	if r.MaxLeases == nil {
+		return strconv.Itoa(r.Leases) + "/?"
+	}
+	return strconv.Itoa(r.Leases) + "/" + strconv.Itoa(*r.MaxLeases)
+}
+
+func attrs(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	slices.Sort(out)
+	return out
+}
