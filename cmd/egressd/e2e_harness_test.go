@@ -104,7 +104,7 @@ func startNode(t *testing.T, dir string, extra ...string) *node {
 	t.Helper()
 	n := &node{t: t, dir: dir, listen: freeAddr(t)}
 	n.url = "nats://" + n.listen
-	n.args = append([]string{"run", "--data-dir", filepath.Join(dir, "data"), "--nats-listen", n.listen, "--metrics-listen", "127.0.0.1:0", "--log-level", "debug"}, extra...)
+	n.args = append([]string{"run", "--data-dir", filepath.Join(dir, "data"), "--nats-listen", n.listen, "--metrics-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0", "--log-level", "debug"}, extra...)
 	n.start()
 	t.Cleanup(func() {
 		n.stop()

@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/workers/prober"
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/egressd/egressd/workers/reconciler"
+	"github.com/egressd/egressd/workers/statuspage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -39,6 +40,7 @@ type runFlags struct {
 	echoListen string
 	checkURL   string
 	metrics    string
+	uiListen   string
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -59,6 +61,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.probe, "probe", "", "providers or provider.host pairs this prober serves (comma list; default all)")
 	fs.StringVar(&f.echoListen, "echo-listen", "127.0.0.1:0", "where the prober serves the echo endpoint probes reach through the proxies")
 	fs.StringVar(&f.checkURL, "probe-check-url", "", "default check URL for probes (default: this process's echo endpoint); must be reachable from the proxies")
+	fs.StringVar(&f.uiListen, "ui-listen", "127.0.0.1:8080", "where the all-in-one serves its read-only status page (empty disables; no login: keep it on loopback)")
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
 	if err := fs.Parse(args); err != nil {
@@ -167,6 +170,18 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 		log.Info("serving /metrics and /healthz", "url", "http://"+ln.Addr().String())
 		g.Go(func() error { return metrics.Serve(gctx, ln, obs.Handler(natsHealthy(nc))) })
+	}
+	if f.uiListen != "" && f.natsURL == "" {
+		page, err := statuspage.New(statuspage.Config{Store: store, Log: log.With("component", "statuspage")})
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", f.uiListen)
+		if err != nil {
+			return fmt.Errorf("--ui-listen: %w", err)
+		}
+		log.Info("serving the status page", "url", "http://"+ln.Addr().String()+"/")
+		g.Go(func() error { return metrics.Serve(gctx, ln, page.Handler()) })
 	}
 	if roles.provisioner {
 		serve := splitList(f.provision)

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/client"
+	"github.com/nats-io/nats.go"
+)
+
+const leaseUsage = `Usage:
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S] [--url-only]
+  egressd lease renew   --id ID [--ttl 5m]
+  egressd lease release --id ID
+  egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
+
+Prints the service's JSON reply; on an error prints it on stderr and exits 1. A lease from
+this command is not renewed: renew it, or let it expire. For shell scripts:
+
+  curl -x "$(egressd lease acquire --target example.com --url-only)" https://example.com/
+`
+
+// leaseFlags are the flags of every lease subcommand; each registers the ones it takes.
+type leaseFlags struct {
+	natsURL  string
+	timeout  time.Duration
+	selector string
+	target   string
+	ttl      ttlFlag
+	holder   string
+	sticky   string
+	urlOnly  bool
+	id       string
+	result   string
+	cooldown ttlFlag
+	release  bool
+}
+
+func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, leaseUsage)
+		return 2
+	}
+	sub := args[0]
+	var f leaseFlags
+	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "budget for connecting and the request")
+	switch sub {
+	case "acquire":
+		fs.StringVar(&f.selector, "selector", "", "attributes the proxy must have, k=v,k=v")
+		fs.StringVar(&f.target, "target", "", "the site to crawl; proxies cooling down for it are skipped")
+		fs.Var(&f.ttl, "ttl", "lease TTL: a duration (5m) or seconds (300); default the service's (5m)")
+		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
+		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
+		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
+	case "renew":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+		fs.Var(&f.ttl, "ttl", "new TTL: a duration or seconds; default the lease's own")
+	case "release":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+	case "report":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+		fs.StringVar(&f.result, "result", "", "ok, blocked or failed (required)")
+		fs.StringVar(&f.target, "target", "", "the site that blocked the proxy (required for blocked)")
+		fs.Var(&f.cooldown, "cooldown", "cooldown: a duration or seconds; default the service's (10m blocked, 5m failed)")
+		fs.BoolVar(&f.release, "release", false, "release the lease too")
+	default:
+		fmt.Fprintf(stderr, "egressd lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	// The ID may also be given as the only argument: egressd lease release <id>.
+	if f.id == "" && fs.NArg() == 1 && sub != "acquire" {
+		f.id = fs.Arg(0)
+	} else if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "egressd lease %s: unexpected arguments %q\n", sub, fs.Args())
+		return 2
+	}
+	if sub != "acquire" && f.id == "" {
+		fmt.Fprintf(stderr, "egressd lease %s: --id is required\n", sub)
+		return 2
+	}
+	selector, err := parseSelector(f.selector)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd lease %s: --selector: %v\n", sub, err)
+		return 2
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	defer cancel()
+	nc, err := nats.Connect(f.natsURL, nats.Name("egressd lease"), nats.Timeout(f.timeout))
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd lease %s: connect to NATS at %s: %v\n", sub, f.natsURL, err)
+		return 1
+	}
+	defer nc.Close()
+	c := client.New(nc, client.WithRequestTimeout(f.timeout))
+
+	var reply any
+	switch sub {
+	case "acquire":
+		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
+			Holder: f.holder, Sticky: f.sticky})
+		if err != nil {
+			return fail(stderr, sub, leaseErr(err))
+		}
+		if f.urlOnly {
+			fmt.Fprintln(stdout, g.URL)
+			return 0
+		}
+		reply = wrapGrant(g)
+	case "renew":
+		g, err := c.Renew(ctx, f.id, f.ttl.d)
+		if err != nil {
+			return fail(stderr, sub, leaseErr(err))
+		}
+		reply = wrapGrant(g)
+	case "release":
+		ok, err := c.Release(ctx, f.id)
+		if err != nil {
+			return fail(stderr, sub, leaseErr(err))
+		}
+		reply = map[string]bool{"released": ok}
+	case "report":
+		var opts []client.ReportOption
+		if f.cooldown.d > 0 {
+			opts = append(opts, client.WithCooldown(f.cooldown.d))
+		}
+		if f.release {
+			opts = append(opts, client.AndRelease())
+		}
+		r, err := c.Report(ctx, f.id, client.Result(f.result), f.target, opts...)
+		if err != nil {
+			return fail(stderr, sub, leaseErr(err))
+		}
+		reply = r
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return fail(stderr, sub, err)
+	}
+	fmt.Fprintln(stdout, string(b))
+	return 0
+}
+
+// wrapGrant gives a grant the shape of the service's reply, {"lease": {...}}.
+func wrapGrant(g any) any { return map[string]any{"lease": g} }
+
+// leaseErr explains "nobody answered", the one error a user meets before any other.
+func leaseErr(err error) error {
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("no lease service is running (start egressd run with the leaser role): %w", err)
+	}
+	return err
+}
+
+func fail(stderr io.Writer, sub string, err error) int {
+	fmt.Fprintf(stderr, "egressd lease %s: %v\n", sub, err)
+	return 1
+}
+
+// parseSelector reads k=v,k=v.
+func parseSelector(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q is not key=value", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("%q appears twice", k)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// ttlFlag is a duration given as 5m or as plain seconds, 300.
+type ttlFlag struct{ d time.Duration }
+
+func (t *ttlFlag) String() string {
+	if t == nil || t.d == 0 {
+		return ""
+	}
+	return t.d.String()
+}
+
+func (t *ttlFlag) Set(s string) error {
+	if n, err := strconv.Atoi(s); err == nil {
+		t.d = time.Duration(n) * time.Second
+	} else if t.d, err = time.ParseDuration(s); err != nil {
+		return errors.New("use a duration such as 90s or 5m, or whole seconds")
+	}
+	if t.d <= 0 || t.d%time.Second != 0 {
+		return errors.New("must be a positive whole number of seconds")
+	}
+	return nil
+}

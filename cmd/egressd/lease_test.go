@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/leaser"
+)
+
+// leaseService runs a lease service on an embedded server with one Ready proxy carrying
+// credentials, and returns the server's URL.
+func leaseService(t *testing.T) string {
+	t.Helper()
+	srv, nc, js := kvstoretest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := map[string]any{"provider": "local", "maxLeases": 2, "attributes": map[string]string{"geo": "de"},
+		"auth": map[string]string{"username": "u", "password": "p@ss"}}
+	if _, err := kvstore.PutJSON(ctx, store.Proxies, "de-1", spec); err != nil {
+		t.Fatal(err)
+	}
+	st := events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local", Host: "local", IP: "127.0.0.9", Port: 3128}
+	if _, err := kvstore.PutJSON(ctx, store.Status, "de-1", st); err != nil {
+		t.Fatal(err)
+	}
+	l, err := leaser.New(leaser.Config{Store: store, NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-l.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease service not ready")
+	}
+	return srv.ClientURL()
+}
+
+func runLease(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = leaseCmd(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestLeaseCommand(t *testing.T) {
+	url := leaseService(t)
+	t.Setenv("NATS_URL", url)
+
+	code, out, errs := runLease(t, "acquire", "--selector", "geo=de", "--target", "example.com", "--ttl", "90s", "--holder", "sh")
+	var r events.LeaseReply
+	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.Lease.Proxy != "de-1" || r.Lease.TTLSeconds != 90 {
+		t.Fatalf("acquire: %d %q %q", code, out, errs)
+	}
+	code, out, errs = runLease(t, "acquire", "--nats-url", url, "--url-only", "--ttl", "60")
+	if code != 0 || out != "http://u:p%40ss@127.0.0.9:3128\n" {
+		t.Fatalf("acquire --url-only: %d %q %q", code, out, errs)
+	}
+	code, _, errs = runLease(t, "acquire")
+	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "1 at capacity") {
+		t.Fatalf("acquire with both slots held: %d %q", code, errs)
+	}
+	code, out, errs = runLease(t, "renew", "--id", r.Lease.ID, "--ttl", "120")
+	if code != 0 || !strings.Contains(out, r.Lease.ID) || !strings.Contains(out, `"ttlSeconds":120`) {
+		t.Fatalf("renew: %d %q %q", code, out, errs)
+	}
+	code, out, errs = runLease(t, "report", "--id", r.Lease.ID, "--result", "blocked", "--target", "example.com", "--cooldown", "60", "--release")
+	if code != 0 || !strings.Contains(out, `"released":true`) || !strings.Contains(out, "cooldownUntil") {
+		t.Fatalf("report: %d %q %q", code, out, errs)
+	}
+	code, out, _ = runLease(t, "release", r.Lease.ID)
+	if code != 0 || strings.TrimSpace(out) != `{"released":false}` {
+		t.Fatalf("second release: %d %q", code, out)
+	}
+	code, _, errs = runLease(t, "renew", "--id", r.Lease.ID)
+	if code != 1 || !strings.Contains(errs, "404") {
+		t.Fatalf("renew a released lease: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "report", "--id", r.Lease.ID, "--result", "meh")
+	if code != 1 || !strings.Contains(errs, "result") {
+		t.Fatalf("report meh: %d %q", code, errs)
+	}
+	for _, args := range [][]string{{}, {"steal"}, {"renew"}, {"acquire", "--selector", "geo"}, {"acquire", "--ttl", "1.5s"},
+		{"release", "a", "b"}, {"acquire", "--id", "x"}} {
+		if code, _, _ := runLease(t, args...); code != 2 {
+			t.Errorf("%q: exit %d, want 2", args, code)
+		}
+	}
+	if code, _, errs := runLease(t, "release", "--nats-url", "nats://127.0.0.1:1", "--timeout", "1s", "--id", r.Lease.ID); code != 1 || !strings.Contains(errs, "connect") {
+		t.Fatalf("no server: %d %q", code, errs)
+	}
+}
+
+func TestLeaseCommandWithoutAService(t *testing.T) {
+	srv := kvstoretest.StartServer(t)
+	code, _, errs := runLease(t, "acquire", "--nats-url", srv.ClientURL())
+	if code != 1 || !strings.Contains(errs, "no lease service is running") {
+		t.Fatalf("%d %q", code, errs)
+	}
+}
