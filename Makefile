@@ -27,8 +27,12 @@ vet:
 test: tools fmt-check vet
 	$(GO) test -race -count=1 -timeout 30m ./...
 
+# Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
+FUZZTIME ?= 30s
+FUZZ := ./schemas:FuzzParseProxySpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/prober:FuzzDecodeEcho
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzParseProxySpec -fuzztime 60s ./schemas
+	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

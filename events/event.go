@@ -4,16 +4,14 @@ import "time"
 
 // Event kinds, the second token of egress.events.<kind>.<proxy>.
 const (
-	KindPhase    = "phase"     // a proxy changed phase
-	KindOpResult = "op"        // a provisioner finished (or retried) an op
-	KindInvalid  = "invalid"   // a spec was rejected
-	KindDeleted  = "deleted"   // a proxy and its instance are gone
-	KindReplaced = "replacing" // a spec change started a replacement
-	KindHealth   = "health"    // a proxy turned healthy or unhealthy
-	KindLease    = "lease"     // a lease was granted, renewed, released or expired
-	KindReport   = "report"    // a crawler reported a proxy blocked, failed or ok
-	KindGC       = "gc"        // the orphan collector deleted something
-	KindProvider = "provider"  // a provider target turned ready or not ready
+	KindPhase    = "phase"    // a proxy changed phase
+	KindOpResult = "op"       // a provisioner finished (or retried) an op
+	KindDeleted  = "deleted"  // a proxy and its instance are gone
+	KindHealth   = "health"   // a proxy turned healthy or unhealthy
+	KindLease    = "lease"    // a lease was granted, renewed, released or expired
+	KindReport   = "report"   // a crawler reported a proxy blocked, failed or ok
+	KindGC       = "gc"       // the orphan collector deleted something
+	KindProvider = "provider" // a provider target turned ready or not ready
 )
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and

@@ -32,6 +32,7 @@ type ProxyStatus struct {
 	IP           string     `json:"ip,omitempty"`
 	Port         int        `json:"port,omitempty"`
 	SpecHash     string     `json:"specHash,omitempty"`     // hash of the instance that exists
+	AuthHash     string     `json:"authHash,omitempty"`     // salted hash of the auth last delivered
 	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
 	Teardown     string     `json:"teardown,omitempty"`     // why the current instance must go
 	Op           *OpRef     `json:"op,omitempty"`

@@ -111,4 +111,19 @@ func TestLeasesEndToEnd(t *testing.T) {
 			t.Fatalf("release after restart: %s", out)
 		}
 	})
+
+	t.Run("a new password reaches the running proxy without replacing it", func(t *testing.T) {
+		before := n.rows()["de-1"]
+		n.nats("kv", "put", "proxies", "de-1", `{"provider":"local","attributes":{"geo":"de"},"auth":{"username":"crawler","password":"n3w"},`+hc+`}`)
+		waitUntil(t, "the new password to be accepted", 30*time.Second, func() (bool, string) {
+			code := curlVia(t, "http://crawler:n3w@"+before.Address, web.URL)
+			return code == "200", "HTTP " + code
+		})
+		if code := curlVia(t, r.Lease.URL, web.URL); code != "407" {
+			t.Fatalf("the old password still works: HTTP %s", code)
+		}
+		if after := n.rows()["de-1"]; after.Address != before.Address || after.Status.InstanceID != before.Status.InstanceID {
+			t.Fatalf("a password change replaced the instance: %+v → %+v", before.Status, after.Status)
+		}
+	})
 }

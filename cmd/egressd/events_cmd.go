@@ -25,8 +25,8 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	kind := fs.String("kind", "", "only these kinds, comma separated (phase, op, health, lease, report, gc, provider, deleted)")
 	proxy := fs.String("proxy", "", "only events about this proxy (or provider, for gc and provider events)")
 	asJSON := fs.Bool("json", false, "print the raw JSON events, one per line")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	nc, err := nats.Connect(*natsURL, nats.Name("egressd events"), nats.Timeout(5*time.Second))
 	if err != nil {

@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -60,4 +62,15 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "egressd: unknown command %q\n\n%s", cmd, usage)
 	return 2
+}
+
+// parseFlags parses a command's flags; a request for help is not an error.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
 }

@@ -64,8 +64,8 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.uiListen, "ui-listen", "127.0.0.1:8080", "where the all-in-one serves its read-only status page (empty disables; no login: keep it on loopback)")
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	log, err := newLogger(stderr, f.logLevel)
 	if err != nil {
@@ -126,6 +126,26 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	// Providers are built (their config validated) before anything starts, so a bad config
+	// block stops egressd before it touches NATS.
+	type built struct {
+		name string
+		b    backend
+	}
+	var backends []built
+	if roles.provisioner {
+		serve := splitList(f.provision)
+		for _, pc := range cfg.Providers {
+			if len(serve) > 0 && !slices.Contains(serve, pc.Name) {
+				continue
+			}
+			b, err := buildProvider(pc, f.dataDir, log)
+			if err != nil {
+				return err
+			}
+			backends = append(backends, built{pc.Name, b})
+		}
+	}
 	url := f.natsURL
 	var opts []nats.Option
 	if url == "" {
@@ -136,7 +156,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 		url = srv.ClientURL()
 		opts = append(opts, nats.InProcessServer(srv))
-		log.Info("embedded NATS server ready", "url", "nats://"+f.natsListen, "store", f.dataDir)
+		log.Info("embedded NATS server ready", "url", srv.ClientURL(), "store", f.dataDir)
 	}
 	nc, err := connect(url, log, opts...)
 	if err != nil {
@@ -183,28 +203,18 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		log.Info("serving the status page", "url", "http://"+ln.Addr().String()+"/")
 		g.Go(func() error { return metrics.Serve(gctx, ln, page.Handler()) })
 	}
-	if roles.provisioner {
-		serve := splitList(f.provision)
-		for _, pc := range cfg.Providers {
-			if len(serve) > 0 && !slices.Contains(serve, pc.Name) {
-				continue
-			}
-			b, err := buildProvider(pc, f.dataDir, log)
-			if err != nil {
-				return err
-			}
-			p, err := provisioner.New(provisioner.Config{Provider: pc.Name, Backend: b, Catalog: b.Catalog(),
-				Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs})
-			if err != nil {
-				return err
-			}
-			// The catalog is published before the reconciler starts, so no spec is judged
-			// Invalid for a provider that is only a moment away.
-			if err := p.Setup(setupCtx, ko); err != nil {
-				return err
-			}
-			g.Go(func() error { return p.Run(gctx) })
+	for _, pb := range backends {
+		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
+			Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs})
+		if err != nil {
+			return err
 		}
+		// The catalog is published before the reconciler starts, so no spec is judged
+		// Invalid for a provider that is only a moment away.
+		if err := p.Setup(setupCtx, ko); err != nil {
+			return err
+		}
+		g.Go(func() error { return p.Run(gctx) })
 	}
 	if roles.prober {
 		checkURL := f.checkURL

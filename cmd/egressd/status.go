@@ -50,8 +50,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
 	output := fs.String("o", "table", "output: table or json")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
 	}
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "egressd status: -o %q: use table or json\n", *output)

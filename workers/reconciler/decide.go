@@ -1,6 +1,8 @@
 package reconciler
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"slices"
@@ -217,11 +219,15 @@ func (d *decider) managed() {
 	}
 	if d.st.Teardown != "" {
 		if d.mayExist() {
+			if d.st.LastError == nil {
+				d.st.Reason, d.st.Message = d.st.Teardown, "deleting the instance to create it again"
+			}
 			d.issue(events.OpDelete)
 			return
 		}
 		d.st.Teardown = ""
 	}
+	auth := authHash(d.st.UID, spec.Auth)
 	if !d.mayExist() {
 		d.st.Provider, d.st.Host = spec.Provider, host
 	}
@@ -237,8 +243,13 @@ func (d *decider) managed() {
 		if d.st.ProvisionAt.IsZero() {
 			d.st.ProvisionAt = d.now
 		}
-		d.st.SpecHash = hash
+		d.st.SpecHash, d.st.AuthHash = hash, auth
 		d.st.Reason, d.st.Message = ReasonCreating, ""
+		d.issue(events.OpCreate)
+	case d.st.AuthHash != auth:
+		// Credentials never replace an instance; an idempotent create delivers them to the
+		// running one (the local provider rewrites its proxy's auth file).
+		d.st.SpecHash, d.st.AuthHash = hash, auth
 		d.issue(events.OpCreate)
 	case d.st.IP == "" && d.now.Sub(d.st.ProvisionAt) >= d.p.ProvisionDeadline:
 		d.st.Deadlines++
@@ -515,6 +526,16 @@ func (d *decider) verdict() (healthy, judged bool) {
 		return false, false
 	}
 	return h.Healthy, true
+}
+
+// authHash identifies the credentials without revealing them: salted with the UID, so equal
+// passwords on two proxies do not look equal in status.
+func authHash(uid string, a *schemas.Auth) string {
+	if a == nil {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(uid + "\x00" + a.Username + "\x00" + a.Password))
+	return hex.EncodeToString(sum[:8])
 }
 
 func knownProviders(c map[string]ProviderInfo) string {

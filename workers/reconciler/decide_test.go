@@ -136,7 +136,7 @@ func TestDecide(t *testing.T) {
 			}
 		}}},
 		{"attribute, lease and health changes do not replace", func(t *testing.T) Input {
-			return input(t, spec(t, `{"provider":"local","attributes":{"geo":"de"},"maxLeases":5,"healthCheck":{"intervalSeconds":10},"auth":{"username":"u","password":"p"}}`), running(spec(t, base)), t0)
+			return input(t, spec(t, `{"provider":"local","attributes":{"geo":"de"},"maxLeases":5,"healthCheck":{"intervalSeconds":10}}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseRunning}},
 		{"replacement waits for delete, then creates under the same name", func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
@@ -406,6 +406,16 @@ func TestDecide(t *testing.T) {
 			in.Health = &events.ProxyHealth{Address: "10.0.0.5:8080", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3}
 			return in
 		}, want{phase: events.PhaseReady}},
+		{"new credentials are delivered to the running instance, not replaced", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"local","auth":{"username":"u","password":"new"}}`), running(spec(t, base)), t0)
+		}, want{phase: events.PhaseRunning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			if d.Status.AuthHash == "" || d.Status.InstanceID != "local/x" || strings.Contains(d.Status.AuthHash, "new") {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"a replacement says why", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"local","port":8080}`), running(spec(t, base)), t0)
+		}, want{phase: events.PhaseReplacing, reason: ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}}},
 		{"changing provider replaces on the old provider", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {

@@ -157,7 +157,7 @@ func (r *rig) seedFleet(t *testing.T) {
 		{Kind: events.KindPhase, Proxy: "crawl-eu-1", At: ago(119 * time.Minute), From: events.PhaseRunning, Phase: events.PhaseReady},
 		{Kind: events.KindProvider, Proxy: "kvm-home", At: ago(25 * time.Minute), Reason: "Unreachable", Message: "dial tcp 192.0.2.10:22: i/o timeout",
 			Target: &events.TargetHealth{Provider: "kvm-home", Target: "hv2", Reason: "Unreachable"}},
-		{Kind: events.KindInvalid, Proxy: "bad-spec", At: ago(5 * time.Minute), Reason: "UnknownProvider", Message: `provider "nosuch" is not configured`},
+		{Kind: events.KindPhase, Phase: events.PhaseInvalid, Proxy: "bad-spec", At: ago(5 * time.Minute), Reason: "UnknownProvider", Message: `provider "nosuch" is not configured`},
 		{Kind: events.KindHealth, Proxy: "crawl-eu-2", At: ago(2 * time.Minute), Reason: "Unhealthy", Message: "connection refused",
 			Health: &events.ProxyHealth{Address: "127.0.0.3:3128"}},
 		{Kind: events.KindLease, Proxy: "crawl-eu-1", At: ago(time.Minute), Reason: "granted",

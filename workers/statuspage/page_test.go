@@ -93,7 +93,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 		"phase crawl-us-1 Pending → Provisioning (Creating)",
 		"lease crawl-eu-1 lease crawl-eu-1.1.k3j9 granted by crawler-7 for shop.example",
 		"health crawl-eu-2 Unhealthy at 127.0.0.3:3128 — connection refused",
-		`invalid bad-spec UnknownProvider — provider "nosuch" is not configured`,
+		`phase bad-spec - → Invalid (UnknownProvider) — provider "nosuch" is not configured`,
 		"provider kvm-home target hv2 not ready: Unreachable — dial tcp 192.0.2.10:22: i/o timeout",
 		"phase crawl-eu-1 Running → Ready",
 		"op crawl-eu-1 create on local/local attempt 1: ok (Running 127.0.0.2:3128)",
