@@ -13,6 +13,12 @@ import (
 // document names the whole input in a FieldError.
 const document = "(document)"
 
+// DecodeStrict decodes data into v (a pointer to a struct) as strictly as ParseProxySpec
+// decodes a spec, for the other JSON documents users send (the lease service's requests):
+// unknown or miscased fields, null, repeated keys and trailing data are rejected. Its error is
+// a *FieldError naming the field at fault, or "(document)" for the whole input.
+func DecodeStrict(data []byte, v any) error { return decodeStrict(data, v) }
+
 // decodeStrict decodes the first JSON value of data into v (a pointer to a struct) and holds
 // it to what the JSON Schema says. encoding/json alone is laxer: it matches keys without
 // regard to case, takes null for any field, lets a repeated key win silently, accepts a

@@ -78,7 +78,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, name := range names {
 		n.nats("kv", "put", "proxies", name, `{"provider":"local"}`)
 	}
-	rows := n.waitRows("three Running proxies", 30*time.Second, allPhase(names, events.PhaseRunning))
+	rows := n.waitRows("three Ready proxies", 30*time.Second, allPhase(names, events.PhaseReady))
 	addrs := map[string]bool{}
 	for _, name := range names {
 		addrs[rows[name].Address] = true
@@ -90,7 +90,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("%d forward-proxy processes, want 3", got)
 	}
 	table := n.egressd("status")
-	for _, col := range []string{"NAME", "MODE", "PROVIDER", "PHASE", "ADDRESS", "REASON", "AGE", "p1", "Running"} {
+	for _, col := range []string{"NAME", "MODE", "PROVIDER", "PHASE", "ADDRESS", "REASON", "AGE", "HEALTHY", "LEASES", "p1", "Ready"} {
 		if !strings.Contains(table, col) {
 			t.Errorf("status table lacks %q:\n%s", col, table)
 		}
@@ -119,7 +119,7 @@ func TestEndToEnd(t *testing.T) {
 		old := rows["p2"].Address
 		n.nats("kv", "put", "proxies", "p2", `{"provider":"local","port":8080}`)
 		rows = n.waitRows("p2 on port 8080", 30*time.Second, func(r map[string]proxyRow) bool {
-			return r["p2"].Phase == events.PhaseRunning && strings.HasSuffix(r["p2"].Address, ":8080")
+			return r["p2"].Phase == events.PhaseReady && strings.HasSuffix(r["p2"].Address, ":8080")
 		})
 		if c, err := net.DialTimeout("tcp", old, time.Second); err == nil {
 			c.Close()
@@ -143,7 +143,7 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("an invalid edit changed the instances: %d processes", got)
 		}
 		n.nats("kv", "put", "proxies", "p3", `{"provider":"local"}`)
-		n.waitRows("p3 Running again", 30*time.Second, allPhase([]string{"p3"}, events.PhaseRunning))
+		n.waitRows("p3 Ready again", 30*time.Second, allPhase([]string{"p3"}, events.PhaseReady))
 	})
 
 	for _, name := range names {
@@ -176,7 +176,7 @@ func TestKill9WhileConverging(t *testing.T) {
 	n.waitRows("a few proxies Running", 30*time.Second, func(r map[string]proxyRow) bool {
 		running := 0
 		for _, row := range r {
-			if row.Phase == events.PhaseRunning {
+			if row.Phase == events.PhaseRunning || row.Phase == events.PhaseReady {
 				running++
 			}
 		}
@@ -187,7 +187,7 @@ func TestKill9WhileConverging(t *testing.T) {
 		t.Fatalf("%d forward-proxy processes before restart", got)
 	}
 	n.start()
-	rows := n.waitRows("all 20 Running after the restart", 3*time.Minute, allPhase(names, events.PhaseRunning))
+	rows := n.waitRows("all 20 Ready after the restart", 3*time.Minute, allPhase(names, events.PhaseReady))
 	pids := proxyProcs(t, dir)
 	if len(pids) != 20 {
 		t.Fatalf("%d forward-proxy processes, want exactly 20", len(pids))
@@ -240,13 +240,13 @@ func TestSecretsNeverLeak(t *testing.T) {
 	n.nats("kv", "put", "proxies", "bad2", fmt.Sprintf(`{"provider":"local","auth":{"username":"u","password":%d}}`, 12345))
 	n.nats("kv", "put", "proxies", "bad3", fmt.Sprintf(`{"mode":"external","endpoint":{"host":"crawler:%s@10.0.0.1"}}`, password))
 	n.waitRows("sec and ref Running, bad ones Invalid", 30*time.Second, func(r map[string]proxyRow) bool {
-		return r["sec"].Phase == events.PhaseRunning && r["ref"].Phase == events.PhaseRunning &&
+		return r["sec"].Phase == events.PhaseReady && r["ref"].Phase == events.PhaseReady &&
 			r["bad1"].Phase == events.PhaseInvalid && r["bad2"].Phase == events.PhaseInvalid && r["bad3"].Phase == events.PhaseInvalid
 	})
 	// Replace and delete too, so every op kind has run with the secrets in the spec.
 	n.nats("kv", "put", "proxies", "sec", strings.Replace(good, `"local"`, `"local","port":8080`, 1))
 	n.waitRows("sec replaced", 30*time.Second, func(r map[string]proxyRow) bool {
-		return r["sec"].Phase == events.PhaseRunning && strings.HasSuffix(r["sec"].Address, ":8080")
+		return r["sec"].Phase == events.PhaseReady && strings.HasSuffix(r["sec"].Address, ":8080")
 	})
 	n.nats("kv", "del", "-f", "proxies", "ref")
 	n.waitRows("ref deleted", 30*time.Second, func(r map[string]proxyRow) bool { _, ok := r["ref"]; return !ok })

@@ -51,7 +51,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 			id := leaseID{Proxy: c.name, Slot: slot, Token: lease.Token}.String()
 			l.emitLease("granted", "granted:"+id, lease)
 			l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
-			return events.LeaseReply{Lease: grant(id, lease, c.target)}, nil
+			return events.LeaseReply{Lease: grant(id, lease, c.endpoint)}, nil
 		}
 		at.full[c.name] = true
 	}

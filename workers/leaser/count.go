@@ -2,7 +2,6 @@ package leaser
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,8 +26,3 @@ func ActiveLeases(ctx context.Context, kv jetstream.KeyValue) (map[string]int, e
 	}
 	return out, nil
 }
-
-// ActiveLeasesOf is the same count from a running replica's view, without a round trip.
-func (l *Leaser) ActiveLeasesOf() map[string]int { return l.view.activeLeases() }
-
-var _ = errors.New

@@ -25,7 +25,11 @@ func decode(data []byte, v any) error {
 	}
 	var fe *schemas.FieldError
 	if errors.As(err, &fe) {
-		return badRequest(fe.Field, "%s: %s", fe.Field, fe.Problem)
+		field := fe.Field
+		if field == "" {
+			field = `""` // a key that is the empty string
+		}
+		return badRequest(field, "%s: %s", field, fe.Problem)
 	}
 	return badRequest("(document)", "invalid request: %v", err)
 }

@@ -45,3 +45,27 @@ func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
 		l.log.Warn("reply", "endpoint", endpoint, "err", rerr)
 	}
 }
+
+// result names the outcome of a request for the Observer.
+func result(endpoint string, err error) string {
+	var ae *apiError
+	switch {
+	case err == nil && endpoint == "acquire":
+		return "granted"
+	case err == nil:
+		return "ok"
+	case !errors.As(err, &ae):
+		return "error"
+	}
+	switch ae.code {
+	case events.CodeBadRequest:
+		return "bad_request"
+	case events.CodeNotFound:
+		return "not_found"
+	case events.CodeConflict:
+		return "conflict"
+	case events.CodeUnavailable:
+		return "unavailable"
+	}
+	return "error"
+}

@@ -16,7 +16,7 @@ import (
 
 // grant is the reply form of a lease. The URL carries the proxy's credentials, escaped by
 // url.UserPassword; it goes to the holder only, never to a log or an event.
-func grant(id string, l events.Lease, t target) events.LeaseGrant {
+func grant(id string, l events.Lease, t endpoint) events.LeaseGrant {
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.ip, strconv.Itoa(t.port))}
 	if t.auth != nil {
 		u.User = url.UserPassword(t.auth.Username, t.auth.Password)
@@ -86,7 +86,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 	return false, errors.New("the slot kept changing during release")
 }
 
-// now and the TTL of a renewal: ttlSeconds, or the lease's own TTL when it is 0 (clamped to
+// renewTTL is the TTL of a renewal: ttlSeconds, or the lease's own TTL when it is 0 (clamped to
 // the current bounds, which may have changed since the grant).
 func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
 	if seconds != 0 {

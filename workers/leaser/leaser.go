@@ -39,9 +39,21 @@ type Config struct {
 	RequestBudget  time.Duration // all the KV calls of one request together; default 5s
 	ShutdownBudget time.Duration // for requests in flight when Run's context ends; default 5s
 
-	Log *slog.Logger
-	Now func() time.Time // record timestamps; expiry itself runs on the server's clock
+	Log      *slog.Logger
+	Now      func() time.Time // record timestamps; expiry itself runs on the server's clock
+	Observer Observer         // optional: counts requests (metrics)
 }
+
+// Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
+// endpoint is acquire, renew, release or report; result is "granted" (acquire) or "ok" on
+// success, else bad_request, not_found, conflict, unavailable or error.
+type Observer interface {
+	ObserveLease(endpoint, result string, d time.Duration)
+}
+
+type noObserver struct{}
+
+func (noObserver) ObserveLease(string, string, time.Duration) {}
 
 // Defaults.
 const (
@@ -60,6 +72,7 @@ type Leaser struct {
 	view     *view
 	emitter  *emitter
 	inflight atomic.Int64
+	ready    chan struct{}
 }
 
 // New checks the config and applies defaults; it does no I/O.
@@ -96,8 +109,15 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.Observer == nil {
+		cfg.Observer = noObserver{}
+	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log)}, nil
+	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{})}, nil
 }
+
+// Ready is closed once the replica serves requests (its view is complete); for health checks
+// and tests.
+func (l *Leaser) Ready() <-chan struct{} { return l.ready }
 
 func (l *Leaser) now() time.Time { return l.cfg.Now().UTC() }

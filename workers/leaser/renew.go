@@ -29,7 +29,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		switch {
 		case !known:
 			return nil, &apiError{code: events.CodeConflict, field: "id",
-				msg: fmt.Sprintf("lease %s cannot be renewed: proxy %s no longer exists", id, id.Proxy)}
+				msg: fmt.Sprintf("lease %s cannot be renewed: proxy %s was deleted or its spec is invalid", id, id.Proxy)}
 		case !inRange:
 			// maxLeases was lowered: the slots above it drain by running out.
 			return nil, &apiError{code: events.CodeConflict, field: "id",

@@ -15,6 +15,7 @@ import (
 // Run fills the view from the watches, serves the lease endpoints once every watch has
 // delivered its initial values, and on ctx's end stops the service, lets the requests in
 // flight finish (within ShutdownBudget) and returns when every goroutine it started has.
+// Call it once.
 func (l *Leaser) Run(ctx context.Context) error {
 	watchCtx, stopWatches := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -61,7 +62,13 @@ func (l *Leaser) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Ready means "a request now reaches us": the subscriptions must be at the server.
+	if err := l.cfg.NC.FlushTimeout(l.cfg.RequestBudget); err != nil {
+		l.stop(svc)
+		return fmt.Errorf("flush subscriptions: %w", err)
+	}
 	l.log.Info("lease service started", "subjects", events.LeaseSubjectPrefix+".*")
+	close(l.ready)
 	select {
 	case <-ctx.Done():
 	case err = <-failed:
@@ -141,9 +148,11 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 	return micro.HandlerFunc(func(req micro.Request) {
 		l.inflight.Add(1)
 		defer l.inflight.Add(-1)
+		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
 		defer cancel()
 		reply, err := h(rctx, req.Data())
+		l.cfg.Observer.ObserveLease(name, result(name, err), time.Since(start))
 		if err != nil {
 			l.replyError(req, name, err)
 			return

@@ -12,12 +12,12 @@ import (
 // candidate is a proxy an acquire may try, with the slots the view believes free.
 type candidate struct {
 	name       string
-	free       []int // in random order, so replicas racing for one proxy spread over its slots
+	free       []int // a few of the slots the view believes free, in random order
 	active     int
 	lastLeased time.Time
 	latencyMs  float64 // 0: unknown, sorts last
 	sticky     bool
-	target
+	endpoint
 }
 
 // matches is the exact attribute match of DESIGN §3.5: every selector pair is an attribute.
@@ -49,19 +49,13 @@ func (v *view) candidates(selector map[string]string, tgt, sticky string) []cand
 		if !p.leasable() || !matches(p.attrs, selector) || p.cooling[""] || (tgt != "" && p.cooling[tgt]) {
 			continue
 		}
-		var free []int
-		for s := range p.maxLeases {
-			if _, held := p.slots[s]; !held {
-				free = append(free, s)
-			}
-		}
+		free := freeSlots(p, slotsPerCandidate)
 		if len(free) == 0 {
 			continue
 		}
-		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
 		out = append(out, candidate{name: name, free: free, active: len(p.slots), lastLeased: p.lastLeased,
 			latencyMs: p.latencyMs, sticky: name == prev,
-			target: target{ip: p.ip, port: p.port, auth: p.auth, provider: p.provider, host: p.host}})
+			endpoint: p.endpoint()})
 	}
 	v.mu.RUnlock()
 	slices.SortFunc(out, compareCandidates)
@@ -135,11 +129,47 @@ func (v *view) availability(selector map[string]string, tgt string, a *attempt) 
 
 // hasFreeSlot reports whether a slot below maxLeases is free; slots held above a shrunk
 // maxLeases do not count, and maxLeases 0 has none.
-func hasFreeSlot(p *proxyView) bool {
-	for s := range p.maxLeases {
-		if _, held := p.slots[s]; !held {
-			return true
+func hasFreeSlot(p *proxyView) bool { return p.maxLeases-heldBelowMax(p) > 0 }
+
+func heldBelowMax(p *proxyView) int {
+	n := 0
+	for s := range p.slots {
+		if s < p.maxLeases {
+			n++
 		}
 	}
-	return false
+	return n
+}
+
+// slotsPerCandidate bounds the Creates one acquire spends on one proxy: if that many slots the
+// view thought free are taken, the view is far behind and the next proxy is a better bet.
+const slotsPerCandidate = 8
+
+// freeSlots returns up to limit free slots of p in random order, so that replicas racing for
+// one proxy spread over its slots. Its cost does not grow with maxLeases (up to 10,000) while
+// a quarter of the slots are free.
+func freeSlots(p *proxyView, limit int) []int {
+	free := p.maxLeases - heldBelowMax(p)
+	if free <= 0 {
+		return nil
+	}
+	var out []int
+	if p.maxLeases <= 4*limit || 4*free < p.maxLeases {
+		for s := range p.maxLeases {
+			if _, held := p.slots[s]; !held {
+				out = append(out, s)
+			}
+		}
+		rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+		return out[:min(len(out), limit)]
+	}
+	picked := map[int]bool{}
+	for len(out) < min(limit, free) {
+		s := rand.IntN(p.maxLeases)
+		if _, held := p.slots[s]; !held && !picked[s] {
+			picked[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
 }

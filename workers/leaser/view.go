@@ -256,8 +256,8 @@ func (v *view) noteCooldown(key string, rev uint64, on bool) {
 	}
 }
 
-// target is where a lease's holder connects, and what a probe checks.
-type target struct {
+// endpoint is where a lease's holder connects, and what a probe checks.
+type endpoint struct {
 	ip       string
 	port     int
 	auth     *schemas.Auth
@@ -267,29 +267,21 @@ type target struct {
 
 // lookup returns the connection details of proxy, and whether slot is still within its
 // maxLeases (a shrunk maxLeases lets the slots above it drain).
-func (v *view) lookup(proxy string, slot int) (t target, known, inRange bool) {
+func (v *view) lookup(proxy string, slot int) (t endpoint, known, inRange bool) {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	p := v.proxies[proxy]
 	if p == nil || !p.hasSpec {
-		return target{}, false, false
+		return endpoint{}, false, false
 	}
-	t = target{ip: p.ip, port: p.port, auth: p.auth, provider: p.provider, host: p.host}
-	if p.external {
-		t.provider, t.host = events.External, events.External
-	}
-	return t, true, slot < p.maxLeases
+	return p.endpoint(), true, slot < p.maxLeases
 }
 
-// activeLeases counts the held slots of every proxy the view knows of.
-func (v *view) activeLeases() map[string]int {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	out := map[string]int{}
-	for name, p := range v.proxies {
-		if len(p.slots) > 0 {
-			out[name] = len(p.slots)
-		}
+// endpoint is p's address, credentials and probe routing. Callers hold mu.
+func (p *proxyView) endpoint() endpoint {
+	e := endpoint{ip: p.ip, port: p.port, auth: p.auth, provider: p.provider, host: p.host}
+	if p.external {
+		e.provider, e.host = events.External, events.External
 	}
-	return out
+	return e
 }

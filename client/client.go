@@ -1,0 +1,145 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go"
+)
+
+// Client calls the lease service over a NATS connection it does not own.
+type Client struct {
+	nc      *nats.Conn
+	timeout time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithRequestTimeout bounds each request to the service (default 5s), within the context's
+// own deadline.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a client using nc.
+func New(nc *nats.Conn, opts ...Option) *Client {
+	c := &Client{nc: nc, timeout: 5 * time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// AcquireOptions is what a crawler asks for.
+type AcquireOptions struct {
+	Selector map[string]string // attributes the proxy must have, exactly
+	Target   string            // the site to crawl: proxies cooling down for it are skipped
+	TTL      time.Duration     // whole seconds; 0 takes the service's default (5m)
+	Holder   string            // who holds the lease, for events and debugging
+	Sticky   string            // prefer the proxy this key was last leased
+}
+
+func (o AcquireOptions) request() events.AcquireRequest {
+	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
+		Holder: o.Holder, Sticky: o.Sticky}
+}
+
+// seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".
+func seconds(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int((d + time.Second - 1) / time.Second)
+}
+
+// AcquireOnce asks for a lease and returns the grant as is: nothing renews it. For callers
+// that manage renewals themselves (the CLI); crawlers want Acquire.
+func (c *Client) AcquireOnce(ctx context.Context, o AcquireOptions) (events.LeaseGrant, error) {
+	var r events.LeaseReply
+	err := c.call(ctx, events.LeaseAcquireSubject, o.request(), &r)
+	return r.Lease, err
+}
+
+// Renew extends lease id once; ttl 0 keeps the lease's own TTL. The ID does not change.
+func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (events.LeaseGrant, error) {
+	var r events.LeaseReply
+	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r)
+	return r.Lease, err
+}
+
+// Release ends lease id. It reports false, without error, if the lease had already ended or
+// was someone else's.
+func (c *Client) Release(ctx context.Context, id string) (bool, error) {
+	var r events.ReleaseReply
+	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r)
+	return r.Released, err
+}
+
+// Result is how a leased proxy did.
+type Result string
+
+// Report results.
+const (
+	OK      Result = events.ReportOK
+	Blocked Result = events.ReportBlocked // the target blocked the proxy: cool it down for the target
+	Failed  Result = events.ReportFailed  // the proxy did not work: cool it down for every target, probe it now
+)
+
+// ReportOption adjusts a report.
+type ReportOption func(*events.ReportRequest)
+
+// WithCooldown sets the cooldown (whole seconds) instead of the service's default
+// (10m for Blocked, 5m for Failed).
+func WithCooldown(d time.Duration) ReportOption {
+	return func(r *events.ReportRequest) { r.CooldownSeconds = seconds(d) }
+}
+
+// AndRelease releases the lease with the report.
+func AndRelease() ReportOption { return func(r *events.ReportRequest) { r.Release = true } }
+
+// Report tells the service how the proxy of lease id did. target is required for Blocked.
+func (c *Client) Report(ctx context.Context, id string, result Result, target string, opts ...ReportOption) (events.ReportReply, error) {
+	req := events.ReportRequest{ID: id, Result: string(result), Target: target}
+	for _, o := range opts {
+		o(&req)
+	}
+	var r events.ReportReply
+	err := c.call(ctx, events.LeaseReportSubject, req, &r)
+	return r, err
+}
+
+// Service error headers (ADR-32), as nats.go/micro sets them.
+const (
+	errorCodeHeader = "Nats-Service-Error-Code"
+	errorHeader     = "Nats-Service-Error"
+)
+
+// call sends req to subject and decodes the reply into resp, or the service error into an
+// *Error.
+func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, subject, data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", subject, err)
+	}
+	if code := m.Header.Get(errorCodeHeader); code != "" {
+		var er events.ErrorReply
+		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
+			return &Error{Code: er.Error.Code, Message: er.Error.Message, Field: er.Error.Field, Availability: er.Error.Availability}
+		}
+		n, _ := strconv.Atoi(code)
+		return &Error{Code: n, Message: m.Header.Get(errorHeader)}
+	}
+	if err := json.Unmarshal(m.Data, resp); err != nil {
+		return fmt.Errorf("%s: decode reply: %w", subject, err)
+	}
+	return nil
+}

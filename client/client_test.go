@@ -1,0 +1,206 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/client"
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/leaser"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// service is an embedded NATS server with one Ready proxy (maxLeases 1, so a second holder
+// shows whether the first still holds it) and a lease service whose minimum TTL is 1s.
+type service struct {
+	srv   *server.Server
+	store *kvstore.Store
+	stop  func()
+}
+
+func startService(t *testing.T) (*service, *client.Client) {
+	t.Helper()
+	srv := kvstoretest.StartServer(t)
+	nc, js := kvstoretest.Connect(t, srv)
+	ctx := context.Background()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := 1
+	if _, err := kvstore.PutJSON(ctx, store.Proxies, "px-1", map[string]any{"provider": "local", "maxLeases": one}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.PutJSON(ctx, store.Status, "px-1", events.ProxyStatus{V: 1, Phase: events.PhaseReady,
+		Provider: "local", Host: "local", IP: "127.0.0.10", Port: 3128}); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{srv: srv, store: store}
+	s.start(t)
+	t.Cleanup(func() { s.stop() })
+	return s, client.New(nc)
+}
+
+func (s *service) start(t *testing.T) {
+	t.Helper()
+	nc, err := nats.Connect(s.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := leaser.New(leaser.Config{Store: s.store, NC: nc, MinTTL: time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	select {
+	case <-l.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("lease service not ready")
+	}
+	s.stop = func() { cancel(); <-done; nc.Close(); s.stop = func() {} }
+}
+
+func TestLeaseAutoRenewKeepsItBeyondItsTTL(t *testing.T) {
+	_, c := startService(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: time.Second, Holder: "crawler-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := l.ExpiresAt()
+	select {
+	case <-l.Lost():
+		t.Fatalf("lost: %v", l.Err())
+	case <-time.After(3 * time.Second): // three TTLs
+	}
+	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{TTL: time.Second}); !errors.Is(err, client.ErrNoProxy) {
+		t.Fatalf("second holder while the lease is renewed: %v", err)
+	}
+	if !l.ExpiresAt().After(first) {
+		t.Fatal("ExpiresAt did not move")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.AcquireOnce(ctx, client.AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatalf("after Release: %v", err)
+	}
+	if g.ID == l.ID {
+		t.Fatal("same ID for a new grant")
+	}
+	select {
+	case <-l.Lost():
+		t.Fatal("Release closed Lost")
+	default:
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+}
+
+// Lost fires when the slot is taken over: here an operator removes the key and another
+// holder is granted the slot before the next renewal.
+func TestLeaseLostFiresWhenTheSlotIsTakenOver(t *testing.T) {
+	s, c := startService(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := kvstore.DeleteAt(ctx, s.store.Leases, "px-1.0", 0); err != nil {
+		t.Fatal(err)
+	}
+	var other events.LeaseGrant
+	deadline := time.Now().Add(5 * time.Second)
+	for other.ID == "" && time.Now().Before(deadline) {
+		other, _ = c.AcquireOnce(ctx, client.AcquireOptions{TTL: 60 * time.Second})
+	}
+	if other.ID == "" || other.ID == l.ID {
+		t.Fatalf("the slot was not granted again: %q", other.ID)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed after the slot changed hands")
+	}
+	if !errors.Is(l.Err(), client.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+	// Releasing the lost lease must not remove the new holder's.
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Renew(ctx, other.ID, 0); err != nil {
+		t.Fatalf("the new holder's lease: %v", err)
+	}
+}
+
+// With the service gone for a whole TTL, the lease counts as lost on the client's clock.
+func TestLeaseLostFiresWhenRenewalsFailForATTL(t *testing.T) {
+	s, c := startService(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	s.stop()
+	select {
+	case <-l.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost not closed")
+	}
+	if !errors.Is(l.Err(), client.ErrExpired) || !errors.Is(l.Err(), nats.ErrNoResponders) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+}
+
+func TestLeaseTypedErrors(t *testing.T) {
+	s, c := startService(t)
+	ctx := context.Background()
+	_, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: map[string]string{"geo": "mars"}})
+	var se *client.Error
+	if !errors.Is(err, client.ErrNoProxy) || !errors.As(err, &se) || se.Availability == nil || se.Availability.Matched != 0 {
+		t.Fatalf("no match: %v", err)
+	}
+	_, err = c.AcquireOnce(ctx, client.AcquireOptions{TTL: 2 * time.Hour})
+	if !errors.Is(err, client.ErrBadRequest) || !errors.As(err, &se) || se.Field != "ttlSeconds" || errors.Is(err, client.ErrNoProxy) {
+		t.Fatalf("TTL too long: %v", err)
+	}
+	if _, err := c.Renew(ctx, "px-1.0.0123456789abcdef", 0); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("unknown lease: %v", err)
+	}
+	l, err := c.Acquire(ctx, client.AcquireOptions{Target: "a.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Report(ctx, client.Blocked, ""); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("blocked without a target: %v", err)
+	}
+	r, err := l.Report(ctx, client.Blocked, "a.example", client.WithCooldown(time.Minute), client.AndRelease())
+	if err != nil || !r.Released || time.Until(r.CooldownUntil) < 50*time.Second {
+		t.Fatalf("report: %+v %v", r, err)
+	}
+	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{Target: "a.example"}); !errors.Is(err, client.ErrNoProxy) {
+		t.Fatalf("acquire for the blocked target: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{}); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("no service: %v", err)
+	}
+}

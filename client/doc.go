@@ -1,0 +1,28 @@
+// Package client is the Go client crawlers use to lease egress proxies from egressd's lease
+// service over NATS (docs/leases.md).
+//
+// A Lease from Client.Acquire renews itself in the background at a third of its TTL until it
+// is released; Lost is closed if the service refuses a renewal (the lease expired, or its slot
+// was granted to someone else) or if no renewal got through before the TTL ran out. Always
+// Release a lease, typically with defer, or its renewals go on.
+//
+//	nc, _ := nats.Connect(nats.DefaultURL)
+//	c := client.New(nc)
+//	lease, err := c.Acquire(ctx, client.AcquireOptions{Selector: map[string]string{"geo": "de"}, Target: "example.com"})
+//	if errors.Is(err, client.ErrNoProxy) {
+//		// nothing free now: err's *client.Error carries the Availability numbers
+//	}
+//	defer lease.Release(context.Background())
+//	proxyURL, _ := url.Parse(lease.URL) // http://user:pass@host:port
+//	httpClient := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+//	…
+//	if blocked {
+//		lease.Report(ctx, client.Blocked, "example.com", client.AndRelease())
+//	}
+//
+// Errors of the service are *Error values; errors.Is matches them against ErrBadRequest,
+// ErrNotFound, ErrLost, ErrNoProxy and ErrInternal. When no lease service runs at all, the
+// error wraps nats.ErrNoResponders.
+//
+// This package imports only the standard library, nats.go and egressd's events.
+package client

@@ -1,0 +1,44 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/egressd/egressd/events"
+)
+
+// Sentinels for errors.Is on an *Error, one per service error code, and ErrExpired for a
+// lease whose renewals did not get through in time.
+var (
+	ErrBadRequest = errors.New("bad request")                    // 400: the request names the field at fault
+	ErrNotFound   = errors.New("lease unknown or expired")       // 404
+	ErrLost       = errors.New("lease lost to another holder")   // 409
+	ErrInternal   = errors.New("lease service internal error")   // 500: retry
+	ErrNoProxy    = errors.New("no proxy available")             // 503: see Error.Availability
+	ErrExpired    = errors.New("lease expired: renewals failed") // local: the service was unreachable for a whole TTL
+)
+
+var byCode = map[int]error{
+	events.CodeBadRequest:  ErrBadRequest,
+	events.CodeNotFound:    ErrNotFound,
+	events.CodeConflict:    ErrLost,
+	events.CodeInternal:    ErrInternal,
+	events.CodeUnavailable: ErrNoProxy,
+}
+
+// Error is an error answer of the lease service.
+type Error struct {
+	Code         int                  // an events.Code* value
+	Message      string               // names the problem; never carries credentials
+	Field        string               // the request field at fault, if one is
+	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
+}
+
+func (e *Error) Error() string { return "lease service: " + strconv.Itoa(e.Code) + ": " + e.Message }
+
+// Is matches the sentinel of e's code.
+func (e *Error) Is(target error) bool { return byCode[e.Code] == target && target != nil }
+
+// expired is the error of a lease whose renewals all failed for a whole TTL.
+func expired(last error) error { return fmt.Errorf("%w (last error: %w)", ErrExpired, last) }

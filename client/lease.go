@@ -1,0 +1,138 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// Lease is a held proxy lease that renews itself until Release. Its fields do not change:
+// renewals keep the ID.
+type Lease struct {
+	ID    string
+	Proxy string
+	Host  string
+	Port  int
+	URL   string // http://[user:pass@]host:port, for an HTTP client's Proxy or curl -x; do not log it
+
+	c       *Client
+	stop    context.CancelFunc
+	done    chan struct{} // closed when the renewal goroutine has returned
+	lost    chan struct{}
+	mu      sync.Mutex
+	expires time.Time
+	ttl     time.Duration
+	err     error
+}
+
+// Acquire leases a proxy and keeps the lease renewed (at a third of its TTL) until Release
+// or until it is lost.
+func (c *Client) Acquire(ctx context.Context, o AcquireOptions) (*Lease, error) {
+	sent := time.Now()
+	g, err := c.AcquireOnce(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, c: c, stop: stop,
+		done: make(chan struct{}), lost: make(chan struct{}), expires: g.ExpiresAt, ttl: time.Duration(g.TTLSeconds) * time.Second}
+	go l.keepAlive(rctx, sent)
+	return l, nil
+}
+
+// String names the lease without its credentials.
+func (l *Lease) String() string { return "lease " + l.ID + " on " + l.Proxy }
+
+// ExpiresAt is when the lease runs out unless renewed (the service's clock).
+func (l *Lease) ExpiresAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.expires
+}
+
+// Lost is closed when the lease is lost: a renewal was refused (errors.Is(Err(), ErrLost) or
+// ErrNotFound), or none got through before the TTL ran out (ErrExpired). Release does not
+// close it.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// Err is why the lease was lost, nil while it is not.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Release stops the renewals and ends the lease. Releasing a lost or already released lease
+// is not an error.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopRenewing()
+	_, err := l.c.Release(ctx, l.ID)
+	return err
+}
+
+// Report tells the service how the proxy did (see Client.Report); with AndRelease the
+// renewals stop once the service has released the lease.
+func (l *Lease) Report(ctx context.Context, result Result, target string, opts ...ReportOption) (events.ReportReply, error) {
+	r, err := l.c.Report(ctx, l.ID, result, target, opts...)
+	if err == nil && r.Released {
+		l.stopRenewing()
+	}
+	return r, err
+}
+
+func (l *Lease) stopRenewing() {
+	l.stop()
+	<-l.done
+}
+
+// keepAlive renews at a third of the TTL. A refusal loses the lease at once; other failures
+// (timeouts, no responders while the service restarts) are retried sooner, until the TTL
+// counted from the last renewal sent has passed on this machine's clock.
+func (l *Lease) keepAlive(ctx context.Context, lastSent time.Time) {
+	defer close(l.done)
+	ttl := max(l.ttl, time.Second)
+	next := ttl / 3
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, ttl/3)
+		g, err := l.c.Renew(rctx, l.ID, 0)
+		cancel()
+		var se *Error
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err == nil:
+			ttl = max(time.Duration(g.TTLSeconds)*time.Second, time.Second)
+			l.mu.Lock()
+			l.expires = g.ExpiresAt
+			l.mu.Unlock()
+			lastSent, next = sent, ttl/3
+		case errors.As(err, &se) && se.Code != events.CodeInternal:
+			l.markLost(err)
+			return
+		case time.Since(lastSent) >= ttl:
+			l.markLost(expired(err))
+			return
+		default:
+			next = min(ttl/10, time.Until(lastSent.Add(ttl))/2)
+			next = max(next, 50*time.Millisecond)
+		}
+	}
+}
+
+func (l *Lease) markLost(err error) {
+	l.mu.Lock()
+	l.err = err
+	l.mu.Unlock()
+	close(l.lost)
+}

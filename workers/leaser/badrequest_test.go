@@ -1,0 +1,131 @@
+package leaser_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Every bad request gets the right code and a body naming the problem, and changes nothing:
+// no key of proxy_leases or proxy_cooldowns moves and no event is published.
+func TestLeaseBadRequestsChangeNothing(t *testing.T) {
+	r := newRig(t, nil)
+	r.seed(proxy{name: "px-a", maxLeases: 1}, proxy{name: "px-b", maxLeases: 2})
+	r.startLeasers(2)
+
+	// A lost lease: granted, expired, and its slot granted again to someone else.
+	lost := r.mustAcquire(events.AcquireRequest{Selector: map[string]string{}, TTLSeconds: 1, Holder: "old"})
+	if lost.Proxy != "px-a" {
+		t.Fatalf("leased %s", lost.Proxy)
+	}
+	var current events.LeaseGrant
+	eventually(t, 5*time.Second, "px-a's slot 0 granted again", func() bool {
+		g, rep := r.acquire(events.AcquireRequest{TTLSeconds: 300, Holder: "new"})
+		if rep.code == 0 && g.Proxy != "px-a" {
+			r.release(g.ID)
+		}
+		current = g
+		return rep.code == 0 && g.Proxy == "px-a"
+	})
+	if !strings.HasPrefix(current.ID, "px-a.0.") || current.ID == lost.ID {
+		t.Fatalf("regrant %s, lost %s", current.ID, lost.ID)
+	}
+	unknown := "px-b.1.0123456789abcdef"
+
+	cases := []struct {
+		name, subject, body string
+		code                int
+		field, says         string
+	}{
+		{"acquire: bad JSON", events.LeaseAcquireSubject, `{"target":`, 400, "(document)", "JSON"},
+		{"acquire: not JSON", events.LeaseAcquireSubject, `target=a`, 400, "(document)", "invalid JSON"},
+		{"acquire: trailing data", events.LeaseAcquireSubject, `{"target":"a"}{}`, 400, "(document)", "trailing"},
+		{"acquire: unknown field", events.LeaseAcquireSubject, `{"ttl":60}`, 400, "ttl", "unknown field"},
+		{"acquire: miscased field", events.LeaseAcquireSubject, `{"TTLSeconds":60}`, 400, "TTLSeconds", "unknown field"},
+		{"acquire: repeated field", events.LeaseAcquireSubject, `{"target":"a","target":"b"}`, 400, "target", "more than once"},
+		{"acquire: null selector", events.LeaseAcquireSubject, `{"selector":null}`, 400, "selector", "null"},
+		{"acquire: selector value not a string", events.LeaseAcquireSubject, `{"selector":{"geo":1}}`, 400, "selector", "must be a string"},
+		{"acquire: ttl a string", events.LeaseAcquireSubject, `{"ttlSeconds":"60"}`, 400, "ttlSeconds", "integer"},
+		{"acquire: ttl negative", events.LeaseAcquireSubject, `{"ttlSeconds":-5}`, 400, "ttlSeconds", "between 1 and 3600"},
+		{"acquire: ttl too long", events.LeaseAcquireSubject, `{"ttlSeconds":3601}`, 400, "ttlSeconds", "between 1 and 3600"},
+		{"acquire: ttl huge", events.LeaseAcquireSubject, `{"ttlSeconds":99999999999999}`, 400, "ttlSeconds", "between"},
+		{"acquire: target too long", events.LeaseAcquireSubject, `{"target":"` + strings.Repeat("x", 600) + `"}`, 400, "target", "at most 512"},
+		{"renew: no id", events.LeaseRenewSubject, `{}`, 400, "id", "required"},
+		{"renew: malformed id", events.LeaseRenewSubject, `{"id":"px-a"}`, 400, "id", "<proxy>.<slot>.<token>"},
+		{"renew: non-canonical slot", events.LeaseRenewSubject, `{"id":"px-b.01.0123456789abcdef"}`, 400, "id", "<proxy>.<slot>.<token>"},
+		{"renew: ttl out of range", events.LeaseRenewSubject, `{"id":"` + current.ID + `","ttlSeconds":7200}`, 400, "ttlSeconds", "between"},
+		{"renew: unknown field", events.LeaseRenewSubject, `{"id":"` + current.ID + `","holder":"x"}`, 400, "holder", "unknown field"},
+		{"renew: unknown id", events.LeaseRenewSubject, `{"id":"` + unknown + `"}`, 404, "id", "unknown or has expired"},
+		{"renew: lost lease", events.LeaseRenewSubject, `{"id":"` + lost.ID + `"}`, 409, "id", "granted to another holder"},
+		{"release: malformed id", events.LeaseReleaseSubject, `{"id":"px-a.0"}`, 400, "id", "<proxy>.<slot>.<token>"},
+		{"release: bad JSON", events.LeaseReleaseSubject, `[]`, 400, "(document)", "object"},
+		{"report: unknown result", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"meh"}`, 400, "result", "unknown"},
+		{"report: no result", events.LeaseReportSubject, `{"id":"` + current.ID + `"}`, 400, "result", "required"},
+		{"report: blocked without target", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"blocked"}`, 400, "target", "required"},
+		{"report: negative cooldown", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"failed","cooldownSeconds":-1}`, 400, "cooldownSeconds", "between"},
+		{"report: cooldown for ok", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"ok","cooldownSeconds":60}`, 400, "cooldownSeconds", "not ok"},
+		{"report: malformed id", events.LeaseReportSubject, `{"id":"x.y.z","result":"ok"}`, 400, "id", "<proxy>.<slot>.<token>"},
+		{"report: unknown id", events.LeaseReportSubject, `{"id":"` + unknown + `","result":"failed"}`, 404, "id", "unknown"},
+		{"report: lost lease", events.LeaseReportSubject, `{"id":"` + lost.ID + `","result":"blocked","target":"a","release":true}`, 409, "id", "another holder"},
+	}
+
+	time.Sleep(200 * time.Millisecond) // let the events of the setup arrive
+	leasesBefore, coolBefore, eventsBefore := r.revisions(r.store.Leases), r.revisions(r.store.Cooldowns), len(r.seenEvents())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := r.call(tc.subject, []byte(tc.body))
+			if rep.code != tc.code || rep.err.Field != tc.field || !strings.Contains(rep.err.Message, tc.says) {
+				t.Fatalf("got %d field %q %q; want %d field %q saying %q", rep.code, rep.err.Field, rep.err.Message, tc.code, tc.field, tc.says)
+			}
+			if rep.header != rep.err.Message {
+				t.Errorf("Nats-Service-Error %q differs from the body's message %q", rep.header, rep.err.Message)
+			}
+			if tc.code == 400 && tc.field != "(document)" && !strings.Contains(rep.err.Message, tc.field) {
+				t.Errorf("message %q does not name %s", rep.err.Message, tc.field)
+			}
+		})
+	}
+	// Releasing an unknown or lost lease is not an error, and removes nothing.
+	for _, id := range []string{unknown, lost.ID} {
+		if r.release(id) {
+			t.Errorf("release %s: released true", id)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if after := r.revisions(r.store.Leases); !maps.Equal(after, leasesBefore) {
+		t.Errorf("proxy_leases changed: %v → %v", leasesBefore, after)
+	}
+	if after := r.revisions(r.store.Cooldowns); !maps.Equal(after, coolBefore) {
+		t.Errorf("proxy_cooldowns changed: %v → %v", coolBefore, after)
+	}
+	if n := len(r.seenEvents()); n != eventsBefore {
+		t.Errorf("%d events published by bad requests", n-eventsBefore)
+	}
+	if _, rep := r.renew(current.ID, 0); rep.code != 0 {
+		t.Fatalf("the current holder's lease: %d %s", rep.code, rep.err.Message)
+	}
+}
+
+// revisions maps every live key of kv to its revision.
+func (r *rig) revisions(kv jetstream.KeyValue) map[string]uint64 {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out := map[string]uint64{}
+	l, err := kv.ListKeys(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for k := range l.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err == nil {
+			out[k] = e.Revision()
+		}
+	}
+	return out
+}

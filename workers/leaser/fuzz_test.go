@@ -1,0 +1,64 @@
+package leaser
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"testing"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go"
+)
+
+// FuzzLeaseRequestDecoders feeds arbitrary bytes to every request decoder: each either accepts a
+// request that survives a round trip, or answers a 400 naming a field. None panics.
+func FuzzLeaseRequestDecoders(f *testing.F) {
+	for _, s := range []string{
+		`{}`, `{"selector":{"geo":"de"},"target":"example.com","ttlSeconds":300,"holder":"c7","sticky":"s42"}`,
+		`{"id":"crawl-1.0.0123456789abcdef","ttlSeconds":60}`, `{"id":"crawl-1.0.0123456789abcdef"}`,
+		`{"id":"crawl-1.0.0123456789abcdef","result":"blocked","target":"a","cooldownSeconds":60,"release":true}`,
+		`{"id":"crawl-1.0.0123456789abcdef","result":"failed"}`, `{"ttl":1}`, `{"ttlSeconds":-1}`, `[`, `null`,
+		`{"selector":null}`, `{"id":"a.01.x"}`, `{"result":"meh"}`, `{"a":1,"a":2}`, `{"ttlSeconds":1e3}`,
+	} {
+		f.Add([]byte(s))
+	}
+	l, err := New(Config{Store: &kvstore.Store{}, NC: &nats.Conn{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		check := func(what string, err error) bool {
+			if err == nil {
+				return true
+			}
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.code != events.CodeBadRequest || ae.field == "" || ae.msg == "" {
+				t.Fatalf("%s: %T %v is not a 400 naming a field", what, err, err)
+			}
+			return false
+		}
+		if r, ttl, err := l.decodeAcquire(data); check("acquire", err) {
+			if ttl < l.cfg.MinTTL || ttl > l.cfg.MaxTTL {
+				t.Fatalf("accepted TTL %v", ttl)
+			}
+			b, _ := json.Marshal(r)
+			again, ttl2, err := l.decodeAcquire(b)
+			if err != nil || ttl2 != ttl || !maps.Equal(again.Selector, r.Selector) || again.Target != r.Target ||
+				again.Holder != r.Holder || again.Sticky != r.Sticky {
+				t.Fatalf("round trip of %s: %+v %v", b, again, err)
+			}
+		}
+		if r, id, err := l.decodeRenew(data); check("renew", err) && id.String() != r.ID {
+			t.Fatalf("id %q parsed as %s", r.ID, id)
+		}
+		if r, id, err := decodeRelease(data); check("release", err) && id.String() != r.ID {
+			t.Fatalf("id %q parsed as %s", r.ID, id)
+		}
+		if r, id, cd, err := l.decodeReport(data); check("report", err) {
+			if id.String() != r.ID || (r.Result == events.ReportBlocked && r.Target == "") || (r.Result != events.ReportOK && cd <= 0) {
+				t.Fatalf("accepted report %+v (cooldown %v)", r, cd)
+			}
+		}
+	})
+}
