@@ -267,25 +267,9 @@ func (c *client) mustAllow(t *testing.T, what string, op func(ctx context.Contex
 	}
 }
 
-// bindStore binds every bucket without declaring any: what every role but admin must do
-// (kvstore.Ensure needs stream create/update rights, which only admin has).
+// bindStore binds every bucket without declaring any: what every role but admin does.
 func bindStore(ctx context.Context, js jetstream.JetStream) (*kvstore.Store, error) {
-	s := &kvstore.Store{JS: js}
-	for _, b := range []struct {
-		dst  *jetstream.KeyValue
-		name string
-	}{
-		{&s.Proxies, events.BucketProxies}, {&s.CloudInit, events.BucketCloudInit}, {&s.Status, events.BucketStatus},
-		{&s.Catalog, events.BucketCatalog}, {&s.Locks, events.BucketLocks}, {&s.Health, events.BucketHealth},
-		{&s.Leases, events.BucketLeases}, {&s.Cooldowns, events.BucketCooldowns}, {&s.Providers, events.BucketProviderHealth},
-	} {
-		kv, err := js.KeyValue(ctx, b.name)
-		if err != nil {
-			return nil, fmt.Errorf("bind %s: %w", b.name, err)
-		}
-		*b.dst = kv
-	}
-	return s, nil
+	return kvstore.Bind(ctx, js)
 }
 
 // declare is `egressd setup` as admin: every bucket, EGRESS_EVENTS, the ops streams of the

@@ -42,22 +42,7 @@ const EventsMaxAge = 7 * 24 * time.Hour
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
 	r := max(o.Replicas, 1)
 	s := &Store{JS: js}
-	buckets := []struct {
-		dst *jetstream.KeyValue
-		cfg jetstream.KeyValueConfig
-	}{
-		{&s.Proxies, jetstream.KeyValueConfig{Bucket: events.BucketProxies, History: 5, Description: "desired proxies (ProxySpec)"}},
-		{&s.CloudInit, jetstream.KeyValueConfig{Bucket: events.BucketCloudInit, History: 5, Description: "shared user-data documents"}},
-		{&s.Status, jetstream.KeyValueConfig{Bucket: events.BucketStatus, History: 1, Description: "observed proxies (ProxyStatus), written by the reconciler"}},
-		{&s.Catalog, jetstream.KeyValueConfig{Bucket: events.BucketCatalog, History: 1, Description: "provider catalogs"}},
-		// Per-key TTLs need History 1, or the server stretches them to the marker TTL.
-		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
-		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
-		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
-		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
-		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
-	}
-	for _, b := range buckets {
+	for _, b := range s.buckets() {
 		b.cfg.Storage = jetstream.FileStorage
 		b.cfg.Replicas = r
 		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
@@ -79,6 +64,42 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("declare stream %s: %w", events.StreamEvents, err)
+	}
+	return s, nil
+}
+
+type bucket struct {
+	dst *jetstream.KeyValue
+	cfg jetstream.KeyValueConfig
+}
+
+// buckets is every bucket of DESIGN §3.1 with its configuration and its handle in s.
+func (s *Store) buckets() []bucket {
+	return []bucket{
+		{&s.Proxies, jetstream.KeyValueConfig{Bucket: events.BucketProxies, History: 5, Description: "desired proxies (ProxySpec)"}},
+		{&s.CloudInit, jetstream.KeyValueConfig{Bucket: events.BucketCloudInit, History: 5, Description: "shared user-data documents"}},
+		{&s.Status, jetstream.KeyValueConfig{Bucket: events.BucketStatus, History: 1, Description: "observed proxies (ProxyStatus), written by the reconciler"}},
+		{&s.Catalog, jetstream.KeyValueConfig{Bucket: events.BucketCatalog, History: 1, Description: "provider catalogs"}},
+		// Per-key TTLs need History 1, or the server stretches them to the marker TTL.
+		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
+		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
+		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
+		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
+		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
+	}
+}
+
+// Bind opens the buckets without declaring anything: what every role but the admin does
+// against a shared NATS, where only the admin may create or change streams. A missing bucket
+// means the installation was not set up (`egressd setup`).
+func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	s := &Store{JS: js}
+	for _, b := range s.buckets() {
+		kv, err := js.KeyValue(ctx, b.cfg.Bucket)
+		if err != nil {
+			return nil, fmt.Errorf("bind bucket %s (has `egressd setup` run?): %w", b.cfg.Bucket, err)
+		}
+		*b.dst = kv
 	}
 	return s, nil
 }

@@ -28,9 +28,9 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	nc, err := nats.Connect(*natsURL, nats.Name("egressd events"), nats.Timeout(5*time.Second))
+	nc, err := dial(*natsURL, "egressd events", 5*time.Second)
 	if err != nil {
-		fmt.Fprintf(stderr, "egressd events: connect to NATS at %s: %v (is `egressd run` running?)\n", *natsURL, err)
+		fmt.Fprintln(stderr, "egressd events:", err)
 		return 1
 	}
 	defer nc.Close()

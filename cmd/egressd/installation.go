@@ -30,3 +30,16 @@ func ensureInstallation(ctx context.Context, s *kvstore.Store) (string, error) {
 	}
 	return "", errors.New("could not create or read the installation id")
 }
+
+// readInstallation reads the installation ID without creating it: roles on a shared NATS may
+// not write it, and a missing one means `egressd setup` has not run.
+func readInstallation(ctx context.Context, s *kvstore.Store) (string, error) {
+	raw, _, err := kvstore.Get(ctx, s.Locks, events.KeyInstallation)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return "", errors.New("no installation id in NATS: run `egressd setup` (as the admin user) first")
+	}
+	if err != nil {
+		return "", fmt.Errorf("read installation id: %w", err)
+	}
+	return string(raw), nil
+}

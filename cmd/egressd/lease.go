@@ -99,9 +99,9 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	nc, err := nats.Connect(f.natsURL, nats.Name("egressd lease"), nats.Timeout(f.timeout))
+	nc, err := dial(f.natsURL, "egressd lease", f.timeout)
 	if err != nil {
-		fmt.Fprintf(stderr, "egressd lease %s: connect to NATS at %s: %v\n", sub, f.natsURL, err)
+		fmt.Fprintf(stderr, "egressd lease %s: %v\n", sub, err)
 		return 1
 	}
 	defer nc.Close()

@@ -22,6 +22,9 @@ const usage = `egressd: forward proxies kept alive and handed out, on NATS JetSt
 
 Usage:
   egressd run [flags]            run every role with an embedded NATS server (or --nats-url)
+  egressd setup [flags]          declare buckets, streams and consumers on a shared NATS (admin)
+  egressd lease acquire|renew|release|report [flags]
+                                 lease proxies from a shell script
   egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
   egressd status providers       show provider targets: ready, reason, latency
   egressd events [-f] [--since 1h] [--kind k] [--proxy p]
@@ -47,6 +50,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "run":
 		return runCmd(ctx, rest, stderr)
+	case "setup":
+		return setupCmd(ctx, rest, stdout, stderr)
+	case "lease":
+		return leaseCmd(ctx, rest, stdout, stderr)
 	case "status":
 		return statusCmd(ctx, rest, stdout, stderr)
 	case "events":

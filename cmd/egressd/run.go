@@ -41,6 +41,7 @@ type runFlags struct {
 	checkURL   string
 	metrics    string
 	uiListen   string
+	declare    bool
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -49,7 +50,8 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.dataDir, "data-dir", "./egressd-data", "where the embedded NATS server and the local provider keep their state")
 	fs.StringVar(&f.configPath, "config", "", "YAML config declaring providers (default: one local provider named local)")
-	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one")
+	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one (credentials: "+envUser+", "+envPassword+")")
+	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare buckets, streams and consumers first, as `egressd setup` does (needs admin rights; always done with the embedded server)")
 	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser")
 	fs.StringVar(&f.provision, "provision", "", "providers this process provisions (comma list; default all in the config)")
@@ -82,6 +84,8 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
@@ -169,19 +173,31 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// Only an admin declares resources on a shared NATS (deploy/nats); every other role binds.
+	declare := f.natsURL == "" || f.declare
 	ko := kvstore.Options{Replicas: f.replicas}
-	store, err := kvstore.Ensure(setupCtx, js, ko)
-	if err != nil {
-		return err
+	var store *kvstore.Store
+	var installation string
+	if declare {
+		if store, err = kvstore.Ensure(setupCtx, js, ko); err != nil {
+			return err
+		}
+		installation, err = ensureInstallation(setupCtx, store)
+	} else {
+		if store, err = kvstore.Bind(setupCtx, js); err != nil {
+			return err
+		}
+		installation, err = readInstallation(setupCtx, store)
 	}
-	installation, err := ensureInstallation(setupCtx, store)
 	if err != nil {
 		return err
 	}
 	holder := identity()
 	log = log.With("installation", installation)
 
-	obs := metrics.New(store, nc)
+	// The state metrics read every bucket: only processes that may (the reconciler's user,
+	// the all-in-one) export them; others export their own counters.
+	obs := metrics.New(store, nc, roles.reconciler)
 	g, gctx := errgroup.WithContext(ctx)
 	if f.metrics != "" {
 		ln, err := net.Listen("tcp", f.metrics)
@@ -211,7 +227,11 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 		// The catalog is published before the reconciler starts, so no spec is judged
 		// Invalid for a provider that is only a moment away.
-		if err := p.Setup(setupCtx, ko); err != nil {
+		publish := p.PublishCatalog
+		if declare {
+			publish = func(ctx context.Context) error { return p.Setup(ctx, ko) }
+		}
+		if err := publish(setupCtx); err != nil {
 			return err
 		}
 		g.Go(func() error { return p.Run(gctx) })
@@ -265,7 +285,11 @@ func natsHealthy(nc *nats.Conn) func() error {
 }
 
 func connect(url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
-	opts = append(opts,
+	auth, err := authOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, auth...),
 		nats.Name("egressd "+identity()),
 		nats.MaxReconnects(-1),
 		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
@@ -280,11 +304,11 @@ func connect(url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, err
 				log.Warn("nats disconnected", "err", err)
 			}
 		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrl()) }),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
 	)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
 	}
 	return nc, nil
 }

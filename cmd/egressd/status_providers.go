@@ -11,15 +11,14 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // loadTargets reads every provider target's latest check, in config order.
 func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error) {
-	nc, err := nats.Connect(url, nats.Name("egressd status"), nats.Timeout(5*time.Second))
+	nc, err := dial(url, "egressd status", 5*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w (is `egressd run` running?)", url, err)
+		return nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

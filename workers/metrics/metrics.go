@@ -22,8 +22,10 @@ type Metrics struct {
 	probeFailures prometheus.Counter
 }
 
-// New registers the process's metrics; store and nc are read at scrape time.
-func New(store *kvstore.Store, nc *nats.Conn) *Metrics {
+// New registers the process's metrics. With state, every scrape also reads egressd's state
+// from NATS (buckets, streams, consumers), which needs read rights on all of them; the NATS
+// client's own statistics are always exported.
+func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_provider_ops_total",
@@ -45,8 +47,13 @@ func New(store *kvstore.Store, nc *nats.Conn) *Metrics {
 			Help: "Probes through proxies that failed."}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.probeTime, m.probeFailures,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&stateCollector{store: store, nc: nc, timeout: 5 * time.Second})
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
+	if state {
+		m.Registry.MustRegister(sc)
+	} else {
+		m.Registry.MustRegister(clientCollector{sc})
+	}
 	return m
 }
 

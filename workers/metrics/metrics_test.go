@@ -50,7 +50,7 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 			t.Fatal(err)
 		}
 	}
-	return st, metrics.New(st, nc)
+	return st, metrics.New(st, nc, true)
 }
 
 func TestMetricsLintAndMatchKV(t *testing.T) {

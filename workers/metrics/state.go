@@ -108,6 +108,17 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// clientCollector exports only the NATS client's statistics.
+type clientCollector struct{ c *stateCollector }
+
+func (cc clientCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes, descReconnects, descConnected} {
+		ch <- d
+	}
+}
+
+func (cc clientCollector) Collect(ch chan<- prometheus.Metric) { cc.c.collectClient(ch) }
+
 func (c *stateCollector) collectClient(ch chan<- prometheus.Metric) {
 	s := c.nc.Stats()
 	ch <- prometheus.MustNewConstMetric(descNATSIn, prometheus.CounterValue, float64(s.InMsgs))

@@ -101,17 +101,27 @@ type CatalogRecord struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// Setup declares the provider's stream and host consumers and publishes its catalog. Run
-// calls it; `egressd run` also calls it before the reconciler starts, so no spec is judged
-// against a catalog that is not there yet.
+// Setup declares the provider's stream and host consumers, then publishes its catalog: what
+// the all-in-one does. Against a shared NATS only the admin declares (`egressd setup`) and a
+// provisioner calls PublishCatalog alone.
 func (p *Provisioner) Setup(ctx context.Context, o kvstore.Options) error {
-	var hosts []kvstore.HostConfig
-	for _, h := range p.cfg.Catalog.Hosts {
-		hosts = append(hosts, kvstore.HostConfig{Name: h.Name, MaxConcurrentOps: h.MaxConcurrentOps})
-	}
-	if err := kvstore.EnsureOps(ctx, p.cfg.Store.JS, p.cfg.Provider, hosts, o); err != nil {
+	if err := kvstore.EnsureOps(ctx, p.cfg.Store.JS, p.cfg.Provider, HostConfigs(p.cfg.Catalog), o); err != nil {
 		return err
 	}
+	return p.PublishCatalog(ctx)
+}
+
+// HostConfigs are a catalog's hosts with their op limits, as EnsureOps takes them.
+func HostConfigs(c providers.Catalog) []kvstore.HostConfig {
+	var hosts []kvstore.HostConfig
+	for _, h := range c.Hosts {
+		hosts = append(hosts, kvstore.HostConfig{Name: h.Name, MaxConcurrentOps: h.MaxConcurrentOps})
+	}
+	return hosts
+}
+
+// PublishCatalog writes the provider's catalog (never secrets) to provider_catalog.
+func (p *Provisioner) PublishCatalog(ctx context.Context) error {
 	rec := CatalogRecord{V: 1, Provider: p.cfg.Provider, Catalog: p.cfg.Catalog, UpdatedAt: time.Now().UTC()}
 	if _, err := kvstore.PutJSON(ctx, p.cfg.Store.Catalog, p.cfg.Provider, rec); err != nil {
 		return fmt.Errorf("publish catalog of %s: %w", p.cfg.Provider, err)

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Credentials come from the environment, never from flags (flags show in ps):
+// EGRESSD_NATS_USER and EGRESSD_NATS_PASSWORD, EGRESSD_NATS_CA for a private CA. A user gets
+// its own inbox prefix, _INBOX_<user>, so the server can keep users from reading each other's
+// replies (deploy/nats/nats-server.conf).
+const (
+	envUser     = "EGRESSD_NATS_USER"
+	envPassword = "EGRESSD_NATS_PASSWORD"
+	envCA       = "EGRESSD_NATS_CA"
+)
+
+// dial connects a short-lived command (status, events, lease) to NATS.
+func dial(serverURL, name string, timeout time.Duration) (*nats.Conn, error) {
+	opts, err := authOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, nats.Name(name), nats.Timeout(timeout))
+	nc, err := nats.Connect(serverURL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (is `egressd run` running?)", redactURL(serverURL), err)
+	}
+	return nc, nil
+}
+
+// authOptions are the connection options every egressd connection shares.
+func authOptions() ([]nats.Option, error) {
+	var opts []nats.Option
+	if user := os.Getenv(envUser); user != "" {
+		opts = append(opts, nats.UserInfo(user, os.Getenv(envPassword)), nats.CustomInboxPrefix("_INBOX_"+user))
+	}
+	if ca := os.Getenv(envCA); ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	return opts, nil
+}
+
+// redactURL hides a password written into a server URL, for logs and errors.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}

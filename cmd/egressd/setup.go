@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/provisioner"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// setupCmd declares everything on a shared NATS, as the admin: the buckets, EGRESS_EVENTS,
+// each configured provider's op stream with one consumer per host, and the installation ID.
+// It is idempotent; run it again after adding a provider or a host.
+func setupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server (credentials: "+envUser+", "+envPassword+")")
+	configPath := fs.String("config", "", "YAML config declaring providers (default: one local provider named local)")
+	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
+	dataDir := fs.String("data-dir", "./egressd-data", "data directory the config's relative paths are resolved against")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if err := setup(ctx, *natsURL, *configPath, *dataDir, kvstore.Options{Replicas: *replicas}, stdout); err != nil {
+		fmt.Fprintln(stderr, "egressd setup:", err)
+		return 1
+	}
+	return 0
+}
+
+func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.Options, stdout io.Writer) error {
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	nc, err := dial(natsURL, "egressd setup", 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	store, err := kvstore.Ensure(ctx, js, o)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "buckets and EGRESS_EVENTS declared")
+	for _, pc := range cfg.Providers {
+		b, err := buildProvider(pc, dataDir, discardLogger())
+		if err != nil {
+			return err
+		}
+		hosts := provisioner.HostConfigs(b.Catalog())
+		if err := kvstore.EnsureOps(ctx, js, pc.Name, hosts, o); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "provider %s: OPS_%s with %d host consumer(s)\n", pc.Name, pc.Name, len(hosts))
+	}
+	id, err := ensureInstallation(ctx, store)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "installation", id)
+	return nil
+}
