@@ -254,7 +254,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		g.Go(func() error { return p.Run(gctx) })
 	}
 	if roles.leaser {
-		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log})
+		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs})
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,103 @@
+package leaser_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/leaser"
+	"github.com/nats-io/nats.go"
+)
+
+// BenchmarkAcquireRelease is one lease acquired and released through the service (two
+// request-replies, a slot Create with a TTL and a Delete). Compare it with the baselines from
+// the same run: a bare request-reply, and a bare KV Create+Delete.
+func BenchmarkAcquireRelease(b *testing.B) {
+	srv := kvstoretest.StartServer(b)
+	nc, js := kvstoretest.Connect(b, srv)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("p%d", i)
+		if _, err := store.Proxies.Put(ctx, name, []byte(`{"provider":"local","maxLeases":3}`)); err != nil {
+			b.Fatal(err)
+		}
+		st := events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local", Host: "local", IP: fmt.Sprintf("127.0.0.%d", i+2), Port: 3128}
+		if _, err := kvstore.PutJSON(ctx, store.Status, name, st); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lnc, _ := kvstoretest.Connect(b, srv)
+	l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = l.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	<-l.Ready()
+	b.ResetTimer()
+	for range b.N {
+		m, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":60}`), 5*time.Second)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var r events.LeaseReply
+		if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
+			b.Fatalf("acquire: %s", m.Data)
+		}
+		if _, err := nc.Request(events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`), 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBaselineRequestReply is a bare NATS request-reply on the same kind of server.
+func BenchmarkBaselineRequestReply(b *testing.B) {
+	srv := kvstoretest.StartServer(b)
+	nc, _ := kvstoretest.Connect(b, srv)
+	rnc, _ := kvstoretest.Connect(b, srv)
+	sub, err := rnc.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	_ = rnc.Flush()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := nc.Request("bench.echo", []byte(`{"ttlSeconds":60}`), 5*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBaselineKVCreateDelete is a bare slot Create with a TTL and its Delete.
+func BenchmarkBaselineKVCreateDelete(b *testing.B) {
+	srv := kvstoretest.StartServer(b)
+	_, js := kvstoretest.Connect(b, srv)
+	ctx := context.Background()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		key := fmt.Sprintf("p%d.0", i%10)
+		if _, err := kvstore.CreateTTL(ctx, store.Leases, key, []byte(`{}`), time.Minute); err != nil {
+			b.Fatal(err)
+		}
+		if err := store.Leases.Delete(ctx, key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
