@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -230,20 +231,32 @@ func qemuStarted(domain string) (time.Time, error) {
 }
 
 // guestUserData is the proxy's cloud-init user-data: a shell script, which the guest's init
-// runs once the network is up. It starts egressd's own forward proxy and notes in the boot
-// timeline when the proxy listens.
+// runs once the network is up. It starts egressd's own forward proxy, with the credential the
+// provider put in the seed's egressd.json (a salted hash, never the password), and notes in the
+// guest's boot timeline when the proxy listens.
 func guestUserData(port int) string {
 	return fmt.Sprintf(`#!/bin/sh
 # egressd libvirt end-to-end test: run egressd's own forward proxy on port %[1]d.
 set -e
-/usr/bin/egressd forward-proxy --listen 0.0.0.0:%[1]d --instance e2e \
+auth=$(sed -n 's/.*"auth":"\([^"]*\)".*/\1/p' /cidata/egressd.json 2>/dev/null || true)
+flags=
+if [ -n "$auth" ]; then
+  (umask 077; echo "$auth" > /run/forward-proxy.auth)
+  flags="--auth-file /run/forward-proxy.auth"
+fi
+/usr/bin/egressd forward-proxy --listen 0.0.0.0:%[1]d --instance e2e $flags \
   --pid-file /run/forward-proxy.pid --log-file /var/log/forward-proxy.log &
 i=0
 while [ ! -s /run/forward-proxy.pid ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done
 echo "proxy-listening $(cut -d' ' -f1 /proc/uptime)" >> /run/egressd-guest/boot-times
-echo "forward proxy listening on port %[1]d"
+echo "forward proxy listening on port %[1]d${flags:+ with basic auth}"
 `, port)
 }
+
+const (
+	libvirtUser     = "crawler"
+	libvirtPassword = "e2e-p4ss:w@rd"
+)
 
 func libvirtSpec(provider, zone, image string, port int) string {
 	b, _ := json.Marshal(map[string]any{
@@ -251,6 +264,7 @@ func libvirtSpec(provider, zone, image string, port int) string {
 		"placement":  map[string]string{"zone": zone, "machineType": "tiny", "image": image},
 		"port":       port,
 		"attributes": map[string]string{"e2e": "libvirt"},
+		"auth":       map[string]string{"username": libvirtUser, "password": libvirtPassword},
 		"cloudInit":  guestUserData(port),
 		"healthCheck": map[string]int{
 			"intervalSeconds": 2, "timeoutSeconds": 5, "failureThreshold": 3, "successThreshold": 1,
@@ -481,6 +495,9 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	if !strings.Contains(r.Lease.URL, leased) || leased == "" {
 		t.Fatalf("lease URL %s is not the address of %s (%s)", r.Lease.URL, r.Lease.Proxy, leased)
 	}
+	if !strings.Contains(r.Lease.URL, url.QueryEscape(libvirtUser)+":") {
+		t.Fatalf("lease URL %s carries no credential", r.Lease.URL)
+	}
 	vmIP, _, _ := net.SplitHostPort(leased)
 	for _, connect := range []bool{false, true} {
 		body := curlBody(t, r.Lease.URL, webURL, connect)
@@ -491,7 +508,10 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	if peer, _ := lastPeer.Load().(string); peer != vmIP {
 		t.Fatalf("the web server saw %s, not the VM %s", peer, vmIP)
 	}
-	t.Logf("curl -x %s reached %s from the VM (%s), plain and CONNECT", r.Lease.URL, webURL, vmIP)
+	if code := curlVia(t, "http://"+libvirtUser+":wrong@"+leased, webURL); code != "407" {
+		t.Fatalf("the VM's proxy answered a wrong password with HTTP %s, want 407", code)
+	}
+	t.Logf("curl -x %s reached %s from the VM (%s), plain and CONNECT; a wrong password got 407", r.Lease.URL, webURL, vmIP)
 	out := n.nats("req", "--raw", "--timeout", "5s", events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, r.Lease.ID))
 	if !strings.Contains(out, `"released":true`) {
 		t.Fatalf("release: %s", out)
@@ -515,7 +535,8 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	}
 	checkVolumes(t, e, []string{vm1, newName})
 	ip3, _, _ := net.SplitHostPort(rows["vm-2"].Address)
-	if body := curlBody(t, "http://"+rows["vm-2"].Address, webURL, false); body != "hello from the host, "+ip3 {
+	via := (&url.URL{Scheme: "http", User: url.UserPassword(libvirtUser, libvirtPassword), Host: rows["vm-2"].Address}).String()
+	if body := curlBody(t, via, webURL, false); body != "hello from the host, "+ip3 {
 		t.Fatalf("through the replacement: %q", body)
 	}
 	if addr2 != rows["vm-2"].Address {

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -99,52 +98,5 @@ func eventFilters(kinds, proxy string) []string {
 
 // formatEvent is one line: time, kind, subject, and what happened.
 func formatEvent(ev events.Event) string {
-	what := ""
-	switch {
-	case ev.Kind == events.KindPhase:
-		what = fmt.Sprintf("%s → %s", orDash(string(ev.From)), ev.Phase)
-	case ev.Op != nil:
-		r := ev.Op
-		what = fmt.Sprintf("%s on %s/%s attempt %d", r.Kind, r.Provider, r.Host, r.Attempt)
-		if r.Kind == events.OpDelete && r.ErrorClass == "NotFound" {
-			what += ": gone"
-		} else if r.ErrorClass != "" {
-			what += ": " + r.ErrorClass
-		} else {
-			what += ": ok"
-		}
-		if r.Instance != nil && r.Instance.Address != "" {
-			what += fmt.Sprintf(" (%s %s:%d)", r.Instance.State, r.Instance.Address, r.Instance.Port)
-		}
-	case ev.Health != nil:
-		what = fmt.Sprintf("%s at %s", ev.Reason, ev.Health.Address)
-	case ev.Lease != nil:
-		what = fmt.Sprintf("lease %s %s", ev.Lease.ID, ev.Reason)
-		if ev.Lease.Holder != "" {
-			what += " by " + ev.Lease.Holder
-		}
-		if ev.Lease.Target != "" {
-			what += " for " + ev.Lease.Target
-		}
-	case ev.GC != nil:
-		what = fmt.Sprintf("deleted orphan %s (uid %s)", ev.GC.ID, orDash(ev.GC.UID))
-	case ev.Target != nil:
-		what = fmt.Sprintf("target %s ready=%v %s", ev.Target.Target, ev.Target.Ready, ev.Target.Reason)
-	default:
-		what = ev.Reason
-	}
-	line := fmt.Sprintf("%s  %-8s %-20s %s", ev.At.Local().Format("15:04:05.000"), ev.Kind, ev.Proxy, what)
-	if ev.Message != "" && ev.Kind != events.KindGC {
-		line += "  — " + ev.Message
-	} else if ev.Kind == events.KindPhase && ev.Reason != "" {
-		line += "  (" + ev.Reason + ")"
-	}
-	return strings.TrimRight(line, " ")
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
+	return fmt.Sprintf("%s  %-8s %-20s %s", ev.At.Local().Format("15:04:05.000"), ev.Kind, ev.Proxy, ev.Summary())
 }

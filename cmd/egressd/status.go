@@ -131,7 +131,7 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 	now := time.Now()
 	var rows []proxyRow
 	for name, e := range specs {
-		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Healthy: "-", Age: age(now, e.Created())}
+		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Healthy: "-", Age: events.Age(now, e.Created())}
 		if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
 			r.Mode, r.Provider, r.MaxLease = s.Mode, s.Provider, *s.MaxLeases
 		}
@@ -159,7 +159,7 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 			r.Address = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
 		}
 		if !st.CreatedAt.IsZero() {
-			r.Age = age(now, st.CreatedAt)
+			r.Age = events.Age(now, st.CreatedAt)
 		}
 		var h events.ProxyHealth
 		if e, ok := health[name]; ok && json.Unmarshal(e.Value(), &h) == nil && h.Address == r.Address && h.Judged() {
@@ -234,23 +234,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// age prints a duration like kubectl does: 45s, 12m, 3h, 5d.
-func age(now, t time.Time) string {
-	if t.IsZero() {
-		return "-"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh", int(d.Hours()))
-	}
-	return fmt.Sprintf("%dd", int(d.Hours()/24))
 }
 
 func envOr(k, def string) string {

@@ -59,7 +59,7 @@ func printTargets(w io.Writer, targets []events.TargetHealth) {
 			msg = msg[:77] + "..."
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%.1fms\t%s ago\t%s\t%s\n", t.Provider, t.Target, t.Ready, t.Reason, t.LatencyMs,
-			age(now, t.CheckedAt), age(now, t.LastTransitionTime), dash(msg))
+			events.Age(now, t.CheckedAt), events.Age(now, t.LastTransitionTime), dash(msg))
 	}
 	tw.Flush()
 }

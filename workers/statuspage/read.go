@@ -132,6 +132,6 @@ func eventRow(m jetstream.Msg) EventRow {
 	if ev.Proxy != "" {
 		r.Proxy = ev.Proxy
 	}
-	r.Summary = summarize(ev)
+	r.Summary = ev.Summary()
 	return r
 }

@@ -82,7 +82,7 @@ func proxyRows(now time.Time, specs, statuses, health, leases map[string]jetstre
 	out := make([]ProxyRow, 0, len(rows))
 	for _, r := range rows {
 		r.Leases = active[r.Name]
-		r.Age = age(now, r.CreatedAt)
+		r.Age = events.Age(now, r.CreatedAt)
 		out = append(out, *r)
 	}
 	slices.SortFunc(out, func(a, b ProxyRow) int { return strings.Compare(a.Name, b.Name) })

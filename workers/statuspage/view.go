@@ -78,7 +78,7 @@ func newView(s Snapshot) view {
 		if !sameDay(e.At, s.GeneratedAt) {
 			clock = e.At.Format("2006-01-02 15:04:05")
 		}
-		v.Events = append(v.Events, eventView{EventRow: e, Clock: clock, Ago: age(s.GeneratedAt, e.At)})
+		v.Events = append(v.Events, eventView{EventRow: e, Clock: clock, Ago: events.Age(s.GeneratedAt, e.At)})
 	}
 	return v
 }
@@ -91,11 +91,11 @@ func (v view) Incomplete(section string) bool { return v.incomplete[section] }
 func (v view) Targets() []agedTarget {
 	out := make([]agedTarget, 0, len(v.Providers))
 	for _, t := range v.Providers {
-		checked := age(v.GeneratedAt, t.CheckedAt)
+		checked := events.Age(v.GeneratedAt, t.CheckedAt)
 		if !t.CheckedAt.IsZero() {
 			checked += " ago"
 		}
-		out = append(out, agedTarget{t, checked, age(v.GeneratedAt, t.LastTransitionTime)})
+		out = append(out, agedTarget{t, checked, events.Age(v.GeneratedAt, t.LastTransitionTime)})
 	}
 	return out
 }

@@ -1,18 +1,16 @@
-package statuspage
+package events
 
 import (
 	"fmt"
 	"time"
-
-	"github.com/egressd/egressd/events"
 )
 
-// summarize says in one line what an event means, in the words `egressd events` uses, so the
-// page and the terminal read alike.
-func summarize(ev events.Event) string {
+// Summary says in one line what an event means, so `egressd events` and the status page read
+// alike.
+func (ev Event) Summary() string {
 	what := ""
 	switch {
-	case ev.Kind == events.KindPhase:
+	case ev.Kind == KindPhase:
 		what = fmt.Sprintf("%s → %s", orDash(string(ev.From)), ev.Phase)
 		if ev.Reason != "" {
 			what += " (" + ev.Reason + ")"
@@ -21,7 +19,7 @@ func summarize(ev events.Event) string {
 		r := ev.Op
 		what = fmt.Sprintf("%s on %s/%s attempt %d", r.Kind, r.Provider, r.Host, r.Attempt)
 		switch {
-		case r.Kind == events.OpDelete && r.ErrorClass == "NotFound":
+		case r.Kind == OpDelete && r.ErrorClass == "NotFound":
 			what += ": gone"
 		case r.ErrorClass != "":
 			what += ": " + r.ErrorClass
@@ -53,7 +51,7 @@ func summarize(ev events.Event) string {
 		what = ev.Reason
 	}
 	// A gc event's message repeats its instance; every other message adds the why.
-	if ev.Message != "" && ev.Kind != events.KindGC {
+	if ev.Message != "" && ev.Kind != KindGC {
 		if what == "" {
 			return ev.Message
 		}
@@ -69,8 +67,8 @@ func orDash(s string) string {
 	return s
 }
 
-// age prints a duration the way `egressd status` does: 45s, 12m, 3h, 5d.
-func age(now, t time.Time) string {
+// Age prints how long ago t was, the way kubectl does: 45s, 12m, 3h, 5d; "-" for zero.
+func Age(now, t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
