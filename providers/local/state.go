@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -118,34 +119,7 @@ func writeMeta(dir string, m *meta) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, metaFile), append(data, '\n'), 0o600)
-}
-
-// writeFileAtomic replaces path with data: a reader sees the old or the new file, whole.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(filepath.Join(dir, metaFile), append(data, '\n'), 0o600)
 }
 
 // instanceNames lists the directories that may be instances. A missing state dir holds none.

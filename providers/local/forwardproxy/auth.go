@@ -8,9 +8,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -35,7 +35,7 @@ func WriteAuthFile(path, username, password string) error {
 	rand.Read(salt)
 	sum := saltedSum(salt, password)
 	line := username + ":" + authScheme + ":" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(sum[:]) + "\n"
-	if err := writeFileAtomic(path, []byte(line), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(line), 0o600); err != nil {
 		return fmt.Errorf("auth file: %w", err)
 	}
 	return nil
@@ -180,32 +180,4 @@ func parseBasic(header string) (user, pass string, ok bool) {
 		return "", "", false
 	}
 	return strings.Cut(string(raw), ":")
-}
-
-// writeFileAtomic replaces path with data so that readers see the old or the new content,
-// never a mix.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if err = f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"io"
 	"log/slog"
 	"net"
@@ -150,7 +151,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) int {
 	if o.pidFile != "" {
 		// The proxy writes its own pid file, after it listens: a pid file then always names a
 		// process that got that far, even if whoever started it died meanwhile.
-		if err := writeFileAtomic(o.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		if err := atomicfile.Write(o.pidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 			ln.Close()
 			return ready.fail(out, exitCode(err), fmt.Errorf("pid file: %w", err))
 		}
