@@ -2,6 +2,8 @@ package reconciler
 
 import (
 	"encoding/json"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -19,20 +21,25 @@ func (l *loop) scheduleProbes(now time.Time) {
 			delete(l.probeDue, name)
 			continue
 		}
+		// A new address (a new or replaced instance) is probed at once, not an interval later.
+		addr := net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
 		due, scheduled := l.probeDue[name]
-		if scheduled && now.Before(due) {
+		fresh := l.probeAddr[name] != addr
+		if scheduled && now.Before(due) && !fresh {
 			continue
 		}
 		reason := "interval"
-		if !scheduled {
+		if fresh {
 			reason = "new"
 		}
+		l.probeAddr[name] = addr
 		l.probeDue[name] = now.Add(time.Duration(se.spec.HealthCheck.IntervalSeconds) * time.Second)
 		l.publishProbe(name, st, reason, now)
 	}
 	for name := range l.probeDue {
 		if _, ok := l.statuses[name]; !ok {
 			delete(l.probeDue, name)
+			delete(l.probeAddr, name)
 		}
 	}
 }

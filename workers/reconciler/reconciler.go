@@ -88,6 +88,7 @@ type loop struct {
 	health      map[string]events.ProxyHealth
 	due         map[string]time.Time
 	probeDue    map[string]time.Time
+	probeAddr   map[string]string    // the address each proxy was last probed at
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
 }
 
@@ -98,7 +99,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
 	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
-		health: map[string]events.ProxyHealth{}, probeDue: map[string]time.Time{}, unpublished: map[string]events.Op{}}
+		health: map[string]events.ProxyHealth{}, probeDue: map[string]time.Time{}, probeAddr: map[string]string{}, unpublished: map[string]events.Op{}}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
