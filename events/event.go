@@ -12,6 +12,7 @@ const (
 	KindReport   = "report"   // a crawler reported a proxy blocked, failed or ok
 	KindGC       = "gc"       // the orphan collector deleted something
 	KindProvider = "provider" // a provider target turned ready or not ready
+	KindProgress = "progress" // a long provider task moved on (image download, upload)
 )
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and

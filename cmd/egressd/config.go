@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/schemas"
 	"go.yaml.in/yaml/v3"
 )
@@ -22,9 +23,10 @@ type fileConfig struct {
 // providerConfig declares one provider instance: a name users put in specs, a type, and the
 // block of that type.
 type providerConfig struct {
-	Name  string       `yaml:"name"`
-	Type  string       `yaml:"type"`
-	Local *localConfig `yaml:"local"`
+	Name    string          `yaml:"name"`
+	Type    string          `yaml:"type"`
+	Local   *localConfig    `yaml:"local"`
+	Libvirt *libvirt.Config `yaml:"libvirt"`
 }
 
 // localConfig is the `local:` block (providers/local.Config).
@@ -74,7 +76,7 @@ func parseConfig(b []byte) (fileConfig, error) {
 
 // providerTypes lists the provider types this binary has; the registry in providers.go
 // builds them.
-var providerTypes = []string{"local"}
+var providerTypes = []string{"local", "libvirt"}
 
 func (c fileConfig) validate() error {
 	var errs []error
@@ -93,10 +95,17 @@ func (c fileConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate provider name %q", at, p.Name))
 		}
 		seen[p.Name] = true
+		if p.Type != "local" && p.Local != nil || p.Type != "libvirt" && p.Libvirt != nil {
+			errs = append(errs, fmt.Errorf("%s: a block of another type is set (type is %q)", at, p.Type))
+		}
 		switch p.Type {
 		case "local":
 			if p.Local == nil {
 				c.Providers[i].Local = &localConfig{}
+			}
+		case "libvirt":
+			if p.Libvirt == nil {
+				errs = append(errs, fmt.Errorf("%s.libvirt: is required for type libvirt", at))
 			}
 		case "":
 			errs = append(errs, fmt.Errorf("%s.type: is required (one of %v)", at, providerTypes))

@@ -47,3 +47,20 @@ func TestDefaultConfigIsValid(t *testing.T) {
 		t.Fatalf("default = %+v", c.Providers)
 	}
 }
+
+// The sample configs in deploy/ parse with the real loader, so they cannot drift.
+func TestSampleConfigsParse(t *testing.T) {
+	for _, p := range []string{"../../deploy/libvirt.example.yaml"} {
+		cfg, err := loadConfig(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		found := false
+		for _, pc := range cfg.Providers {
+			found = found || pc.Type == "libvirt" && pc.Libvirt != nil
+		}
+		if !found {
+			t.Fatalf("%s declares no libvirt provider: %+v", p, cfg.Providers)
+		}
+	}
+}

@@ -267,7 +267,7 @@ func libvirtSpec(provider, zone, image string, port int) string {
 		"auth":       map[string]string{"username": libvirtUser, "password": libvirtPassword},
 		"cloudInit":  guestUserData(port),
 		"healthCheck": map[string]int{
-			"intervalSeconds": 2, "timeoutSeconds": 5, "failureThreshold": 3, "successThreshold": 1,
+			"intervalSeconds": 3, "timeoutSeconds": 3, "failureThreshold": 3, "successThreshold": 1,
 		},
 	})
 	return string(b)
@@ -432,13 +432,13 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	// converge to exactly one domain and no stray volume.
 	put1 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-1", libvirtSpec(provider, zone, imageKey, 3128))
-	killedAt, state := waitForUpload(t, e, 6*time.Minute)
+	killedAt, state := waitForUpload(t, e, n, "vm-1", 6*time.Minute)
 	n.kill9()
 	tm.add("vm-1 (cold image cache): kv put -> egressd killed with -9 after %s, at: %s", secs(killedAt.Sub(put1)), state)
 	t.Logf("after the kill: domains %v, volumes %v", e.domains(t), e.volumes(t))
 	restart := time.Now()
 	n.start()
-	rows := n.waitRows("vm-1 Ready after the restart", 8*time.Minute, allPhase([]string{"vm-1"}, events.PhaseReady))
+	rows := n.waitRows("vm-1 Ready after the restart", 8*time.Minute, readyOrFail(t, "vm-1", nil))
 	tm.add("vm-1: restart -> Ready %s (includes the op's redelivery after the kill); kv put -> Ready %s",
 		secs(time.Since(restart)), secs(time.Since(put1)))
 	vm1 := rows["vm-1"].Status.InstanceName
@@ -455,12 +455,12 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	put2 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-2", libvirtSpec(provider, zone, imageKey, 3128))
 	var firstRunning time.Time
-	rows = n.waitRows("vm-2 Ready", 6*time.Minute, func(r map[string]proxyRow) bool {
-		if r["vm-2"].Phase == events.PhaseRunning && firstRunning.IsZero() {
+	rows = n.waitRows("vm-2 Ready", 6*time.Minute, readyOrFail(t, "vm-2", func(r proxyRow) bool {
+		if r.Phase == events.PhaseRunning && firstRunning.IsZero() {
 			firstRunning = time.Now()
 		}
-		return r["vm-2"].Phase == events.PhaseReady
-	})
+		return true
+	}))
 	ready2 := time.Since(put2)
 	vm2 := rows["vm-2"].Status.InstanceName
 	line := fmt.Sprintf("vm-2 (warm image cache): kv put -> Ready %s", secs(ready2))
@@ -521,9 +521,9 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	uuidBefore := strings.TrimSpace(e.mustVirsh(t, "domuuid", vm2))
 	put3 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-2", libvirtSpec(provider, zone, imageKey, 8080))
-	rows = n.waitRows("vm-2 replaced and Ready on port 8080", 8*time.Minute, func(r map[string]proxyRow) bool {
-		return r["vm-2"].Phase == events.PhaseReady && strings.HasSuffix(r["vm-2"].Address, ":8080")
-	})
+	rows = n.waitRows("vm-2 replaced and Ready on port 8080", 8*time.Minute, readyOrFail(t, "vm-2", func(r proxyRow) bool {
+		return strings.HasSuffix(r.Address, ":8080")
+	}))
 	tm.add("vm-2 replacement (port 3128 -> 8080): kv put -> Ready %s", secs(time.Since(put3)))
 	newName := rows["vm-2"].Status.InstanceName
 	uuidAfter := strings.TrimSpace(e.mustVirsh(t, "domuuid", newName))
@@ -567,13 +567,36 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	}
 }
 
+// readyOrFail is a waitRows condition: proxy is Ready (and also, when given, also holds),
+// and the wait ends at once, with the reason, when the proxy is Invalid or Failed.
+func readyOrFail(t *testing.T, proxy string, also func(proxyRow) bool) func(map[string]proxyRow) bool {
+	return func(rows map[string]proxyRow) bool {
+		failFast(t, rows, proxy)
+		r := rows[proxy]
+		ok := also == nil || also(r)
+		return r.Phase == events.PhaseReady && ok
+	}
+}
+
+func failFast(t *testing.T, rows map[string]proxyRow, proxy string) {
+	t.Helper()
+	if r, ok := rows[proxy]; ok && (r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed) {
+		t.Fatalf("%s is %s: %s: %s", proxy, r.Phase, r.Reason, r.Message)
+	}
+}
+
 // waitForUpload polls the pool directory (a few ms apart: much faster than virsh) until the
 // base image is fully uploaded (its digest marker exists) or an instance's overlay exists, and
 // reports what the host held at that moment.
-func waitForUpload(t *testing.T, e libvirtEnv, budget time.Duration) (time.Time, string) {
+func waitForUpload(t *testing.T, e libvirtEnv, n *node, proxy string, budget time.Duration) (time.Time, string) {
 	t.Helper()
 	deadline := time.Now().Add(budget)
+	lastRows := time.Now()
 	for time.Now().Before(deadline) {
+		if time.Since(lastRows) > 2*time.Second {
+			lastRows = time.Now()
+			failFast(t, n.rows(), proxy)
+		}
 		ents, _ := os.ReadDir(e.poolDir)
 		var names []string
 		trigger := false

@@ -137,17 +137,21 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		b    backend
 	}
 	var backends []built
+	hooks := &providerHooks{}
 	if roles.provisioner {
 		serve := splitList(f.provision)
 		for _, pc := range cfg.Providers {
 			if len(serve) > 0 && !slices.Contains(serve, pc.Name) {
 				continue
 			}
-			b, err := buildProvider(pc, f.dataDir, log)
+			b, err := buildProvider(pc, f.dataDir, log, hooks)
 			if err != nil {
 				return err
 			}
 			backends = append(backends, built{pc.Name, b})
+			if c, ok := b.(io.Closer); ok {
+				defer c.Close()
+			}
 		}
 	}
 	url := f.natsURL
@@ -194,6 +198,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	}
 	holder := identity()
 	log = log.With("installation", installation)
+	hooks.connect(store, holder, log)
 
 	// The state metrics read every bucket: only processes that may (the reconciler's user,
 	// the all-in-one) export them; others export their own counters.
@@ -221,7 +226,8 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	}
 	for _, pb := range backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
-			Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs})
+			Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs,
+			Leftovers: leftoversOf(pb.b)})
 		if err != nil {
 			return err
 		}

@@ -55,7 +55,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	}
 	fmt.Fprintln(stdout, "buckets and EGRESS_EVENTS declared")
 	for _, pc := range cfg.Providers {
-		b, err := buildProvider(pc, dataDir, discardLogger())
+		b, err := buildProvider(pc, dataDir, discardLogger(), nil)
 		if err != nil {
 			return err
 		}

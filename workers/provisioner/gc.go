@@ -68,7 +68,7 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 		}
 		return err
 	}
-	live, err := p.liveUIDs(ctx)
+	live, liveNames, err := p.liveIdentities(ctx)
 	if err != nil {
 		return err
 	}
@@ -97,8 +97,55 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: inst.ID, Name: inst.Name,
 			UID: inst.Marks.UID, Kind: "instance", CreatedAt: inst.Marks.CreatedAt})
 	}
+	p.sweepLeftovers(ctx, host, liveNames, now)
 	p.cfg.Log.Debug("orphan GC swept", "host", host, "instances", len(list), "deleted", deleted)
 	return nil
+}
+
+// Leftover is something a provider created that no instance owns any more (the volumes of a
+// domain that is gone), deleted through the provider's Delete with ID.
+type Leftover struct {
+	ID         string
+	Host       string
+	Name       string // the instance name it belonged to
+	Kind       string
+	ModifiedAt time.Time
+}
+
+// LeftoverLister is implemented (through an adapter in cmd) by providers that can list
+// leftovers.
+type LeftoverLister interface {
+	Leftovers(ctx context.Context) ([]Leftover, error)
+}
+
+// sweepLeftovers deletes leftovers on host whose instance name no proxy holds and that were
+// not touched for MinAge: a create or delete in progress touches its volumes.
+func (p *Provisioner) sweepLeftovers(ctx context.Context, host string, liveNames map[string]bool, now time.Time) {
+	if p.cfg.Leftovers == nil {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.CallBudget)
+	list, err := p.cfg.Leftovers.Leftovers(lctx)
+	cancel()
+	if err != nil {
+		p.cfg.Log.Warn("orphan GC: list leftovers", "host", host, "err", err)
+		return
+	}
+	for _, lo := range list {
+		if lo.Host != host || liveNames[lo.Name] || !lo.ModifiedAt.IsZero() && now.Sub(lo.ModifiedAt) < p.cfg.GC.MinAge {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.CallBudget)
+		err := p.cfg.Backend.Delete(dctx, lo.ID)
+		cancel()
+		if err != nil {
+			p.cfg.Log.Warn("orphan GC: delete leftover", "id", lo.ID, "err", err)
+			continue
+		}
+		p.cfg.Observer.ObserveGC(p.cfg.Provider)
+		p.cfg.Log.Info("orphan GC: deleted leftover", "id", lo.ID, "kind", lo.Kind)
+		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: lo.Kind, CreatedAt: lo.ModifiedAt})
+	}
 }
 
 // isOrphan: ours (this installation's mark), on this host, not a live proxy's, and old enough
@@ -118,30 +165,33 @@ func (p *Provisioner) isOrphan(inst providers.Instance, host string, live map[st
 	return true
 }
 
-// liveUIDs are the UIDs in proxy_status: every proxy the reconciler has given an identity,
-// including those being deleted (the reconciler deletes their instances itself).
-func (p *Provisioner) liveUIDs(ctx context.Context) (map[string]bool, error) {
+// liveIdentities are the UIDs and instance names in proxy_status: every proxy the reconciler
+// has given an identity, including those being deleted (it deletes their instances itself).
+func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[string]bool, err error) {
 	w, err := p.cfg.Store.Status.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer w.Stop()
-	live := map[string]bool{}
+	uids, names = map[string]bool{}, map[string]bool{}
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case e := <-w.Updates():
 			if e == nil {
-				return live, nil
+				return uids, names, nil
 			}
 			var st events.ProxyStatus
 			if err := json.Unmarshal(e.Value(), &st); err != nil {
-				// Unreadable: treat it as live rather than risk deleting a working proxy.
-				return nil, fmt.Errorf("status %s unreadable, skipping this sweep: %w", e.Key(), err)
+				// Unreadable: skip the sweep rather than risk deleting a working proxy.
+				return nil, nil, fmt.Errorf("status %s unreadable, skipping this sweep: %w", e.Key(), err)
 			}
 			if st.UID != "" {
-				live[st.UID] = true
+				uids[st.UID] = true
+			}
+			if st.InstanceName != "" {
+				names[st.InstanceName] = true
 			}
 		}
 	}

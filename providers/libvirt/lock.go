@@ -1,0 +1,48 @@
+package libvirt
+
+import (
+	"context"
+	"sync"
+)
+
+// keyedMutex is a mutex per key whose lock honours a context. Entries vanish when nobody
+// holds or waits for them.
+type keyedMutex struct {
+	mu   sync.Mutex
+	keys map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	sem  chan struct{}
+	refs int
+}
+
+func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
+	k.mu.Lock()
+	if k.keys == nil {
+		k.keys = map[string]*keyedEntry{}
+	}
+	e := k.keys[key]
+	if e == nil {
+		e = &keyedEntry{sem: make(chan struct{}, 1)}
+		k.keys[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+
+	release := func() {
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.keys, key)
+		}
+		k.mu.Unlock()
+	}
+	select {
+	case e.sem <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-e.sem; release() }) }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
