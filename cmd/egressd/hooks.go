@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ type providerHooks struct {
 	store  *kvstore.Store
 	holder string
 	log    *slog.Logger
+	ttl    time.Duration // hookLockTTL unless a test sets it
 }
 
 func (h *providerHooks) connect(store *kvstore.Store, holder string, log *slog.Logger) {
@@ -47,10 +49,11 @@ func (h *providerHooks) lock(ctx context.Context, key string) (func(), error) {
 	if store == nil {
 		return nil, errors.New("lock before NATS is connected")
 	}
+	ttl := cmp.Or(h.ttl, hookLockTTL)
 	var l *kvstore.Lock
 	for {
 		var err error
-		l, err = kvstore.AcquireLock(ctx, store.JS, store.Locks, "hook."+key, holder, "provider", hookLockTTL)
+		l, err = kvstore.AcquireLock(ctx, store.JS, store.Locks, "hook."+key, holder, "provider", ttl)
 		if err == nil {
 			break
 		}
@@ -67,7 +70,7 @@ func (h *providerHooks) lock(ctx context.Context, key string) (func(), error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(hookLockTTL / 3)
+		t := time.NewTicker(ttl / 3)
 		defer t.Stop()
 		for {
 			select {
