@@ -84,13 +84,13 @@ func TestCreateResumesAfterKill(t *testing.T) {
 
 // sharedLock is a Hooks.Lock as a NATS KV lock would be: one per key across processes.
 type sharedLock struct {
-	keys  keyedMutex
+	keys  providers.KeyedMutex
 	mu    sync.Mutex
 	taken []string
 }
 
 func (l *sharedLock) lock(ctx context.Context, key string) (func(), error) {
-	unlock, err := l.keys.lock(ctx, key)
+	unlock, err := l.keys.Lock(ctx, key)
 	if err == nil {
 		l.mu.Lock()
 		l.taken = append(l.taken, key)

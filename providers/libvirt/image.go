@@ -55,7 +55,7 @@ func (p *Provider) ensureImage(ctx context.Context, h *hostConns, c conn, pool g
 	// Waiting may last as long as another fetch does.
 	lctx, cancel := context.WithTimeout(ctx, p.cfg.xfer)
 	defer cancel()
-	unlock, err := p.images.lock(lctx, h.cfg.Name+"/"+n.base)
+	unlock, err := p.images.Lock(lctx, h.cfg.Name+"/"+n.base)
 	if err != nil {
 		return baseImage{}, fmt.Errorf("%w: waiting for the fetch of image %s on host %s: %w", errBusy, key, h.cfg.Name, err)
 	}

@@ -52,8 +52,8 @@ type Provider struct {
 	http  *http.Client
 	now   func() time.Time
 
-	names  keyedMutex // Create and Delete of one instance
-	images keyedMutex // fetching one base image onto one host
+	names  providers.KeyedMutex // Create and Delete of one instance
+	images providers.KeyedMutex // fetching one base image onto one host
 }
 
 var (
@@ -166,7 +166,7 @@ func (p *Provider) hostNames() []string {
 func (p *Provider) lockName(ctx context.Context, host, name string) (func(), error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.lock)
 	defer cancel()
-	unlock, err := p.names.lock(ctx, host+"/"+name)
+	unlock, err := p.names.Lock(ctx, host+"/"+name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s is busy with another create or delete: %w", errBusy, name, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -16,46 +15,6 @@ import (
 // Create, apart.
 
 const lockPoll = 20 * time.Millisecond
-
-// keyedMutex is a mutex per key whose Lock honours a context.
-type keyedMutex struct {
-	mu   sync.Mutex
-	keys map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	sem  chan struct{}
-	refs int
-}
-
-func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
-	k.mu.Lock()
-	if k.keys == nil {
-		k.keys = map[string]*keyedEntry{}
-	}
-	e := k.keys[key]
-	if e == nil {
-		e = &keyedEntry{sem: make(chan struct{}, 1)}
-		k.keys[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-
-	release := func() {
-		k.mu.Lock()
-		if e.refs--; e.refs == 0 {
-			delete(k.keys, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case e.sem <- struct{}{}:
-		return func() { <-e.sem; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
-}
 
 // fileLock is a held flock. The lock belongs to the open file description, so a child given
 // the file (exec ExtraFiles) holds it too until it exits.
@@ -136,7 +95,7 @@ type held struct {
 func (p *Provider) lock(ctx context.Context, name string) (*held, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.lockTimeout)
 	defer cancel()
-	unlock, err := p.names.lock(ctx, name)
+	unlock, err := p.names.Lock(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errBusy, name, err)
 	}

@@ -35,7 +35,7 @@ type Provider struct {
 	stateDir string
 	pool     []netip.Addr
 	log      *slog.Logger
-	names    keyedMutex
+	names    providers.KeyedMutex
 
 	// Budgets of the calls this provider makes. Fields, so that tests can shorten them.
 	lockTimeout  time.Duration // waiting for another Create or Delete of the same name

@@ -1,13 +1,14 @@
-package libvirt
+package providers
 
 import (
 	"context"
 	"sync"
 )
 
-// keyedMutex is a mutex per key whose lock honours a context. Entries vanish when nobody
-// holds or waits for them.
-type keyedMutex struct {
+// KeyedMutex is a mutex per key (an instance name) whose Lock honours a context, for
+// providers that must serialise calls on one instance within a process. Entries vanish when
+// nobody holds or waits for them. The zero value is ready to use.
+type KeyedMutex struct {
 	mu   sync.Mutex
 	keys map[string]*keyedEntry
 }
@@ -17,7 +18,8 @@ type keyedEntry struct {
 	refs int
 }
 
-func (k *keyedMutex) lock(ctx context.Context, key string) (unlock func(), err error) {
+// Lock waits for key's mutex or for ctx to end. unlock may be called more than once.
+func (k *KeyedMutex) Lock(ctx context.Context, key string) (unlock func(), err error) {
 	k.mu.Lock()
 	if k.keys == nil {
 		k.keys = map[string]*keyedEntry{}
