@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -21,11 +23,17 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
 	since := fs.Duration("since", time.Hour, "show events from this long ago (0: only new ones)")
 	follow := fs.Bool("f", true, "keep following new events (-f=false prints history and exits)")
-	kind := fs.String("kind", "", "only these kinds, comma separated (phase, op, health, lease, report, gc, provider, deleted)")
+	kind := fs.String("kind", "", "only these kinds, comma separated ("+strings.Join(eventKinds, ", ")+")")
 	proxy := fs.String("proxy", "", "only events about this proxy (or provider, for gc and provider events)")
 	asJSON := fs.Bool("json", false, "print the raw JSON events, one per line")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	for _, k := range splitList(*kind) {
+		if !slices.Contains(eventKinds, k) {
+			fmt.Fprintf(stderr, "egressd events: --kind %q: unknown kind (%s)\n", k, strings.Join(eventKinds, ", "))
+			return 2
+		}
 	}
 	nc, err := dial(*natsURL, "egressd events", 5*time.Second)
 	if err != nil {
@@ -80,6 +88,9 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 }
+
+var eventKinds = []string{events.KindPhase, events.KindOpResult, events.KindDeleted, events.KindHealth, events.KindLease,
+	events.KindReport, events.KindGC, events.KindProvider, events.KindProgress}
 
 func eventFilters(kinds, proxy string) []string {
 	tok := "*"

@@ -44,9 +44,13 @@ type leaseFlags struct {
 }
 
 func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		fmt.Fprint(stderr, leaseUsage)
 		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, leaseUsage)
+		return 0
 	}
 	sub := args[0]
 	var f leaseFlags
@@ -77,8 +81,8 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "egressd lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
 		return 2
 	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
 	}
 	// The ID may also be given as the only argument: egressd lease release <id>.
 	if f.id == "" && fs.NArg() == 1 && sub != "acquire" {

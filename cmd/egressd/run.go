@@ -51,7 +51,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.dataDir, "data-dir", "./egressd-data", "where the embedded NATS server and the local provider keep their state")
 	fs.StringVar(&f.configPath, "config", "", "YAML config declaring providers (default: one local provider named local)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one (credentials: "+envUser+", "+envPassword+")")
-	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare buckets, streams and consumers first, as `egressd setup` does (needs admin rights; always done with the embedded server)")
+	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare the buckets, EGRESS_EVENTS and the op streams of the providers this process provisions (needs admin rights; always done with the embedded server; egressd setup declares every provider's)")
 	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser")
 	fs.StringVar(&f.provision, "provision", "", "providers this process provisions (comma list; default all in the config)")

@@ -58,7 +58,11 @@ func printTargets(w io.Writer, targets []events.TargetHealth) {
 		if len(msg) > 80 {
 			msg = msg[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%.1fms\t%s ago\t%s\t%s\n", t.Provider, t.Target, t.Ready, t.Reason, t.LatencyMs,
+		ready := "False"
+		if t.Ready {
+			ready = "True"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1fms\t%s ago\t%s\t%s\n", t.Provider, t.Target, ready, t.Reason, t.LatencyMs,
 			events.Age(now, t.CheckedAt), events.Age(now, t.LastTransitionTime), dash(msg))
 	}
 	tw.Flush()

@@ -83,14 +83,16 @@ func (p *Provisioner) checkRound(ctx context.Context, checker providers.Checker)
 	}()
 	start := time.Now()
 	var got []providers.TargetStatus
+	returned := false
 	select {
 	case got = <-results:
+		returned = true
 	case <-time.After(timeout):
 		cancel()
 	case <-ctx.Done():
 		return done
 	}
-	if got == nil {
+	if !returned {
 		// Hung: every known target is reported as timed out.
 		for _, h := range p.cfg.Catalog.Hosts {
 			got = append(got, providers.TargetStatus{Name: h.Name, Reason: "Timeout",

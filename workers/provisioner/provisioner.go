@@ -220,7 +220,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	p.cfg.Observer.ObserveOp(p.cfg.Provider, string(op.Kind), res.ErrorClass, res.At.Sub(started))
+	p.cfg.Observer.ObserveOp(p.cfg.Provider, string(op.Kind), metricResult(op.Kind, res.ErrorClass), res.At.Sub(started))
 	log.Info("op done", "class", res.ErrorClass, "settle", s.Action.String(), "took", res.At.Sub(started).Round(time.Millisecond))
 	switch s.Action {
 	case workers.Ack:
@@ -282,4 +282,12 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// metricResult is the result label of an op: a delete that reads back NotFound succeeded.
+func metricResult(kind events.OpKind, class string) string {
+	if kind == events.OpDelete && class == "NotFound" {
+		return ""
+	}
+	return class
 }

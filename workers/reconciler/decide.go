@@ -219,7 +219,7 @@ func (d *decider) managed() {
 	}
 	if d.st.Teardown != "" {
 		if d.mayExist() {
-			if d.st.LastError == nil {
+			if d.st.LastError == nil && d.st.Reason != d.st.Teardown {
 				d.st.Reason, d.st.Message = d.st.Teardown, "deleting the instance to create it again"
 			}
 			d.issue(events.OpDelete)
