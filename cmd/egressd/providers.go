@@ -71,10 +71,28 @@ func (l libvirtLeftovers) Leftovers(ctx context.Context) ([]provisioner.Leftover
 	return out, nil
 }
 
+// localLeftovers adapts the local provider's unreadable instance directories to orphan GC.
+type localLeftovers struct{ p *local.Provider }
+
+func (l localLeftovers) Leftovers(ctx context.Context) ([]provisioner.Leftover, error) {
+	list, err := l.p.Leftovers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]provisioner.Leftover, 0, len(list))
+	for _, lo := range list {
+		out = append(out, provisioner.Leftover{ID: lo.ID, Host: "local", Name: lo.Name, Kind: "state-dir", ModifiedAt: lo.ModifiedAt})
+	}
+	return out, nil
+}
+
 // leftoversOf returns the backend's leftover lister, if it has one.
 func leftoversOf(b backend) provisioner.LeftoverLister {
-	if p, ok := b.(*libvirt.Provider); ok {
+	switch p := b.(type) {
+	case *libvirt.Provider:
 		return libvirtLeftovers{p}
+	case *local.Provider:
+		return localLeftovers{p}
 	}
 	return nil
 }
