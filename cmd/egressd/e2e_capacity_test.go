@@ -31,10 +31,11 @@ func TestLeaseCapacityAcrossThreeLeaserProcesses(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	store, err := kvstore.Bind(ctx, js)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var store *kvstore.Store
+	waitUntil(t, "the buckets to be declared", 30*time.Second, func() (bool, string) {
+		store, err = kvstore.Bind(ctx, js)
+		return err == nil, fmt.Sprint(err)
+	})
 	// Ten Ready proxies, written as the reconciler would (no reconciler runs here).
 	for i := range 10 {
 		name := fmt.Sprintf("p%d", i)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -188,7 +189,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 		installation, err = ensureInstallation(setupCtx, store)
 	} else {
-		if store, err = kvstore.Bind(setupCtx, js); err != nil {
+		if store, err = bindWhenReady(setupCtx, js, log); err != nil {
 			return err
 		}
 		installation, err = readInstallation(setupCtx, store)
@@ -278,6 +279,26 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	err = g.Wait()
 	log.Info("egressd stopped")
 	return err
+}
+
+// bindWhenReady binds the buckets, waiting (within ctx) for an admin's `egressd setup` to
+// declare them: roles may start before it, as systemd starts units in parallel.
+func bindWhenReady(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*kvstore.Store, error) {
+	for logged := false; ; {
+		store, err := kvstore.Bind(ctx, js)
+		if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return store, err
+		}
+		if !logged {
+			log.Warn("waiting for the buckets to be declared (`egressd setup`)", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // natsHealthy is /healthz: the process is healthy while its NATS connection is up.
