@@ -75,6 +75,7 @@ type node struct {
 	mu     sync.Mutex
 	log    bytes.Buffer
 	exited chan struct{}
+	starts int // how many times this node has come up
 }
 
 // freeAddr reserves a loopback port for a server the test starts next.
@@ -125,14 +126,11 @@ func (n *node) start() {
 	}
 	n.exited = make(chan struct{})
 	go func(c *exec.Cmd, done chan struct{}) { _ = c.Wait(); close(done) }(n.cmd, n.exited)
-	waitUntil(n.t, "the embedded NATS server to listen", 20*time.Second, func() (bool, string) {
-		c, err := net.DialTimeout("tcp", n.listen, 200*time.Millisecond)
-		if err != nil {
-			return false, err.Error()
-		}
-		c.Close()
-		return true, ""
+	// Ready when it says so: NATS listens, buckets and streams are declared, roles started.
+	waitUntil(n.t, "egressd to be running", 30*time.Second, func() (bool, string) {
+		return strings.Count(n.logs(), `msg="egressd running"`) > n.starts, "not yet"
 	})
+	n.starts++
 }
 
 func (n *node) Write(p []byte) (int, error) {

@@ -640,9 +640,15 @@ func (c *consoles) firstSeen(domain, step string) (time.Time, bool) {
 // readyOrFail is a waitRows condition: proxy is Ready (and also, when given, also holds),
 // and the wait ends at once, with the reason, when the proxy is Invalid or Failed.
 func readyOrFail(t *testing.T, proxy string, also func(proxyRow) bool) func(map[string]proxyRow) bool {
+	last := ""
 	return func(rows map[string]proxyRow) bool {
 		failFast(t, rows, proxy)
 		r := rows[proxy]
+		// Each change of phase or reason is logged, so a slow run shows where it waited.
+		if now := fmt.Sprintf("%s %s %s %s", r.Phase, r.Address, r.Reason, r.Message); now != last {
+			last = now
+			t.Logf("%s: %s", proxy, now)
+		}
 		ok := also == nil || also(r)
 		return r.Phase == events.PhaseReady && ok
 	}
