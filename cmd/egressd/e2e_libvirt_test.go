@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -355,6 +356,9 @@ func TestLibvirtEndToEnd(t *testing.T) {
 		out := filepath.Join(dir, "guest")
 		cmd := exec.Command("../../.ci/libvirt/build-guest.sh", out)
 		cmd.Env = append(os.Environ(), "CACHE="+filepath.Join(e.work, "cache"))
+		if staticBinary(egressdBin) { // built with CGO_ENABLED=0 (run-e2e.sh): usable in the guest as is
+			cmd.Env = append(cmd.Env, "EGRESSD_BIN="+egressdBin)
+		}
 		if e.guestKernel != "" {
 			cmd.Env = append(cmd.Env, "GUEST_KERNEL="+e.guestKernel)
 		}
@@ -662,8 +666,9 @@ func failFast(t *testing.T, rows map[string]proxyRow, proxy string) {
 }
 
 // waitForUpload polls the pool directory (a few ms apart: much faster than virsh) until the
-// base image is fully uploaded (its digest marker exists) or an instance's overlay exists, and
-// reports what the host held at that moment.
+// base image is uploaded and verified, which the provider records by writing the digest marker
+// last (its content, not just the volume), or an instance's overlay exists; and reports what
+// the host held at that moment.
 func waitForUpload(t *testing.T, e libvirtEnv, n *node, proxy string, budget time.Duration) (time.Time, string) {
 	t.Helper()
 	deadline := time.Now().Add(budget)
@@ -677,22 +682,43 @@ func waitForUpload(t *testing.T, e libvirtEnv, n *node, proxy string, budget tim
 		var names []string
 		trigger := false
 		for _, ent := range ents {
-			n := ent.Name()
-			names = append(names, n)
-			if (strings.HasPrefix(n, "base-") && strings.HasSuffix(n, ".sha256")) || strings.HasPrefix(n, "egress-") {
+			name := ent.Name()
+			names = append(names, name)
+			switch {
+			case strings.HasPrefix(name, "base-") && strings.HasSuffix(name, ".sha256"):
+				if markerWritten(filepath.Join(e.poolDir, name)) {
+					trigger = true
+					names[len(names)-1] += " (written)"
+				}
+			case strings.HasPrefix(name, "egress-"):
 				trigger = true
 			}
 		}
 		if trigger {
 			at := time.Now()
 			defs, _ := filepath.Glob("/etc/libvirt/qemu/egress-*.xml")
-			state := fmt.Sprintf("pool files %v, %d domain(s) defined", names, len(defs))
-			return at, state
+			return at, fmt.Sprintf("pool files %v, %d domain(s) defined", names, len(defs))
 		}
 		time.Sleep(3 * time.Millisecond)
 	}
 	t.Fatalf("no uploaded base image in %s within %s", e.poolDir, budget)
 	return time.Time{}, ""
+}
+
+// markerWritten: the marker volume holds a digest (a volume is created zero-filled, then
+// uploaded into).
+func markerWritten(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b := make([]byte, 64)
+	if n, _ := io.ReadFull(f, b); n < 64 {
+		return false
+	}
+	_, err = hex.DecodeString(string(b))
+	return err == nil
 }
 
 // checkVolumes: the pool holds one base image (and its marker) and, apart from that, only
@@ -747,6 +773,21 @@ func requireLibvirtProvider(t *testing.T, cfg string) {
 	if ctx.Err() == nil && err != nil {
 		t.Fatalf("egressd run refuses the libvirt config (is the libvirt provider wired into egressd run?): %v\n%s", err, out)
 	}
+}
+
+// staticBinary reports whether the executable at path needs no dynamic loader.
+func staticBinary(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
 }
 
 func fileSHA256(t *testing.T, path string) string {
