@@ -42,10 +42,15 @@ func (e *Error) Error() string {
 // Unwrap exposes both the class and the backend error.
 func (e *Error) Unwrap() []error { return []error{e.Class, e.Err} }
 
-// Wrap classifies err. A nil err stays nil.
+// Wrap classifies err. A nil err stays nil, and an error already classified (somewhere in
+// its chain) keeps its class: the innermost decision, made where the cause was known, wins.
 func Wrap(class error, op, provider, id string, err error) error {
 	if err == nil {
 		return nil
+	}
+	var done *Error
+	if errors.As(err, &done) {
+		return err
 	}
 	return &Error{Class: class, Op: op, Provider: provider, ID: id, Err: err}
 }

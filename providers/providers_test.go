@@ -90,3 +90,11 @@ func TestRedaction(t *testing.T) {
 		t.Fatal("user-data should print its size")
 	}
 }
+
+func TestWrapKeepsAnInnerClass(t *testing.T) {
+	inner := Wrap(ErrQuota, "create", "p", "id", errors.New("pool full"))
+	outer := Wrap(ErrTransient, "create", "p", "id", fmt.Errorf("retrying: %w", inner))
+	if ClassOf(outer) != ErrQuota {
+		t.Fatalf("outer class %v, want the inner Quota", ClassOf(outer))
+	}
+}

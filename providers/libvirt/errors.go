@@ -43,10 +43,6 @@ func (p *Provider) classify(op, id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var done *providers.Error
-	if errors.As(err, &done) {
-		return err
-	}
 	return providers.Wrap(classOf(op, err), op, p.name, id, err)
 }
 

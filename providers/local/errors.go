@@ -28,10 +28,6 @@ func (p *Provider) classify(op, id string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var done *providers.Error
-	if errors.As(err, &done) {
-		return err
-	}
 	class := providers.ErrTransient
 	switch {
 	case errors.Is(err, errNoInstance):

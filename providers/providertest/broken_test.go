@@ -172,7 +172,7 @@ var brokenVariants = map[string]struct {
 		b.create = func(ctx context.Context, req providers.CreateRequest) (providers.Instance, error) {
 			inst, err := b.f.Create(ctx, req)
 			if err != nil {
-				err = providers.Wrap(providers.ErrNotFound, "create", "fake", req.Name, err)
+				err = &providers.Error{Class: providers.ErrNotFound, Op: "create", Provider: "fake", ID: req.Name, Err: err}
 			}
 			return inst, err
 		}
