@@ -167,3 +167,27 @@ func TestCreateTTL(t *testing.T) {
 		t.Fatalf("create after expiry: %v", err)
 	}
 }
+
+func TestLatest(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := kvstore.Latest(ctx, st.Status); err != nil || len(got) != 0 {
+		t.Fatalf("empty bucket: %v %v", got, err)
+	}
+	for _, kv := range []struct{ k, v string }{{"a", "1"}, {"b", "1"}, {"a", "2"}, {"c", "1"}} {
+		if _, err := st.Status.Put(ctx, kv.k, []byte(kv.v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Status.Delete(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kvstore.Latest(ctx, st.Status)
+	if err != nil || len(got) != 2 || string(got["a"].Value()) != "2" || string(got["b"].Value()) != "1" {
+		t.Fatalf("latest = %v %v", got, err)
+	}
+}

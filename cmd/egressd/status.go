@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -191,23 +192,7 @@ func readAll(ctx context.Context, js jetstream.JetStream, bucket string) (map[st
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("read bucket %s: %w", bucket, err)
-	}
-	defer w.Stop()
-	out := map[string]jetstream.KeyValueEntry{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("read bucket %s: %w", bucket, ctx.Err())
-		case e := <-w.Updates():
-			if e == nil {
-				return out, nil
-			}
-			out[e.Key()] = e
-		}
-	}
+	return kvstore.Latest(ctx, kv)
 }
 
 func printTable(w io.Writer, rows []proxyRow) {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"io/fs"
 	"net/netip"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 )
 
 // On disk, under StateDir:

@@ -9,7 +9,6 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -59,11 +58,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return err != nil
 	}
-	if entries, err := values(ctx, c.store.Status); !fail("proxy_status", err) {
+	if entries, err := kvstore.Latest(ctx, c.store.Status); !fail("proxy_status", err) {
 		counts := map[[2]string]int{}
 		for _, v := range entries {
 			var st events.ProxyStatus
-			if json.Unmarshal(v, &st) == nil {
+			if json.Unmarshal(v.Value(), &st) == nil {
 				provider := st.Provider
 				if st.Mode == "external" {
 					provider = events.External
@@ -75,23 +74,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descProxies, prometheus.GaugeValue, float64(n), k[0], k[1])
 		}
 	}
-	if entries, err := values(ctx, c.store.Health); !fail("proxy_health", err) {
+	if entries, err := kvstore.Latest(ctx, c.store.Health); !fail("proxy_health", err) {
 		healthy := 0
 		for _, v := range entries {
 			var h events.ProxyHealth
-			if json.Unmarshal(v, &h) == nil && h.Healthy {
+			if json.Unmarshal(v.Value(), &h) == nil && h.Healthy {
 				healthy++
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(healthy))
 	}
-	if entries, err := values(ctx, c.store.Leases); !fail("proxy_leases", err) {
+	if entries, err := kvstore.Latest(ctx, c.store.Leases); !fail("proxy_leases", err) {
 		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(len(entries)))
 	}
-	if entries, err := values(ctx, c.store.Providers); !fail("provider_health", err) {
+	if entries, err := kvstore.Latest(ctx, c.store.Providers); !fail("provider_health", err) {
 		for _, v := range entries {
 			var th events.TargetHealth
-			if json.Unmarshal(v, &th) != nil {
+			if json.Unmarshal(v.Value(), &th) != nil {
 				continue
 			}
 			up := 0.0
@@ -164,25 +163,4 @@ func (c *stateCollector) collectStreams(ctx context.Context, ch chan<- prometheu
 		}
 	}
 	return lister.Err()
-}
-
-// values reads the latest value of every key of a bucket (deleted and expired keys excluded).
-func values(ctx context.Context, kv jetstream.KeyValue) (map[string][]byte, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	defer w.Stop()
-	out := map[string][]byte{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil {
-				return out, nil
-			}
-			out[e.Key()] = e.Value()
-		}
-	}
 }

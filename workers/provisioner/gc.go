@@ -168,33 +168,25 @@ func (p *Provisioner) isOrphan(inst providers.Instance, host string, live map[st
 // liveIdentities are the UIDs and instance names in proxy_status: every proxy the reconciler
 // has given an identity, including those being deleted (it deletes their instances itself).
 func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[string]bool, err error) {
-	w, err := p.cfg.Store.Status.WatchAll(ctx, jetstream.IgnoreDeletes())
+	entries, err := kvstore.Latest(ctx, p.cfg.Store.Status)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer w.Stop()
 	uids, names = map[string]bool{}, map[string]bool{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case e := <-w.Updates():
-			if e == nil {
-				return uids, names, nil
-			}
-			var st events.ProxyStatus
-			if err := json.Unmarshal(e.Value(), &st); err != nil {
-				// Unreadable: skip the sweep rather than risk deleting a working proxy.
-				return nil, nil, fmt.Errorf("status %s unreadable, skipping this sweep: %w", e.Key(), err)
-			}
-			if st.UID != "" {
-				uids[st.UID] = true
-			}
-			if st.InstanceName != "" {
-				names[st.InstanceName] = true
-			}
+	for key, e := range entries {
+		var st events.ProxyStatus
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
+			// Unreadable: skip the sweep rather than risk deleting a working proxy.
+			return nil, nil, fmt.Errorf("status %s unreadable, skipping this sweep: %w", key, err)
+		}
+		if st.UID != "" {
+			uids[st.UID] = true
+		}
+		if st.InstanceName != "" {
+			names[st.InstanceName] = true
 		}
 	}
+	return uids, names, nil
 }
 
 func (p *Provisioner) publishGC(ctx context.Context, d events.GCDeletion) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -112,7 +113,7 @@ func load(ctx context.Context, cfg Config, now time.Time) Snapshot {
 	}
 	bucket := func(section string, kv jetstream.KeyValue, dst *map[string]jetstream.KeyValueEntry) {
 		wg.Go(func() {
-			m, err := readBucket(ctx, kv)
+			m, err := kvstore.Latest(ctx, kv)
 			if err != nil {
 				fail(section, err)
 			}

@@ -8,12 +8,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 )
 
 // The auth file holds one line:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 )
 
 // Exit codes of Main. They tell the local provider why an instance did not start, across the
