@@ -32,6 +32,23 @@ type Checker interface {
 	Check(ctx context.Context) []TargetStatus
 }
 
+// LeftoverLister is implemented by providers whose calls can leave resources behind without
+// an instance (a Create cut off before its domain was defined, unreadable state). Orphan GC
+// deletes a leftover with Delete(ID) once no live proxy holds its name and it is old enough.
+type LeftoverLister interface {
+	Leftovers(ctx context.Context) ([]Leftover, error)
+}
+
+// Leftover is a provider resource no instance owns. It carries no marks: only its name ties
+// it to a proxy.
+type Leftover struct {
+	ID         string    `json:"id"` // Delete(ID) removes it
+	Host       string    `json:"host"`
+	Name       string    `json:"name"`            // the instance name it belonged to
+	Parts      []string  `json:"parts,omitempty"` // what it consists of (volume names, paths)
+	ModifiedAt time.Time `json:"modifiedAt"`      // when it was last written; zero if unknown
+}
+
 // Cataloger is implemented by every provider: what it offers, for the provider_catalog bucket.
 // A catalog never holds secrets.
 type Cataloger interface {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -9,7 +8,6 @@ import (
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/providers/local"
-	"github.com/egressd/egressd/workers/provisioner"
 )
 
 // backend is a built provider with what the provisioner needs from it.
@@ -56,43 +54,8 @@ func progressOf(ev libvirt.ProgressEvent) progress {
 	return progress{Provider: ev.Provider, Host: ev.Host, Image: ev.Image, Phase: ev.Phase, Done: ev.Done, Total: ev.Total}
 }
 
-// libvirtLeftovers adapts the libvirt provider's volumes-without-a-domain to orphan GC.
-type libvirtLeftovers struct{ p *libvirt.Provider }
-
-func (l libvirtLeftovers) Leftovers(ctx context.Context) ([]provisioner.Leftover, error) {
-	list, err := l.p.Leftovers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]provisioner.Leftover, 0, len(list))
-	for _, lo := range list {
-		out = append(out, provisioner.Leftover{ID: lo.ID, Host: lo.Host, Name: lo.Name, Kind: "volumes", ModifiedAt: lo.ModifiedAt})
-	}
-	return out, nil
-}
-
-// localLeftovers adapts the local provider's unreadable instance directories to orphan GC.
-type localLeftovers struct{ p *local.Provider }
-
-func (l localLeftovers) Leftovers(ctx context.Context) ([]provisioner.Leftover, error) {
-	list, err := l.p.Leftovers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]provisioner.Leftover, 0, len(list))
-	for _, lo := range list {
-		out = append(out, provisioner.Leftover{ID: lo.ID, Host: "local", Name: lo.Name, Kind: "state-dir", ModifiedAt: lo.ModifiedAt})
-	}
-	return out, nil
-}
-
 // leftoversOf returns the backend's leftover lister, if it has one.
-func leftoversOf(b backend) provisioner.LeftoverLister {
-	switch p := b.(type) {
-	case *libvirt.Provider:
-		return libvirtLeftovers{p}
-	case *local.Provider:
-		return localLeftovers{p}
-	}
-	return nil
+func leftoversOf(b backend) providers.LeftoverLister {
+	l, _ := b.(providers.LeftoverLister)
+	return l
 }

@@ -438,7 +438,7 @@ func TestLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(left) != 1 || left[0].Name != orphan || left[0].ID != idOf("h1", orphan) ||
-		!slices.Equal(left[0].Volumes, []string{overlayVolume(orphan)}) || time.Since(left[0].ModifiedAt) > time.Minute {
+		!slices.Equal(left[0].Parts, []string{overlayVolume(orphan)}) || time.Since(left[0].ModifiedAt) > time.Minute {
 		t.Fatalf("Leftovers = %+v, want the orphan's overlay only", left)
 	}
 	if err := p.Delete(context.Background(), left[0].ID); err != nil {

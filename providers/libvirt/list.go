@@ -96,31 +96,16 @@ func (p *Provider) allLeases(ctx context.Context, c conn, h HostConfig) []golibv
 	return nil
 }
 
-// Leftover is an instance's volumes whose domain does not exist: what a Create that crashed
-// before defining its domain, or a Delete cut off after undefining it, leaves behind. They
-// carry no marks, so only their name ties them to a proxy.
-type Leftover struct {
-	// ID is the instance's ID: Delete(ID) removes the volumes.
-	ID   string `json:"id"`
-	Host string `json:"host"`
-	// Name is the instance name the volumes belong to.
-	Name    string   `json:"name"`
-	Volumes []string `json:"volumes"`
-	// ModifiedAt is when the newest of the volumes was last written, as the pool reports it;
-	// zero when it does not.
-	ModifiedAt time.Time `json:"modifiedAt"`
-}
-
 // instancePrefix is how every instance name starts (providers.InstanceName); volumes of
 // other names are never taken for leftovers.
 const instancePrefix = "egress-"
 
-// Leftovers lists, on every host, the overlay and seed volumes (<name>.qcow2,
+// Leftovers lists (providers.LeftoverLister), on every host, the overlay and seed volumes (<name>.qcow2,
 // <name>-seed.iso) of instance names that have no domain. A Create in progress has such
 // volumes for a moment too, so a collector must delete only names no live proxy holds, and
 // only old ones. Like List, a host that cannot be read fails the whole call.
-func (p *Provider) Leftovers(ctx context.Context) ([]Leftover, error) {
-	var out []Leftover
+func (p *Provider) Leftovers(ctx context.Context) ([]providers.Leftover, error) {
+	var out []providers.Leftover
 	for _, h := range p.orderedHosts() {
 		found, err := p.leftoversOn(ctx, h)
 		if err != nil {
@@ -131,7 +116,7 @@ func (p *Provider) Leftovers(ctx context.Context) ([]Leftover, error) {
 	return out, nil
 }
 
-func (p *Provider) leftoversOn(ctx context.Context, h *hostConns) ([]Leftover, error) {
+func (p *Provider) leftoversOn(ctx context.Context, h *hostConns) ([]providers.Leftover, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -156,7 +141,7 @@ func (p *Provider) leftoversOn(ctx context.Context, h *hostConns) ([]Leftover, e
 			byName[name] = append(byName[name], v)
 		}
 	}
-	var out []Leftover
+	var out []providers.Leftover
 	for _, name := range sortedKeys(byName) {
 		_, err := c.LookupDomain(ctx, name)
 		if err == nil {
@@ -165,16 +150,16 @@ func (p *Provider) leftoversOn(ctx context.Context, h *hostConns) ([]Leftover, e
 		if !isCode(err, golibvirt.ErrNoDomain) {
 			return nil, err
 		}
-		lo := Leftover{ID: idOf(h.cfg.Name, name), Host: h.cfg.Name, Name: name}
+		lo := providers.Leftover{ID: idOf(h.cfg.Name, name), Host: h.cfg.Name, Name: name}
 		for _, v := range byName[name] {
-			lo.Volumes = append(lo.Volumes, v.Name)
+			lo.Parts = append(lo.Parts, v.Name)
 			if doc, err := c.VolumeXML(ctx, v); err == nil {
 				if t := volumeModified(doc); t.After(lo.ModifiedAt) {
 					lo.ModifiedAt = t
 				}
 			}
 		}
-		slices.Sort(lo.Volumes)
+		slices.Sort(lo.Parts)
 		out = append(out, lo)
 	}
 	return out, nil

@@ -4,27 +4,21 @@ import (
 	"context"
 	"errors"
 	"os"
-	"time"
+
+	"github.com/egressd/egressd/providers"
 )
 
-// Leftover is an instance directory whose instance.json cannot be read: no instance can be
-// made of it (Get stays Transient), so orphan GC may delete it through Delete(ID) once no
-// process serves from it and it has been left alone for a while.
-type Leftover struct {
-	ID         string
-	Name       string
-	ModifiedAt time.Time
-}
-
-// Leftovers lists the instance directories with unreadable state and no live process. The
+// Leftovers lists (providers.LeftoverLister) the instance directories whose instance.json
+// cannot be read and that no live process serves from: no instance can be made of them (Get
+// stays Transient), so orphan GC may delete one through Delete(ID). The
 // directories of interrupted creates and deletes (.tmp-*, .trash-*) are swept by the
 // provider itself on the next allocation.
-func (p *Provider) Leftovers(ctx context.Context) ([]Leftover, error) {
+func (p *Provider) Leftovers(ctx context.Context) ([]providers.Leftover, error) {
 	names, err := p.instanceNames()
 	if err != nil {
 		return nil, p.classify("list", "", err)
 	}
-	var out []Leftover
+	var out []providers.Leftover
 	for _, name := range names {
 		if err := ctx.Err(); err != nil {
 			return nil, p.classify("list", "", err)
@@ -39,7 +33,7 @@ func (p *Provider) Leftovers(ctx context.Context) ([]Leftover, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Leftover{ID: idOf(name), Name: name, ModifiedAt: fi.ModTime()})
+		out = append(out, providers.Leftover{ID: idOf(name), Host: hostName, Name: name, Parts: []string{p.dir(name)}, ModifiedAt: fi.ModTime()})
 	}
 	return out, nil
 }

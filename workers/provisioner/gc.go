@@ -102,22 +102,6 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 	return nil
 }
 
-// Leftover is something a provider created that no instance owns any more (the volumes of a
-// domain that is gone), deleted through the provider's Delete with ID.
-type Leftover struct {
-	ID         string
-	Host       string
-	Name       string // the instance name it belonged to
-	Kind       string
-	ModifiedAt time.Time
-}
-
-// LeftoverLister is implemented (through an adapter in cmd) by providers that can list
-// leftovers.
-type LeftoverLister interface {
-	Leftovers(ctx context.Context) ([]Leftover, error)
-}
-
 // sweepLeftovers deletes leftovers on host whose instance name no proxy holds and that were
 // not touched for MinAge: a create or delete in progress touches its volumes.
 func (p *Provisioner) sweepLeftovers(ctx context.Context, host string, liveNames map[string]bool, now time.Time) {
@@ -143,8 +127,8 @@ func (p *Provisioner) sweepLeftovers(ctx context.Context, host string, liveNames
 			continue
 		}
 		p.cfg.Observer.ObserveGC(p.cfg.Provider)
-		p.cfg.Log.Info("orphan GC: deleted leftover", "id", lo.ID, "kind", lo.Kind)
-		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: lo.Kind, CreatedAt: lo.ModifiedAt})
+		p.cfg.Log.Info("orphan GC: deleted leftover", "id", lo.ID, "parts", lo.Parts)
+		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: "leftover", CreatedAt: lo.ModifiedAt})
 	}
 }
 

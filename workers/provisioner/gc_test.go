@@ -15,9 +15,9 @@ import (
 	"github.com/egressd/egressd/workers/provisioner"
 )
 
-type staticLeftovers []provisioner.Leftover
+type staticLeftovers []providers.Leftover
 
-func (s staticLeftovers) Leftovers(context.Context) ([]provisioner.Leftover, error) { return s, nil }
+func (s staticLeftovers) Leftovers(context.Context) ([]providers.Leftover, error) { return s, nil }
 
 // Leftovers (volumes without a domain) are collected only when no proxy holds their name and
 // they were left alone for the minimum age.
@@ -34,10 +34,10 @@ func TestGCCollectsOnlyOldUnownedLeftovers(t *testing.T) {
 	}
 	old := time.Now().Add(-time.Hour)
 	leftovers := staticLeftovers{
-		{ID: "fake/h1/egress-aaaaaaaaaaaaaaaa", Host: "h1", Name: "egress-aaaaaaaaaaaaaaaa", Kind: "volumes", ModifiedAt: old},
-		{ID: "fake/h1/" + live, Host: "h1", Name: live, Kind: "volumes", ModifiedAt: old},
-		{ID: "fake/h1/egress-bbbbbbbbbbbbbbbb", Host: "h1", Name: "egress-bbbbbbbbbbbbbbbb", Kind: "volumes", ModifiedAt: time.Now()},
-		{ID: "fake/h2/egress-cccccccccccccccc", Host: "h2", Name: "egress-cccccccccccccccc", Kind: "volumes", ModifiedAt: old},
+		{ID: "fake/h1/egress-aaaaaaaaaaaaaaaa", Host: "h1", Name: "egress-aaaaaaaaaaaaaaaa", ModifiedAt: old},
+		{ID: "fake/h1/" + live, Host: "h1", Name: live, ModifiedAt: old},
+		{ID: "fake/h1/egress-bbbbbbbbbbbbbbbb", Host: "h1", Name: "egress-bbbbbbbbbbbbbbbb", ModifiedAt: time.Now()},
+		{ID: "fake/h2/egress-cccccccccccccccc", Host: "h2", Name: "egress-cccccccccccccccc", ModifiedAt: old},
 	}
 	var deleted []string
 	fake := providertest.NewFake("fake", providers.Host{Name: "h1", MaxConcurrentOps: 2})

@@ -29,8 +29,8 @@ type Config struct {
 	Timings      Timings
 	GC           GC
 	Checks       Checks
-	Observer     Observer       // optional
-	Leftovers    LeftoverLister // optional: resources without an instance, for orphan GC
+	Observer     Observer                 // optional
+	Leftovers    providers.LeftoverLister // optional: resources without an instance, for orphan GC
 }
 
 // Observer counts what leaves no state behind (metrics).
