@@ -191,3 +191,41 @@ func TestLatest(t *testing.T) {
 		t.Fatalf("latest = %v %v", got, err)
 	}
 }
+
+func TestKeepRenewed(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	st, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Second
+	a, err := kvstore.AcquireLock(ctx, js, st.Locks, "gc.p.h", "a", "test", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, cancel := context.WithCancel(ctx)
+	beats := 0
+	result := make(chan error, 1)
+	go func() { result <- a.KeepRenewed(kctx, ttl/3, func() { beats++ }) }()
+	time.Sleep(3 * ttl)
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "gc.p.h", "b", "test", ttl); !errors.Is(err, kvstore.ErrLockHeld) {
+		t.Fatalf("a kept-renewed lock was taken after three TTLs: %v", err)
+	}
+	// Someone removes it by force and takes it: the keeper reports the loss.
+	if err := st.Locks.Purge(ctx, "gc.p.h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.AcquireLock(ctx, js, st.Locks, "gc.p.h", "b", "test", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-result:
+		if !errors.Is(err, kvstore.ErrLockHeld) || beats == 0 {
+			t.Fatalf("KeepRenewed = %v after %d beats", err, beats)
+		}
+	case <-time.After(5 * ttl):
+		t.Fatal("KeepRenewed did not notice the loss")
+	}
+	cancel()
+}

@@ -72,3 +72,28 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	return fmt.Errorf("release lock %s: %w", l.key, err)
 }
+
+// KeepRenewed renews the lock every interval (each renewal bounded by the interval) until
+// ctx ends, when it returns nil, or a renewal fails, when it returns that error: the lock is
+// then someone else's, or about to be. beat, if set, runs before each renewal (a message
+// heartbeat that must keep pace with the lock).
+func (l *Lock) KeepRenewed(ctx context.Context, every time.Duration, beat func()) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if beat != nil {
+				beat()
+			}
+			rctx, cancel := context.WithTimeout(ctx, every)
+			err := l.Renew(rctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return err
+			}
+		}
+	}
+}

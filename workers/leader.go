@@ -49,27 +49,24 @@ func (l *Leader) Run(ctx context.Context, lead func(ctx context.Context) error) 
 
 // hold runs lead under a context that ends when a renewal fails.
 func (l *Leader) hold(ctx context.Context, lock *kvstore.Lock, lead func(context.Context) error) error {
-	leadCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- lead(leadCtx) }()
-	tick := time.NewTicker(l.TTL / 3)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case <-tick.C:
-			rctx, rcancel := context.WithTimeout(leadCtx, l.TTL/3)
-			err := lock.Renew(rctx)
-			rcancel()
-			if err != nil {
-				l.Log.Warn("lost leadership", "key", l.Key, "err", err)
-				cancel(err)
-				<-done
-				return nil
-			}
+	renewed := make(chan error, 1)
+	go func() { renewed <- lock.KeepRenewed(leadCtx, l.TTL/3, nil) }()
+	select {
+	case err := <-done:
+		cancel()
+		<-renewed
+		return err
+	case err := <-renewed:
+		if err != nil {
+			l.Log.Warn("lost leadership", "key", l.Key, "err", err)
 		}
+		cancel()
+		<-done
+		return nil
 	}
 }
 

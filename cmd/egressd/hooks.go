@@ -70,18 +70,8 @@ func (h *providerHooks) lock(ctx context.Context, key string) (func(), error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t := time.NewTicker(ttl / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-t.C:
-				if err := l.Renew(rctx); err != nil && rctx.Err() == nil {
-					log.Warn("provider lock lost", "key", key, "err", err)
-					return
-				}
-			}
+		if err := l.KeepRenewed(rctx, ttl/3, nil); err != nil {
+			log.Warn("provider lock lost", "key", key, "err", err)
 		}
 	}()
 	var once sync.Once

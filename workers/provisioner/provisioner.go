@@ -239,23 +239,9 @@ func (p *Provisioner) runLocked(ctx context.Context, m jetstream.Msg, lock *kvst
 	defer cancel()
 	var wg sync.WaitGroup // lost is read only after wg.Wait
 	wg.Go(func() {
-		t := time.NewTicker(p.cfg.Timings.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-opCtx.Done():
-				return
-			case <-t.C:
-				_ = m.InProgress()
-				rctx, rcancel := context.WithTimeout(opCtx, p.cfg.Timings.Heartbeat)
-				err := lock.Renew(rctx)
-				rcancel()
-				if err != nil && opCtx.Err() == nil {
-					lost = true
-					cancel()
-					return
-				}
-			}
+		if err := lock.KeepRenewed(opCtx, p.cfg.Timings.Heartbeat, func() { _ = m.InProgress() }); err != nil {
+			lost = true
+			cancel()
 		}
 	})
 	res = p.run(opCtx, op)
