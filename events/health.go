@@ -65,3 +65,15 @@ type ProxyHealth struct {
 func (h ProxyHealth) Judged() bool {
 	return h.Healthy || h.ConsecutiveFailures >= h.FailureThreshold
 }
+
+// ReasonProbeOverdue is the reason a reader of the fleet (status, page, metrics) gives a
+// proxy that has an address but whose last probe there is older than ProbeOverdueAfter: no
+// prober is keeping up with it, so its health says nothing current.
+const ReasonProbeOverdue = "ProbeOverdue"
+
+// ProbeOverdueAfter is how old a proxy's last probe at its current address (or, before its
+// first, the time the address appeared) may be before it is overdue: two intervals, so one
+// late probe is not an alarm, plus a slack for clock skew between processes.
+func ProbeOverdueAfter(interval time.Duration) time.Duration {
+	return 2*interval + 5*time.Second
+}

@@ -45,6 +45,7 @@ type ProxyStatus struct {
 	RetryAt      time.Time  `json:"retryAt,omitzero"`
 	NextPollAt   time.Time  `json:"nextPollAt,omitzero"`
 	ProvisionAt  time.Time  `json:"provisionAt,omitzero"` // when the current create began
+	AddressAt    time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
 	CreatedAt    time.Time  `json:"createdAt,omitzero"`
 	ReadyAt      time.Time  `json:"readyAt,omitzero"`
 	UpdatedAt    time.Time  `json:"updatedAt,omitzero"`

@@ -165,7 +165,7 @@ func (d *decider) external() {
 	ep := d.in.Spec.Endpoint
 	d.setIdentity()
 	d.st.Mode, d.st.Provider, d.st.Host = schemas.ModeExternal, "", ""
-	d.st.IP, d.st.Port = ep.Host, ep.Port
+	d.setAddress(ep.Host, ep.Port)
 	d.st.Teardown, d.st.LastError, d.st.Failures = "", nil, 0
 	d.st.Reason, d.st.Message = ReasonExternal, ""
 	d.st.SpecRevision = d.in.SpecRevision
@@ -410,7 +410,20 @@ func (d *decider) backoff(msg string) {
 func (d *decider) gone() {
 	st := d.st
 	st.InstanceID, st.IP, st.Port, st.SpecHash = "", "", 0, ""
-	st.ProvisionAt, st.NextPollAt, st.AddrMisses = time.Time{}, time.Time{}, 0
+	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
+}
+
+// setAddress records the proxy's address, and when it changed, so that readers can tell a
+// proxy nobody has probed since its address appeared (ProbeOverdue) from a new one.
+func (d *decider) setAddress(ip string, port int) {
+	st := d.st
+	if st.IP != ip || st.Port != port || st.AddressAt.IsZero() {
+		st.AddressAt = d.now
+		if ip == "" {
+			st.AddressAt = time.Time{}
+		}
+	}
+	st.IP, st.Port = ip, port
 }
 
 // observe records what a create or get reported.
@@ -419,10 +432,12 @@ func (d *decider) observe(inst *events.Instance) {
 	if inst == nil {
 		return
 	}
-	st.InstanceID, st.Port = inst.ID, inst.Port
+	st.InstanceID = inst.ID
+	d.setAddress(st.IP, inst.Port)
 	switch providers.State(inst.State) {
 	case providers.StateRunning:
-		st.IP, st.AddrMisses, st.Deadlines = inst.Address, 0, 0
+		d.setAddress(inst.Address, inst.Port)
+		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
 		if st.Reason == ReasonCreating || st.Reason == ReasonWaitingForAddress || st.Reason == ReasonTransient || st.Reason == ReasonInstanceLost || st.Reason == ReasonAddressLost {
 			st.Reason, st.Message = "", ""
@@ -436,7 +451,8 @@ func (d *decider) observe(inst *events.Instance) {
 		// Hysteresis: one read without an address does not drop a working proxy.
 		st.AddrMisses++
 		if st.AddrMisses >= d.p.AddrMissLimit {
-			st.IP, st.AddrMisses, st.ProvisionAt = "", 0, d.now
+			st.AddrMisses, st.ProvisionAt = 0, d.now
+			d.setAddress("", st.Port)
 			st.Reason, st.Message = ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
 		}
 	default: // Stopped, Terminated: it will not recover by itself
