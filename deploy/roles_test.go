@@ -91,8 +91,8 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 
 	// Two reconcilers: one leads, the other watches the leader lease.
 	for i := range 2 {
-		c, s := role("reconciler")
-		r, err := reconciler.New(reconciler.Config{Store: s, NC: c.nc, Installation: installation, Holder: fmt.Sprintf("rec-%d", i),
+		_, s := role("reconciler")
+		r, err := reconciler.New(reconciler.Config{Store: s, Installation: installation, Holder: fmt.Sprintf("rec-%d", i),
 			Policy: reconciler.Policy{ProvisioningPoll: 200 * time.Millisecond, DriftPoll: time.Second, DeletionPoll: 200 * time.Millisecond,
 				QuotaRetry: time.Second, ProvisionDeadline: 30 * time.Second, MaxDeadlines: 3, BackoffBase: 100 * time.Millisecond,
 				BackoffMax: time.Second, OpTimeout: 10 * time.Second, AddrMissLimit: 3},

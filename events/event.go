@@ -13,6 +13,7 @@ const (
 	KindGC       = "gc"       // the orphan collector deleted something
 	KindProvider = "provider" // a provider target turned ready or not ready
 	KindProgress = "progress" // a long provider task moved on (image download, upload)
+	KindProber   = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
 )
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
@@ -32,6 +33,7 @@ type Event struct {
 	Lease   *LeaseEvent   `json:"lease,omitempty"`
 	GC      *GCDeletion   `json:"gc,omitempty"`
 	Target  *TargetHealth `json:"target,omitempty"`
+	Prober  *ProberLag    `json:"prober,omitempty"`
 }
 
 // LeaseEvent describes a lease event (Reason: granted, renewed, released, expired, reported).

@@ -47,6 +47,10 @@ func (ev Event) Summary() string {
 			ready = "ready"
 		}
 		what = fmt.Sprintf("target %s %s: %s", ev.Target.Target, ready, ev.Target.Reason)
+	case ev.Prober != nil:
+		p := ev.Prober
+		what = fmt.Sprintf("prober %s %s: oldest waiting probe %.1fs late, %d of %d proxies waiting, concurrency %d",
+			p.Worker, ev.Reason, p.LagSeconds, p.Backlog, p.Owned, p.Concurrency)
 	default:
 		what = ev.Reason
 	}

@@ -29,11 +29,15 @@ func TestGolden(t *testing.T) {
 		"event_op.v1.json":  Event{V: 1, ID: "e1", Kind: KindOpResult, Proxy: "crawl-1", At: at, Op: &res},
 		"event_phase.v1.json": Event{V: 1, ID: "e2", Kind: KindPhase, Proxy: "crawl-1", At: at, From: PhaseProvisioning,
 			Phase: PhaseRunning},
+		"prober_member.v1.json": ProberMember{V: 1, ID: "3f9a0c1d2e4b5a69", Worker: "host-1", Filters: []string{"local", "kvm-home.h1"},
+			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4},
+		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
+			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
 		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
 			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
 			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
 			LastError:   &LastError{Class: "Transient", Message: "local get: transient error: timeout", At: at},
-			ProvisionAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
+			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
 	}
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -4,15 +4,17 @@ import "time"
 
 // Buckets of probes and leases (DESIGN §3.1).
 const (
+	BucketProbers   = "egress_probers"
 	BucketHealth    = "proxy_health"
 	BucketLeases    = "proxy_leases"
 	BucketCooldowns = "proxy_cooldowns"
 )
 
-// Probe subjects: the reconciler publishes one ProbeRequest per proxy per interval on core
-// NATS; probers take them in the queue group ProbeQueue, optionally only for some providers
-// or hosts by subscribing to a narrower filter. External proxies use provider and host
-// "external".
+// Probe subjects: probers schedule the regular probes themselves (each owns a share of the
+// fleet, see ProberMember); a ProbeRequest on core NATS asks for one probe now (the leaser
+// sends one when a crawler reports a failure). Probers take them in the queue group
+// ProbeQueue, optionally only for some providers or hosts by subscribing to a narrower
+// filter. External proxies use provider and host "external".
 const (
 	ProbeQueue    = "probers"
 	ProbeSubjects = "egress.probe.>"
@@ -33,7 +35,7 @@ type ProbeRequest struct {
 	Host     string    `json:"host"`
 	Address  string    `json:"address"` // the proxy's IP or host name
 	Port     int       `json:"port"`
-	Reason   string    `json:"reason,omitempty"` // "interval", "report", "new"
+	Reason   string    `json:"reason,omitempty"` // "report"
 	At       time.Time `json:"at"`
 }
 
@@ -77,3 +79,36 @@ const ReasonProbeOverdue = "ProbeOverdue"
 func ProbeOverdueAfter(interval time.Duration) time.Duration {
 	return 2*interval + 5*time.Second
 }
+
+// ProberMember is a live prober's presence in egress_probers, under its member ID, renewed
+// every few seconds with a short TTL: the probers divide the fleet among the members they
+// see (rendezvous hashing of proxy names over the members whose filters take the proxy), so
+// a prober that stops, cleanly or not, hands its share to the others within that TTL.
+type ProberMember struct {
+	V           int       `json:"v"`
+	ID          string    `json:"id"`
+	Worker      string    `json:"worker"`
+	Filters     []string  `json:"filters,omitempty"` // "provider" or "provider.host"; none takes every proxy
+	Concurrency int       `json:"concurrency"`
+	StartedAt   time.Time `json:"startedAt"`
+	// What the prober reported at its last renewal.
+	Owned      int     `json:"owned"`      // proxies it schedules
+	Backlog    int     `json:"backlog"`    // of them, due and waiting for a free worker
+	LagSeconds float64 `json:"lagSeconds"` // how late the oldest waiting one is
+}
+
+// ProberLag is the detail of a prober event: it fell behind its schedule (Reason
+// ProberBehind) or caught up again (ProberCaughtUp).
+type ProberLag struct {
+	Worker      string  `json:"worker"`
+	Owned       int     `json:"owned"`
+	Backlog     int     `json:"backlog"`
+	LagSeconds  float64 `json:"lagSeconds"`
+	Concurrency int     `json:"concurrency"`
+}
+
+// Reasons of prober events.
+const (
+	ReasonProberBehind   = "ProberBehind"
+	ReasonProberCaughtUp = "ProberCaughtUp"
+)

@@ -25,6 +25,7 @@ type Store struct {
 	Health    jetstream.KeyValue
 	Leases    jetstream.KeyValue
 	Cooldowns jetstream.KeyValue
+	Probers   jetstream.KeyValue
 	Providers jetstream.KeyValue // provider_health
 }
 
@@ -85,6 +86,7 @@ func (s *Store) buckets() []bucket {
 		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
 		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
 		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
+		{&s.Probers, jetstream.KeyValueConfig{Bucket: events.BucketProbers, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "live probers (ProberMember), each with a TTL of a few seconds"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
 	}
 }

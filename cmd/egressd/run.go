@@ -268,7 +268,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		g.Go(func() error { return l.Run(gctx) })
 	}
 	if roles.reconciler {
-		r, err := reconciler.New(reconciler.Config{Store: store, NC: nc, Installation: installation, Holder: holder,
+		r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
 			LeaderTTL: f.leaderTTL, Log: log})
 		if err != nil {
 			return err

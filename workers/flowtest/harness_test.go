@@ -102,8 +102,8 @@ func (h *harness) provisioner(name string, fake *providertest.Fake, worker strin
 
 // reconciler starts a reconciler on its own connection; cancel stops it.
 func (h *harness) reconciler(holder string) (cancel func()) {
-	nc, store := h.connectNC()
-	r, err := reconciler.New(reconciler.Config{Store: store, NC: nc, Installation: installation, Holder: holder,
+	_, store := h.connectNC()
+	r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
 		Policy: fastPolicy(), LeaderTTL: 2 * time.Second, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
 	if err != nil {
 		h.t.Fatal(err)

@@ -20,6 +20,10 @@ type Metrics struct {
 	acquireTime   prometheus.Histogram
 	probeTime     *prometheus.HistogramVec
 	probeFailures prometheus.Counter
+	probeDelay    prometheus.Histogram
+	proberOwned   prometheus.Gauge
+	proberBacklog prometheus.Gauge
+	proberLag     prometheus.Gauge
 }
 
 // New registers the process's metrics. With state, every scrape also reads egressd's state
@@ -45,8 +49,18 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
 		probeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "egress_probe_failures_total",
 			Help: "Probes through proxies that failed."}),
+		probeDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "egress_probe_delay_seconds",
+			Help:    "How late probes started against their schedule (0 while the prober keeps up).",
+			Buckets: []float64{.001, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}),
+		proberOwned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_prober_owned_proxies",
+			Help: "Proxies this process's prober schedules (its share of the fleet)."}),
+		proberBacklog: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_prober_backlog_proxies",
+			Help: "Of them, proxies past their due time waiting for a free probe worker."}),
+		proberLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_prober_lag_seconds",
+			Help: "How late the oldest waiting probe of this process's prober is."}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.probeTime, m.probeFailures,
+		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
 	if state {
@@ -85,4 +99,14 @@ func (m *Metrics) ObserveProbe(ok bool, d time.Duration) {
 		m.probeFailures.Inc()
 	}
 	m.probeTime.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// ObserveProbeDelay records how late one probe started (prober.Observer).
+func (m *Metrics) ObserveProbeDelay(d time.Duration) { m.probeDelay.Observe(d.Seconds()) }
+
+// ObserveProberLoad sets the prober's share, backlog and lag (prober.Observer).
+func (m *Metrics) ObserveProberLoad(owned, backlog int, lag time.Duration) {
+	m.proberOwned.Set(float64(owned))
+	m.proberBacklog.Set(float64(backlog))
+	m.proberLag.Set(lag.Seconds())
 }

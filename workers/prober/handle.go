@@ -5,79 +5,107 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"strconv"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go"
 )
 
-// handle runs one probe request: read the spec, probe, record, announce a transition. Every
-// way out but a recorded verdict is a drop: the scheduler sends the next request anyway.
-func (p *Prober) handle(ctx context.Context, subject string, data []byte) {
-	req, err := decodeRequest(subject, data)
-	if err != nil {
-		p.log.Warn("dropping a malformed probe request", "subject", subject, "err", err)
-		return
-	}
-	log := p.log.With("proxy", req.Proxy)
-	if !p.claim(req.Proxy) {
-		log.Debug("already probing this proxy; dropping the request")
-		return
-	}
-	defer p.unclaim(req.Proxy)
+// job is one probe, with everything it needs copied out of the loop's state.
+type job struct {
+	proxy  string
+	addr   string // host:port
+	check  schemas.HealthCheck
+	target *url.URL
+	auth   *schemas.Auth
+	prev   *events.ProxyHealth // the record the loop knows, nil for none
+	rev    uint64              // its revision
+	known  bool                // prev and rev are known; otherwise record reads them
+}
 
-	spec, ok := p.readSpec(ctx, log, req.Proxy)
-	if !ok {
-		return
+// completion is a worker's report of a job: the record written, if any.
+type completion struct {
+	proxy  string
+	health *events.ProxyHealth
+	rev    uint64
+}
+
+func (p *Prober) newJob(t *target) job {
+	j := job{proxy: t.name, addr: t.addr, check: t.spec.HealthCheck, target: p.defaultURL, auth: t.spec.Auth,
+		rev: t.rev, known: true}
+	if t.health != nil {
+		h := *t.health
+		j.prev = &h
 	}
-	check := spec.HealthCheck
+	if t.spec.HealthCheck.URL != "" {
+		// The spec validated it; should it not parse now, the probe reports that.
+		j.target, _ = parseCheckURL(t.spec.HealthCheck.URL)
+	}
+	return j
+}
+
+// execute runs one probe, records the verdict and announces a transition.
+func (p *Prober) execute(ctx context.Context, j job) completion {
+	c := completion{proxy: j.proxy}
+	log := p.log.With("proxy", j.proxy)
 	at := p.cfg.Now().UTC()
-	if !req.At.IsZero() && at.Sub(req.At) > seconds(check.IntervalSeconds)+staleSlack {
-		log.Debug("dropping a stale probe request", "requestedAt", req.At)
-		return
+	var res result
+	if j.target == nil {
+		res = result{err: errors.New("check URL does not parse")}
+	} else {
+		pctx, cancel := context.WithTimeout(ctx, seconds(j.check.TimeoutSeconds))
+		res = p.probe(pctx, j.addr, j.target, j.auth)
+		cancel()
 	}
-	target := p.defaultURL
-	if check.URL != "" {
-		if target, err = parseCheckURL(check.URL); err != nil {
-			return // the spec validated it; a spec that did not would not have been read
-		}
-	}
-	addr := net.JoinHostPort(req.Address, strconv.Itoa(req.Port))
-	pctx, cancel := context.WithTimeout(ctx, seconds(check.TimeoutSeconds))
-	res := p.probe(pctx, addr, target, spec.Auth)
-	cancel()
 	if ctx.Err() != nil {
-		return // cut short by shutdown: says nothing about the proxy
+		return c // cut short by shutdown: says nothing about the proxy
 	}
 	p.cfg.Observer.ObserveProbe(res.err == nil, res.latency)
-	h, transition, err := p.record(ctx, observation{proxy: req.Proxy, address: addr, checkURL: target.Redacted(),
-		prober: p.cfg.Worker, at: at, check: check, res: res})
+	checkURL := ""
+	if j.target != nil {
+		checkURL = j.target.Redacted()
+	}
+	h, rev, transition, err := p.record(ctx, j, observation{proxy: j.proxy, address: j.addr, checkURL: checkURL,
+		prober: p.cfg.Worker, at: at, check: j.check, res: res})
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("health not recorded", "err", err)
 		}
-		return
+		return c
 	}
+	c.health, c.rev = &h, rev
 	if res.err != nil {
-		log.Debug("probe failed", "address", addr, "healthy", h.Healthy, "failures", h.ConsecutiveFailures, "err", res.err)
+		log.Debug("probe failed", "address", j.addr, "healthy", h.Healthy, "failures", h.ConsecutiveFailures, "err", res.err)
 	} else {
-		log.Debug("probe succeeded", "address", addr, "healthy", h.Healthy, "latency", res.latency.Round(time.Microsecond))
+		log.Debug("probe succeeded", "address", j.addr, "healthy", h.Healthy, "latency", res.latency.Round(time.Microsecond))
 	}
 	if !transition {
-		return
+		return c
 	}
 	if h.Healthy {
-		log.Info("proxy healthy", "address", addr, "egressIp", h.EgressIP, "leakedHeaders", h.LeakedHeaders)
+		log.Info("proxy healthy", "address", j.addr, "egressIp", h.EgressIP, "leakedHeaders", h.LeakedHeaders)
 	} else {
-		log.Info("proxy unhealthy", "address", addr, "err", h.LastError)
+		log.Info("proxy unhealthy", "address", j.addr, "err", h.LastError)
 	}
 	if err := p.publishTransition(ctx, h); err != nil {
 		log.Warn("health event not published", "err", err)
+	}
+	return c
+}
+
+// receive is the probe-now subscription's handler: it checks the request and leaves the
+// proxy's name for the loop, which probes it with what it knows (spec and current address).
+func (n *nudges) receive(p *Prober) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		req, err := decodeRequest(m.Subject, m.Data)
+		if err != nil {
+			p.log.Warn("dropping a malformed probe request", "subject", m.Subject, "err", err)
+			return
+		}
+		n.add(req.Proxy)
 	}
 }
 
@@ -103,45 +131,7 @@ func decodeRequest(subject string, data []byte) (events.ProbeRequest, error) {
 	return req, nil
 }
 
-// readSpec reads and parses the proxy's spec. A missing spec means the proxy is gone, an
-// invalid one is never acted on: both drop the request.
-func (p *Prober) readSpec(ctx context.Context, log *slog.Logger, proxy string) (schemas.ProxySpec, bool) {
-	rctx, cancel := context.WithTimeout(ctx, kvBudget)
-	defer cancel()
-	raw, _, err := kvstore.Get(rctx, p.cfg.Store.Proxies, proxy)
-	if errors.Is(err, kvstore.ErrNotFound) {
-		log.Debug("proxy is gone; dropping the probe request")
-		return schemas.ProxySpec{}, false
-	}
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("spec not readable; dropping the probe request", "err", err)
-		}
-		return schemas.ProxySpec{}, false
-	}
-	spec, err := schemas.ParseProxySpec(raw)
-	if err != nil {
-		log.Debug("spec is invalid; dropping the probe request", "err", err)
-		return schemas.ProxySpec{}, false
-	}
-	return spec, true
-}
-
-// claim marks proxy as being probed here; false if it already is.
-func (p *Prober) claim(proxy string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.inFlight[proxy] {
-		return false
-	}
-	p.inFlight[proxy] = true
-	return true
-}
-
-func (p *Prober) unclaim(proxy string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.inFlight, proxy)
-}
+// decodeJSON decodes one of egressd's own records.
+func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func seconds(n int) time.Duration { return time.Duration(n) * time.Second }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
+	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -104,19 +104,35 @@ func (e *env) prober(store *kvstore.Store, cfg Config) *Prober {
 	return p
 }
 
-// run starts p.Run until the test ends and waits until it has subscribed.
+// run starts p.Run until the test ends and waits until it has read the fleet.
 func (e *env) run(p *Prober) (stop func()) {
 	e.t.Helper()
 	stop = serve(e.t, p.Run)
-	eventually(e.t, 5*time.Second, "prober subscribed", func() bool {
-		for line := range strings.Lines(e.logs.String()) {
-			if strings.Contains(line, `msg="prober started"`) && strings.Contains(line, " worker="+p.cfg.Worker+" ") {
-				return true
-			}
-		}
-		return false
-	})
+	select {
+	case <-p.Ready():
+	case <-time.After(10 * time.Second):
+		e.t.Fatal("prober not ready within 10s")
+	}
 	return stop
+}
+
+// putStatus records proxy as Running at addr (host:port) on provider and host, as the
+// reconciler would: what makes it a proxy to probe.
+func (e *env) putStatus(proxy, provider, host, addr string) {
+	e.t.Helper()
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st := events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "managed", Provider: provider, Host: host, IP: h, Port: n,
+		AddressAt: time.Now().UTC()}
+	if _, err := kvstore.PutJSON(context.Background(), e.store.Status, proxy, st); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // spec is the JSON of a managed proxy spec with the given health check and auth.
@@ -156,18 +172,28 @@ func request(t *testing.T, proxy, provider, host, addr string) (string, []byte) 
 		t.Fatal(err)
 	}
 	b, err := json.Marshal(events.ProbeRequest{V: 1, Proxy: proxy, Provider: provider, Host: host,
-		Address: h, Port: p, Reason: "interval", At: time.Now().UTC()})
+		Address: h, Port: p, Reason: "report", At: time.Now().UTC()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return events.ProbeSubject(provider, host, proxy), b
 }
 
-// probeNow runs one probe request synchronously.
+// probeNow runs one probe of proxy at addr synchronously, with the spec in KV, as a worker
+// would, and returns the record.
 func (e *env) probeNow(p *Prober, proxy, addr string) events.ProxyHealth {
 	e.t.Helper()
-	subj, data := request(e.t, proxy, "local", "h1", addr)
-	p.handle(context.Background(), subj, data)
+	raw, _, err := kvstore.Get(context.Background(), e.store.Proxies, proxy)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sp, err := schemas.ParseProxySpec(raw)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	j := p.newJob(&target{name: proxy, spec: &sp, addr: addr})
+	j.known = false // read the record, as after a lost race
+	p.execute(context.Background(), j)
 	h, ok := e.health(proxy)
 	if !ok {
 		e.t.Fatalf("no health record for %s", proxy)

@@ -92,7 +92,10 @@ func TestProxyDownAndBack(t *testing.T) {
 	}
 }
 
-type countingObserver struct{ ok, failed int }
+type countingObserver struct {
+	noObserver
+	ok, failed int
+}
 
 func (o *countingObserver) ObserveProbe(ok bool, _ time.Duration) {
 	if ok {

@@ -2,6 +2,8 @@ package prober
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,26 +14,33 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
 )
 
 // Config of a prober.
 type Config struct {
 	Store  *kvstore.Store
-	NC     *nats.Conn // core NATS, for the queue subscription
+	NC     *nats.Conn // core NATS, for probe-now requests
 	Worker string     // this process's identity, written into each record as its prober
 
-	// Filters limit the probes this prober takes, each "provider" or "provider.host"; empty
-	// takes every probe. A prober next to a private network serves only that network's proxies.
+	// Filters limit the proxies this prober takes, each "provider" or "provider.host"; empty
+	// takes every proxy. A prober next to a private network serves only that network's proxies.
 	Filters []string
 
 	// DefaultCheckURL is fetched through a proxy whose spec names no healthCheck.url; normally
 	// the URL of egressd's echo endpoint (ServeEcho).
 	DefaultCheckURL string
 
-	Concurrency int // probes in flight at most; default 64
+	// Concurrency is the number of probes in flight at most (default 256). A prober keeps up
+	// while concurrency / probe latency exceeds its share of proxies / interval.
+	Concurrency int
 	Log         *slog.Logger
 	Now         func() time.Time // default time.Now
-	Observer    Observer         // optional: counts probes (metrics)
+	Observer    Observer         // optional: counts probes and lag (metrics)
+
+	// Heartbeat and MemberTTL time the prober's presence record (defaults 2 s and 6 s): a
+	// prober that dies hands its proxies to the others within MemberTTL.
+	Heartbeat, MemberTTL time.Duration
 
 	// InsecureSkipVerify accepts any certificate of an https check URL. For tests only.
 	InsecureSkipVerify bool
@@ -40,14 +49,21 @@ type Config struct {
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
 type Observer interface {
 	ObserveProbe(ok bool, d time.Duration)
+	// ObserveProbeDelay is how late a probe started against its schedule.
+	ObserveProbeDelay(d time.Duration)
+	// ObserveProberLoad is this prober's share, how many of it wait past their due time, and
+	// how late the oldest of them is; sampled every second.
+	ObserveProberLoad(owned, backlog int, lag time.Duration)
 }
 
 type noObserver struct{}
 
-func (noObserver) ObserveProbe(bool, time.Duration) {}
+func (noObserver) ObserveProbe(bool, time.Duration)          {}
+func (noObserver) ObserveProbeDelay(time.Duration)           {}
+func (noObserver) ObserveProberLoad(int, int, time.Duration) {}
 
 // DefaultConcurrency is the number of probes one prober runs at once unless told otherwise.
-const DefaultConcurrency = 64
+const DefaultConcurrency = 256
 
 // Budgets of the calls around a probe (the probe itself has the spec's timeoutSeconds).
 const (
@@ -55,23 +71,16 @@ const (
 	flushBudget = 5 * time.Second
 )
 
-// backlog is how many requests wait for a free worker. Beyond it NATS drops requests (a slow
-// consumer), which is the right thing: the scheduler sends a fresh one every interval.
-const backlog = 1024
-
-// staleSlack is added to a proxy's interval before a waiting request counts as stale: it
-// covers clock skew between the scheduler and this prober.
-const staleSlack = 5 * time.Second
-
-// Prober takes probe requests and records health.
+// Prober schedules and runs the probes of its share of the fleet and records health.
 type Prober struct {
 	cfg        Config
 	log        *slog.Logger
 	subjects   []string
 	defaultURL *url.URL
+	member     events.ProberMember // this process's presence record
 
-	mu       sync.Mutex
-	inFlight map[string]bool // proxies being probed here, so a burst of requests probes once
+	ready      chan struct{}  // closed once the watches are in sync and probes start
+	background sync.WaitGroup // event publishes; Run waits for them
 }
 
 // New checks the config; it does no I/O.
@@ -99,14 +108,28 @@ func New(cfg Config) (*Prober, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = defaultHeartbeat
+	}
+	if cfg.MemberTTL <= cfg.Heartbeat {
+		cfg.MemberTTL = max(defaultMemberTTL, 3*cfg.Heartbeat)
+	}
+	id := make([]byte, 8)
+	rand.Read(id)
+	m := events.ProberMember{V: 1, ID: hex.EncodeToString(id), Worker: cfg.Worker, Filters: cfg.Filters,
+		Concurrency: cfg.Concurrency, StartedAt: cfg.Now().UTC()}
 	return &Prober{
 		cfg:        cfg,
-		log:        cfg.Log.With("role", "prober", "worker", cfg.Worker),
+		log:        cfg.Log.With("role", "prober", "worker", cfg.Worker, "member", m.ID),
 		subjects:   subs,
 		defaultURL: u,
-		inFlight:   map[string]bool{},
+		member:     m,
+		ready:      make(chan struct{}),
 	}, nil
 }
+
+// Ready is closed once the prober has read the fleet and starts probing.
+func (p *Prober) Ready() <-chan struct{} { return p.ready }
 
 // parseCheckURL accepts an absolute http or https URL.
 func parseCheckURL(s string) (*url.URL, error) {
@@ -118,16 +141,23 @@ func parseCheckURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// Run takes probe requests in the queue group until ctx ends, running at most Concurrency
-// probes at once. On return it has unsubscribed and every probe it started has finished
-// (probes cut short by the end of ctx record nothing).
+// Run probes this prober's share of the fleet until ctx ends: it watches the specs, statuses,
+// health records and the other probers, schedules each owned proxy once per interval at its
+// phase, and runs at most Concurrency probes at once. A probe that cannot start on time
+// waits (it is never dropped) and shows as lag. On return every goroutine it started has
+// finished (probes cut short by the end of ctx record nothing) and its presence is removed.
 func (p *Prober) Run(ctx context.Context) error {
-	// Only the loop below starts probes, so this Wait never races an Add. Deferred first, it
-	// runs last: the subscriptions are gone (new requests go to other probers) while the
-	// probes in flight finish.
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	msgs := make(chan *nats.Msg, backlog)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The watches live on gctx, the context the loop checks: when they close because it
+	// ended, the loop knows that is why.
+	g, gctx := errgroup.WithContext(ctx)
+	l, err := p.newLoop(gctx)
+	if err != nil {
+		return err
+	}
+	defer l.stopWatches()
+
 	var subs []*nats.Subscription
 	defer func() {
 		for _, s := range subs {
@@ -135,36 +165,38 @@ func (p *Prober) Run(ctx context.Context) error {
 		}
 	}()
 	for _, subj := range p.subjects {
-		s, err := p.cfg.NC.ChanQueueSubscribe(subj, events.ProbeQueue, msgs)
+		s, err := p.cfg.NC.QueueSubscribe(subj, events.ProbeQueue, l.nudges.receive(p))
 		if err != nil {
 			return fmt.Errorf("prober: subscribe to %s: %w", subj, err)
 		}
 		subs = append(subs, s)
 	}
 	// Not fatal: the client re-sends the interest when it reconnects.
-	fctx, cancel := context.WithTimeout(ctx, flushBudget)
+	fctx, fcancel := context.WithTimeout(ctx, flushBudget)
 	if err := p.cfg.NC.FlushWithContext(fctx); err != nil && ctx.Err() == nil {
 		p.log.Warn("flush of the probe subscriptions", "err", err)
 	}
-	cancel()
-	p.log.Info("prober started", "subjects", p.subjects, "concurrency", p.cfg.Concurrency)
+	fcancel()
 
-	sem := make(chan struct{}, p.cfg.Concurrency)
-	for {
-		var m *nats.Msg
+	for range p.cfg.Concurrency {
+		g.Go(func() error { p.work(gctx, l.jobs, l.done); return nil })
+	}
+	g.Go(func() error { return p.keepPresent(gctx, l.currentLoad) })
+	err = l.run(gctx)
+	cancel()
+	close(l.jobs)
+	err = errors.Join(err, g.Wait())
+	p.background.Wait()
+	return err
+}
+
+// work runs the jobs the loop hands out until the loop closes jobs, reporting each back.
+func (p *Prober) work(ctx context.Context, jobs <-chan job, done chan<- completion) {
+	for j := range jobs {
+		c := p.execute(ctx, j)
 		select {
+		case done <- c:
 		case <-ctx.Done():
-			return nil
-		case m = <-msgs:
 		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case sem <- struct{}{}:
-		}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			p.handle(ctx, m.Subject, m.Data)
-		})
 	}
 }

@@ -6,43 +6,51 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// record folds o into the proxy's health record and writes it at the revision it read, so two
-// probers racing on one proxy cannot lose an update: the loser re-reads and re-applies once.
-// It returns the record written and whether it is a transition.
-func (p *Prober) record(ctx context.Context, o observation) (events.ProxyHealth, bool, error) {
+// record folds o into the proxy's health record and writes it at the revision it was known
+// at (j's, else read now), so two probers racing on one proxy (during a hand-over) cannot lose
+// an update: the loser re-reads and re-applies once. It returns the record written, its
+// revision and whether it is a transition.
+func (p *Prober) record(ctx context.Context, j job, o observation) (events.ProxyHealth, uint64, bool, error) {
 	ttl := ttlFor(o.check)
+	prev, rev, known := j.prev, j.rev, j.known
 	for attempt := 1; ; attempt++ {
-		rctx, cancel := context.WithTimeout(ctx, kvBudget)
-		prev, rev, err := p.readHealth(rctx, o.proxy)
-		cancel()
-		if err != nil {
-			return events.ProxyHealth{}, false, err
+		if !known {
+			rctx, cancel := context.WithTimeout(ctx, kvBudget)
+			var err error
+			prev, rev, err = p.readHealth(rctx, o.proxy)
+			cancel()
+			if err != nil {
+				return events.ProxyHealth{}, 0, false, err
+			}
 		}
 		next, transition := nextHealth(prev, o)
 		b, err := json.Marshal(next)
 		if err != nil {
-			return events.ProxyHealth{}, false, err
+			return events.ProxyHealth{}, 0, false, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, kvBudget)
+		var newRev uint64
 		if rev == 0 {
-			_, err = kvstore.CreateTTL(wctx, p.cfg.Store.Health, o.proxy, b, ttl)
+			newRev, err = kvstore.CreateTTL(wctx, p.cfg.Store.Health, o.proxy, b, ttl)
 		} else {
-			_, err = kvstore.PutTTL(wctx, p.cfg.Store.JS, p.cfg.Store.Health, o.proxy, b, rev, ttl)
+			newRev, err = kvstore.PutTTL(wctx, p.cfg.Store.JS, p.cfg.Store.Health, o.proxy, b, rev, ttl)
 		}
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) && attempt < 2 {
+			known = false // someone else wrote (or the record expired): fold into theirs
 			continue
 		}
 		if err != nil {
-			return events.ProxyHealth{}, false, fmt.Errorf("write health of %s: %w", o.proxy, err)
+			return events.ProxyHealth{}, 0, false, fmt.Errorf("write health of %s: %w", o.proxy, err)
 		}
-		return next, transition, nil
+		return next, newRev, transition, nil
 	}
 }
 
@@ -82,6 +90,34 @@ func (p *Prober) publishTransition(ctx context.Context, h events.ProxyHealth) er
 		return fmt.Errorf("publish health event of %s: %w", h.Proxy, err)
 	}
 	return nil
+}
+
+// announceLag publishes a prober event: this prober fell behind its schedule or caught up.
+// It is published from a goroutine of its own so the schedule never waits on it; the event's
+// budget bounds it, and a lost one is only a missed notice (the metrics carry the same).
+func (p *Prober) announceLag(ctx context.Context, reason string, l load) {
+	lag := events.ProberLag{Worker: p.cfg.Worker, Owned: l.owned, Backlog: l.backlog,
+		LagSeconds: l.lag.Seconds(), Concurrency: p.cfg.Concurrency}
+	ev := events.Event{V: 1, ID: newID(), Kind: events.KindProber, Proxy: p.member.ID, At: p.cfg.Now().UTC(),
+		Reason: reason, Prober: &lag}
+	if reason == events.ReasonProberBehind {
+		p.log.Warn("prober behind its schedule", "lag", l.lag.Round(time.Millisecond), "backlog", l.backlog,
+			"owned", l.owned, "concurrency", p.cfg.Concurrency)
+	} else {
+		p.log.Info("prober caught up", "lag", l.lag.Round(time.Millisecond), "backlog", l.backlog, "owned", l.owned)
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	p.background.Go(func() {
+		pctx, cancel := context.WithTimeout(ctx, kvBudget)
+		defer cancel()
+		if _, err := p.cfg.Store.JS.Publish(pctx, events.EventSubject(events.KindProber, p.member.ID), b,
+			jetstream.WithMsgID(ev.ID)); err != nil && ctx.Err() == nil {
+			p.log.Warn("prober event not published", "err", err)
+		}
+	})
 }
 
 // newID is a random event ID.

@@ -14,98 +14,189 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// fast shortens presence timings so hand-overs happen within a test.
+func fast(cfg Config) Config {
+	cfg.Heartbeat, cfg.MemberTTL = 200*time.Millisecond, time.Second
+	return cfg
+}
+
 func TestFilters(t *testing.T) {
 	e := newEnv(t)
 	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
+	for _, p := range []struct{ proxy, provider, host string }{{"pa", "a", "h1"}, {"pb1", "b", "h1"}, {"pb2", "b", "h2"}} {
+		e.putSpec(p.proxy, spec{})
+		e.putStatus(p.proxy, p.provider, p.host, addr)
+	}
 	e.run(e.prober(nil, Config{Worker: "only-a", Filters: []string{"a", "b.h2"}}))
-	for _, proxy := range []string{"pa", "pb1", "pb2"} {
-		e.putSpec(proxy, spec{})
-	}
-	nc := e.connect().JS.Conn()
-	publish := func(proxy, provider, host string) {
-		subj, data := request(t, proxy, provider, host, addr)
-		if err := nc.Publish(subj, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Published first, so that once the later ones are recorded these would have been too.
-	publish("pb1", "b", "h1")
-	publish("pb2", "b", "h2")
-	publish("pa", "a", "h1")
-	eventually(t, 5*time.Second, "a's and b.h2's probes recorded", func() bool {
+	eventually(t, 5*time.Second, "a's and b.h2's proxies probed", func() bool {
 		_, a := e.health("pa")
 		_, b2 := e.health("pb2")
 		return a && b2
 	})
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
 	if _, ok := e.health("pb1"); ok {
-		t.Error("a prober limited to a and b.h2 took a probe of b.h1")
+		t.Error("a prober limited to a and b.h2 probed a proxy of b.h1")
 	}
 }
 
-func TestQueueGroupProbesOnce(t *testing.T) {
-	e := newEnv(t)
-	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
-	e.run(e.prober(e.connect(), Config{Worker: "w1"}))
-	e.run(e.prober(e.connect(), Config{Worker: "w2"}))
-
-	ctx := context.Background()
-	var writes atomic.Int64
-	w, err := e.store.Health.WatchAll(ctx, jetstream.UpdatesOnly())
+// healthWrites counts puts to proxy_health from now on, by prober.
+func (e *env) healthWrites() func() map[string]int {
+	e.t.Helper()
+	w, err := e.store.Health.WatchAll(context.Background(), jetstream.UpdatesOnly())
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { w.Stop(); wg.Wait() })
+	var (
+		mu sync.Mutex
+		by = map[string]int{}
+		wg sync.WaitGroup
+	)
+	e.t.Cleanup(func() { w.Stop(); wg.Wait() })
 	wg.Go(func() {
 		for entry := range w.Updates() {
-			if entry != nil && entry.Operation() == jetstream.KeyValuePut {
-				writes.Add(1)
+			var h events.ProxyHealth
+			if entry == nil || entry.Operation() != jetstream.KeyValuePut || json.Unmarshal(entry.Value(), &h) != nil {
+				continue
 			}
+			mu.Lock()
+			by[h.Prober]++
+			mu.Unlock()
 		}
 	})
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]int{}
+		for k, v := range by {
+			out[k] = v
+		}
+		return out
+	}
+}
 
-	const n = 30
-	nc := e.connect().JS.Conn()
+func total(m map[string]int) (n int) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// Two probers divide the fleet: each proxy is probed by exactly one of them.
+func TestProbersShareTheFleet(t *testing.T) {
+	e := newEnv(t)
+	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
+	writes := e.healthWrites()
+	const n = 40
 	for i := range n {
 		proxy := fmt.Sprintf("p%d", i)
-		e.putSpec(proxy, spec{})
-		subj, data := request(t, proxy, "local", "h1", addr)
-		if err := nc.Publish(subj, data); err != nil {
+		e.putSpec(proxy, spec{check: map[string]any{"intervalSeconds": 300}})
+		e.putStatus(proxy, "local", "h1", addr)
+	}
+	// Both present before either probes, so neither probes the other's share first.
+	p1, p2 := e.prober(e.connect(), Config{Worker: "w1"}), e.prober(e.connect(), Config{Worker: "w2"})
+	for _, p := range []*Prober{p1, p2} {
+		if err := writeMember(e, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "every probe recorded", func() bool { return writes.Load() >= n })
+	e.run(p1)
+	e.run(p2)
+	eventually(t, 10*time.Second, "every proxy probed", func() bool { return total(writes()) >= n })
 	time.Sleep(300 * time.Millisecond)
-	if got := writes.Load(); got != n {
-		t.Errorf("%d health writes for %d requests", got, n)
+	by := writes()
+	if total(by) != n || by["w1"] == 0 || by["w2"] == 0 {
+		t.Fatalf("health writes by prober %v, want %d in all, shared", by, n)
 	}
-	by := map[string]int{}
 	for i := range n {
-		h, ok := e.health(fmt.Sprintf("p%d", i))
-		if !ok || h.ConsecutiveSuccesses != 1 {
+		if h, ok := e.health(fmt.Sprintf("p%d", i)); !ok || h.ConsecutiveSuccesses != 1 {
 			t.Errorf("p%d probed more or less than once: %+v", i, h)
 		}
-		by[h.Prober]++
 	}
 	t.Logf("probes per prober: %v", by)
+}
+
+// writeMember puts p's presence record before it runs, as if it had been running already.
+func writeMember(e *env, p *Prober) error {
+	b, err := json.Marshal(p.member)
+	if err != nil {
+		return err
+	}
+	_, err = e.store.Probers.Put(context.Background(), p.member.ID, b)
+	return err
+}
+
+// When a prober stops, cleanly or by vanishing, the others take its share over.
+func TestHandOver(t *testing.T) {
+	for _, clean := range []bool{true, false} {
+		t.Run(fmt.Sprintf("clean=%v", clean), func(t *testing.T) {
+			e := newEnv(t)
+			addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
+			const n = 20
+			for i := range n {
+				proxy := fmt.Sprintf("p%d", i)
+				e.putSpec(proxy, spec{check: map[string]any{"intervalSeconds": 1}})
+				e.putStatus(proxy, "local", "h1", addr)
+			}
+			gone := e.connect()
+			w1 := e.prober(gone, fast(Config{Worker: "w1"}))
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = w1.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+			<-w1.Ready()
+			e.run(e.prober(e.connect(), fast(Config{Worker: "w2"})))
+			probedBy := func(worker string, since time.Time) int {
+				k := 0
+				for i := range n {
+					if h, ok := e.health(fmt.Sprintf("p%d", i)); ok && h.Prober == worker && h.LastProbeAt.After(since) {
+						k++
+					}
+				}
+				return k
+			}
+			eventually(t, 10*time.Second, "both probers probing", func() bool {
+				return probedBy("w1", time.Time{}) > 0 && probedBy("w2", time.Time{}) > 0
+			})
+			stopped := time.Now()
+			if clean {
+				cancel()
+			} else {
+				// Vanish: the connection dies, so the presence record is neither renewed nor
+				// removed, and only its TTL tells the others.
+				gone.JS.Conn().Close()
+			}
+			eventually(t, 10*time.Second, "w2 probing every proxy", func() bool { return probedBy("w2", stopped) == n })
+			t.Logf("w2 took over %d proxies within %v", n, time.Since(stopped).Round(10*time.Millisecond))
+		})
+	}
+}
+
+// delayObserver signals each probe start.
+type delayObserver struct {
+	noObserver
+	started chan struct{}
+}
+
+func (o delayObserver) ObserveProbeDelay(time.Duration) {
+	select {
+	case o.started <- struct{}{}:
+	default:
+	}
 }
 
 func TestRunStopsWithProbesInFlight(t *testing.T) {
 	e := newEnv(t)
 	hole := blackHole(t)
-	p := e.prober(nil, Config{})
-	stop := e.run(p)
+	obs := delayObserver{started: make(chan struct{}, 1)}
+	p := e.prober(nil, Config{Observer: obs})
 	e.putSpec("p1", spec{check: map[string]any{"intervalSeconds": 60, "timeoutSeconds": 60}})
-	subj, data := request(t, "p1", "local", "h1", hole)
-	if err := e.store.JS.Conn().Publish(subj, data); err != nil {
-		t.Fatal(err)
+	e.putStatus("p1", "local", "h1", hole)
+	stop := e.run(p)
+	select {
+	case <-obs.started:
+	case <-time.After(5 * time.Second):
+		t.Fatal("probe not started")
 	}
-	eventually(t, 5*time.Second, "probe in flight", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return p.inFlight["p1"]
-	})
 	start := time.Now()
 	stop()
 	if d := time.Since(start); d > 2*time.Second {
@@ -113,6 +204,9 @@ func TestRunStopsWithProbesInFlight(t *testing.T) {
 	}
 	if _, ok := e.health("p1"); ok {
 		t.Error("a probe cut short by shutdown was recorded")
+	}
+	if entry, err := e.store.Probers.Get(context.Background(), p.member.ID); err == nil {
+		t.Errorf("presence left behind after a clean stop: %s", entry.Value())
 	}
 }
 
@@ -128,49 +222,40 @@ func TestRecordExpires(t *testing.T) {
 	}
 }
 
-func TestDroppedRequests(t *testing.T) {
+// A probe-now request (a crawler reported a failure) probes at once, between the scheduled
+// probes; a bad one is dropped with a log line saying why.
+func TestProbeNowRequests(t *testing.T) {
 	e := newEnv(t)
 	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
-	p := e.prober(nil, Config{})
-	if _, err := e.store.Proxies.Put(context.Background(), "invalid", []byte(`{"v":1,"provider":"local","port":0,"bogus":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	e.putSpec("stale", spec{check: map[string]any{"intervalSeconds": 1}})
-	e.putSpec("wrong-subject", spec{})
-	for _, tc := range []struct {
-		proxy string
-		edit  func(subj string, data []byte) (string, []byte)
-		log   string
+	e.putSpec("p1", spec{check: map[string]any{"intervalSeconds": 300}})
+	e.putStatus("p1", "local", "h1", addr)
+	e.run(e.prober(nil, Config{}))
+	eventually(t, 5*time.Second, "first probe", func() bool { h, ok := e.health("p1"); return ok && h.ConsecutiveSuccesses == 1 })
+
+	nc := e.connect().JS.Conn()
+	subj, data := request(t, "p1", "local", "h1", addr)
+	nobodySubj, nobody := request(t, "nobody", "local", "h1", addr)
+	for _, m := range []struct {
+		subj string
+		data []byte
 	}{
-		{"gone", nil, "proxy is gone"},
-		{"invalid", nil, "spec is invalid"},
-		{"stale", func(s string, d []byte) (string, []byte) {
-			var req events.ProbeRequest
-			if err := json.Unmarshal(d, &req); err != nil {
-				t.Fatal(err)
-			}
-			req.At = req.At.Add(-time.Minute)
-			d, _ = json.Marshal(req)
-			return s, d
-		}, "stale probe request"},
-		{"wrong-subject", func(s string, d []byte) (string, []byte) {
-			return events.ProbeSubject("other", "h1", "wrong-subject"), d
-		}, "differ from the subject"},
-		{"garbage", func(s string, d []byte) (string, []byte) { return s, []byte("{") }, "malformed probe request"},
+		{subj, []byte("{")}, // malformed
+		{events.ProbeSubject("other", "h1", "p1"), data}, // subject and body disagree
+		{nobodySubj, nobody},                             // unknown proxy
+		{subj, data},                                     // the real one
 	} {
-		subj, data := request(t, tc.proxy, "local", "h1", addr)
-		if tc.edit != nil {
-			subj, data = tc.edit(subj, data)
-		}
-		before := len(e.logs.String())
-		p.handle(context.Background(), subj, data)
-		if h, ok := e.health(tc.proxy); ok {
-			t.Errorf("%s: recorded %+v", tc.proxy, h)
-		}
-		if logged := e.logs.String()[before:]; !strings.Contains(logged, tc.log) {
-			t.Errorf("%s: dropped without saying %q: %s", tc.proxy, tc.log, logged)
+		if err := nc.Publish(m.subj, m.data); err != nil {
+			t.Fatal(err)
 		}
 	}
+	eventually(t, 5*time.Second, "probed again on request", func() bool {
+		h, _ := e.health("p1")
+		return h.ConsecutiveSuccesses == 2
+	})
+	eventually(t, 5*time.Second, "bad requests logged", func() bool {
+		logs := e.logs.String()
+		return strings.Count(logs, "malformed probe request") == 2 && strings.Contains(logs, "does not know")
+	})
 }
 
 func TestConcurrentRecordsLoseNothing(t *testing.T) {
@@ -183,7 +268,7 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			for range 5 {
-				if _, _, err := probers[i%2].record(context.Background(), o); err == nil {
+				if _, _, _, err := probers[i%2].record(context.Background(), job{proxy: "p1"}, o); err == nil {
 					ok.Add(1)
 				}
 			}

@@ -2,12 +2,16 @@ package prober
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
 // startLeakyProxy runs a careless forward proxy on 127.0.0.4: it accepts any CONNECT, then
@@ -119,4 +123,47 @@ func statusHandler(code int) http.Handler {
 		}
 		w.WriteHeader(code)
 	})
+}
+
+// switchable is a forward proxy that can be made to hang: while slow, it accepts connections
+// and never answers them (a probe through it runs into its timeout); once fast, it serves.
+type switchable struct {
+	net.Listener
+	slow  atomic.Bool
+	mu    sync.Mutex
+	held  []net.Conn
+}
+
+func (s *switchable) Accept() (net.Conn, error) {
+	for {
+		c, err := s.Listener.Accept()
+		if err != nil || !s.slow.Load() {
+			return c, err
+		}
+		s.mu.Lock()
+		s.held = append(s.held, c)
+		s.mu.Unlock()
+	}
+}
+
+func (s *switchable) Close() error {
+	s.mu.Lock()
+	for _, c := range s.held {
+		c.Close()
+	}
+	s.mu.Unlock()
+	return s.Listener.Close()
+}
+
+// startSwitchable runs egressd's forward proxy behind a switchable listener on addr.
+func startSwitchable(t *testing.T, addr string) (*switchable, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &switchable{Listener: ln}
+	s.slow.Store(true)
+	serve(t, func(ctx context.Context) error { return forwardproxy.Serve(ctx, s, forwardproxy.Config{}) })
+	return s, ln.Addr().String()
 }

@@ -16,14 +16,12 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
 	"github.com/egressd/egressd/workers"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Config of the reconciler.
 type Config struct {
 	Store        *kvstore.Store
-	NC           *nats.Conn // core NATS, for probe requests
 	Installation string
 	Holder       string // this process's identity in the leader lock
 	Policy       Policy
@@ -39,8 +37,8 @@ type Reconciler struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.Store == nil || cfg.NC == nil || cfg.Installation == "" || cfg.Holder == "" {
-		return nil, errors.New("reconciler: store, connection, installation and holder are required")
+	if cfg.Store == nil || cfg.Installation == "" || cfg.Holder == "" {
+		return nil, errors.New("reconciler: store, installation and holder are required")
 	}
 	if cfg.Policy == (Policy{}) {
 		cfg.Policy = DefaultPolicy()
@@ -87,8 +85,6 @@ type loop struct {
 	catalog     map[string]ProviderInfo
 	health      map[string]events.ProxyHealth
 	due         map[string]time.Time
-	probeDue    map[string]time.Time
-	probeAddr   map[string]string    // the address each proxy was last probed at
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
 }
 
@@ -99,7 +95,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
 	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
-		health: map[string]events.ProxyHealth{}, probeDue: map[string]time.Time{}, probeAddr: map[string]string{}, unpublished: map[string]events.Op{}}
+		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
@@ -395,7 +391,6 @@ func (l *loop) tick(ctx context.Context) {
 			l.reconcile(ctx, name, nil)
 		}
 	}
-	l.scheduleProbes(now)
 }
 
 // newID is a random 20-character lowercase base32 ID.

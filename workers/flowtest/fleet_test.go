@@ -1,0 +1,141 @@
+package flowtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/providers/local/forwardproxy"
+	"github.com/egressd/egressd/workers/prober"
+)
+
+// serveUntilCleanup runs fn until the test ends. Its cleanup is registered after the
+// connections fn uses were opened, so it stops before they close.
+func (h *harness) serveUntilCleanup(fn func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := fn(ctx); err != nil {
+			h.t.Errorf("serve: %v", err)
+		}
+	})
+	h.t.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// 2,000 external proxies over four real forward proxies, a 5 s interval and two probers:
+// every one is Ready within two intervals, and over the next three intervals no proxy's last
+// probe is older than two intervals.
+func TestFleetIsProbedEveryInterval(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fleet-size test")
+	}
+	const (
+		n        = 2000
+		interval = 5 * time.Second
+	)
+	h := newHarness(t)
+	var backends []string
+	for i := range 4 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", 20+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		backends = append(backends, ln.Addr().String())
+		h.serveUntilCleanup(func(ctx context.Context) error { return forwardproxy.Serve(ctx, ln, forwardproxy.Config{}) })
+	}
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.serveUntilCleanup(func(ctx context.Context) error { return prober.ServeEcho(ctx, echo) })
+	h.reconciler("r1")
+	for i := range 2 {
+		nc, store := h.connectNC()
+		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: fmt.Sprintf("prober-%d", i),
+			DefaultCheckURL: "http://" + echo.Addr().String() + "/", Log: h.log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.serveUntilCleanup(p.Run)
+	}
+
+	start := time.Now()
+	for i := range n {
+		host, port, _ := net.SplitHostPort(backends[i%len(backends)])
+		spec := fmt.Sprintf(`{"mode":"external","endpoint":{"host":%q,"port":%s},"healthCheck":{"intervalSeconds":%d}}`,
+			host, port, int(interval.Seconds()))
+		if _, err := h.store.Proxies.Put(h.ctx, fmt.Sprintf("ext-%04d", i), []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seeded := time.Since(start)
+
+	ready := func() (int, string) {
+		sts, err := kvstore.Latest(h.ctx, h.store.Status)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, other := 0, ""
+		for name, e := range sts {
+			var st events.ProxyStatus
+			if json.Unmarshal(e.Value(), &st) == nil && st.Phase == events.PhaseReady {
+				k++
+			} else if other == "" {
+				other = name + " " + string(st.Phase)
+			}
+		}
+		return k, other
+	}
+	h.waitFor("every proxy Ready", 2*interval+seeded, func() (bool, string) {
+		k, other := ready()
+		hs, _ := kvstore.Latest(h.ctx, h.store.Health)
+		return k == n, fmt.Sprintf("%d of %d Ready (e.g. %s), %d health records", k, n, other, len(hs))
+	})
+	t.Logf("%d proxies seeded in %v, all Ready %v after the first put", n, seeded.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+
+	// Three intervals of watching the last probe of every proxy.
+	oldest := time.Duration(0)
+	probers := map[string]int{}
+	for end := time.Now().Add(3 * interval); time.Now().Before(end); time.Sleep(time.Second) {
+		hs, err := kvstore.Latest(h.ctx, h.store.Health)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		clear(probers)
+		for i := range n {
+			name := fmt.Sprintf("ext-%04d", i)
+			raw := []byte(nil)
+			if e, ok := hs[name]; ok {
+				raw = e.Value()
+			} else if raw, _, err = kvstore.Get(h.ctx, h.store.Health, name); err != nil {
+				// A watch's initial values can miss a key rewritten while they are
+				// delivered (it comes just after them), so a missing one is read directly.
+				t.Fatalf("%s has no health record: %v", name, err)
+			}
+			var rec events.ProxyHealth
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				t.Fatal(err)
+			}
+			age := now.Sub(rec.LastProbeAt)
+			oldest = max(oldest, age)
+			if age > 2*interval {
+				t.Fatalf("%s last probed %v ago, more than two intervals", name, age.Round(time.Millisecond))
+			}
+			probers[rec.Prober]++
+		}
+	}
+	if len(probers) != 2 {
+		t.Errorf("probes by prober %v, want both probers sharing", probers)
+	}
+	if k, other := ready(); k != n {
+		t.Errorf("%d of %d Ready after three intervals (e.g. %s)", k, n, other)
+	}
+	t.Logf("oldest last probe seen %v (interval %v); by prober %v", oldest.Round(time.Millisecond), interval, probers)
+}

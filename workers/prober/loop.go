@@ -1,0 +1,392 @@
+package prober
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// target is what the loop knows of one proxy: the parts of its spec, status and health that
+// probing needs, and its place in the schedule.
+type target struct {
+	name   string
+	spec   *schemas.ProxySpec // nil: no valid spec
+	st     *events.ProxyStatus
+	health *events.ProxyHealth
+	rev    uint64 // revision of health; 0 when there is none
+
+	owned   bool      // this prober's share
+	addr    string    // host:port the schedule is for
+	gen     uint64    // slots of another generation are stale
+	due     time.Time // zero while not scheduled
+	running bool
+	nudged  bool // a probe-now request waits for it
+}
+
+// loop owns the schedule. One goroutine (run) reads and writes all of it; workers get jobs
+// by value and report completions on a channel.
+type loop struct {
+	p       *Prober
+	targets map[string]*target
+	mem     members
+	heap    dueHeap
+	owned   int
+	idle    int
+	jobs    chan job
+	done    chan completion
+	nudges  nudges
+	behind  bool
+
+	watchers                          []jetstream.KeyWatcher
+	specW, statusW, healthW, membersW jetstream.KeyWatcher
+
+	mu   sync.Mutex // guards last, read by the presence goroutine
+	last load
+}
+
+func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
+	l := &loop{p: p, targets: map[string]*target{}, idle: p.cfg.Concurrency,
+		jobs: make(chan job, p.cfg.Concurrency), done: make(chan completion, p.cfg.Concurrency),
+		mem:    members{self: p.member, others: map[string]events.ProberMember{}},
+		nudges: nudges{signal: make(chan struct{}, 1), names: map[string]bool{}}}
+	s := p.cfg.Store
+	for _, w := range []struct {
+		dst  *jetstream.KeyWatcher
+		kv   jetstream.KeyValue
+		name string
+	}{{&l.specW, s.Proxies, events.BucketProxies}, {&l.statusW, s.Status, events.BucketStatus},
+		{&l.healthW, s.Health, events.BucketHealth}, {&l.membersW, s.Probers, events.BucketProbers}} {
+		kw, err := w.kv.WatchAll(ctx)
+		if err != nil {
+			l.stopWatches()
+			return nil, fmt.Errorf("prober: watch %s: %w", w.name, err)
+		}
+		*w.dst = kw
+		l.watchers = append(l.watchers, kw)
+	}
+	return l, nil
+}
+
+func (l *loop) stopWatches() {
+	for _, w := range l.watchers {
+		_ = w.Stop()
+	}
+}
+
+// run applies watch updates, probe-now requests and completions, and hands due probes to
+// idle workers, until ctx ends. Probing starts only once every watch has delivered its
+// initial values, so a starting prober knows the other probers and the last probes before
+// it decides what is its and what is due.
+func (l *loop) run(ctx context.Context) error {
+	p := l.p
+	synced := map[jetstream.KeyWatcher]bool{}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stats := time.NewTicker(time.Second)
+	defer stats.Stop()
+	started := false
+	for {
+		now := p.cfg.Now()
+		if !started && len(synced) == len(l.watchers) {
+			started = true
+			for _, t := range l.targets {
+				l.refresh(t, now)
+			}
+			close(p.ready)
+			p.log.Info("prober started", "subjects", p.subjects, "concurrency", p.cfg.Concurrency,
+				"probers", len(l.mem.others)+1, "owned", l.owned, "proxies", len(l.targets))
+		}
+		if started {
+			l.dispatch(now)
+			l.arm(timer, now)
+		}
+		var (
+			e   jetstream.KeyValueEntry
+			ok  bool
+			src jetstream.KeyWatcher
+		)
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok = <-l.specW.Updates():
+			src = l.specW
+		case e, ok = <-l.statusW.Updates():
+			src = l.statusW
+		case e, ok = <-l.healthW.Updates():
+			src = l.healthW
+		case e, ok = <-l.membersW.Updates():
+			src = l.membersW
+		case c := <-l.done:
+			l.complete(c, p.cfg.Now())
+			continue
+		case <-l.nudges.signal:
+			for _, name := range l.nudges.take() {
+				l.nudge(name, p.cfg.Now())
+			}
+			continue
+		case <-timer.C:
+			continue
+		case <-stats.C:
+			l.sample(ctx, p.cfg.Now())
+			continue
+		}
+		if !ok {
+			if ctx.Err() != nil {
+				return nil // the watches end with ctx
+			}
+			return errors.New("prober: a watch closed")
+		}
+		if e == nil {
+			synced[src] = true
+			continue
+		}
+		l.apply(src, e, started, p.cfg.Now())
+	}
+}
+
+// arm sets the timer to the next due slot, when a worker is free to take it.
+func (l *loop) arm(timer *time.Timer, now time.Time) {
+	if l.idle == 0 || len(l.heap) == 0 {
+		return
+	}
+	timer.Reset(max(l.heap[0].due.Sub(now), 0))
+}
+
+// apply folds one watch entry into the targets (and, for members, the ownership).
+func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, started bool, now time.Time) {
+	if src == l.membersW {
+		if l.mem.apply(e) && started {
+			for _, t := range l.targets {
+				l.refresh(t, now)
+			}
+		}
+		return
+	}
+	name := e.Key()
+	t := l.targets[name]
+	if t == nil {
+		t = &target{name: name}
+		l.targets[name] = t
+	}
+	put := e.Operation() == jetstream.KeyValuePut
+	switch src {
+	case l.specW:
+		t.spec = nil
+		if put {
+			if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
+				t.spec = &s
+			}
+		}
+	case l.statusW:
+		t.st = nil
+		if put {
+			var st events.ProxyStatus
+			if decodeJSON(e.Value(), &st) == nil {
+				t.st = &st
+			}
+		}
+	case l.healthW:
+		if e.Revision() < t.rev && put {
+			return // older than what this prober itself wrote since
+		}
+		t.health, t.rev = nil, 0
+		if put {
+			var h events.ProxyHealth
+			if decodeJSON(e.Value(), &h) == nil {
+				t.health, t.rev = &h, e.Revision()
+			}
+		}
+		return // health from elsewhere moves no schedule
+	}
+	if started {
+		l.refresh(t, now)
+	}
+}
+
+// probeAddr is where target is to be probed and on which provider and host it counts, or ""
+// when it is not to be probed: no valid spec, no address, or its instance is going away.
+func probeAddr(t *target) (addr, provider, host string) {
+	if t.spec == nil || t.st == nil || t.st.IP == "" || t.st.Port == 0 || t.st.Teardown != "" {
+		return "", "", ""
+	}
+	provider, host = t.st.Provider, t.st.Host
+	if t.st.Mode == schemas.ModeExternal {
+		provider, host = events.External, events.External
+	}
+	return net.JoinHostPort(t.st.IP, strconv.Itoa(t.st.Port)), provider, host
+}
+
+func interval(t *target) time.Duration { return seconds(t.spec.HealthCheck.IntervalSeconds) }
+
+// refresh brings target's ownership and schedule in line with what is known of it.
+func (l *loop) refresh(t *target, now time.Time) {
+	addr, provider, host := probeAddr(t)
+	mine := addr != "" && takes(l.p.cfg.Filters, provider, host) && l.mem.owns(t.name, provider, host)
+	if mine != t.owned {
+		t.owned = mine
+		if mine {
+			l.owned++
+			t.addr = "" // scheduled afresh below, from its last probe
+		} else {
+			l.owned--
+		}
+	}
+	if !mine && !(t.nudged && addr != "") {
+		t.gen, t.due, t.addr, t.nudged = t.gen+1, time.Time{}, "", false
+		if t.spec == nil && t.st == nil && t.health == nil && !t.running {
+			delete(l.targets, t.name)
+		}
+		return
+	}
+	if t.running {
+		return // its completion reschedules it
+	}
+	iv := interval(t)
+	switch {
+	case t.nudged:
+		if t.due.IsZero() || t.due.After(now) {
+			t.addr = addr
+			l.schedule(t, now)
+		}
+	case t.addr != addr:
+		// New to this prober, or a new address: probe at once unless the last probe at this
+		// address is recent, then keep its cadence.
+		t.addr = addr
+		due := now
+		if h := t.health; h != nil && h.Address == addr && !h.LastProbeAt.IsZero() {
+			if next := after(t.name, iv, h.LastProbeAt); next.After(now) {
+				due = next
+			}
+		}
+		l.schedule(t, due)
+	case t.due.IsZero():
+		l.schedule(t, after(t.name, iv, now)) // just probed
+	case t.due.After(now.Add(iv + iv/2)):
+		l.schedule(t, after(t.name, iv, now)) // the interval was shortened
+	}
+}
+
+func (l *loop) schedule(t *target, due time.Time) {
+	t.gen++
+	t.due = due
+	l.heap.push(slot{due: due, name: t.name, gen: t.gen})
+}
+
+// dispatch hands every due slot to a free worker, most overdue first.
+func (l *loop) dispatch(now time.Time) {
+	for l.idle > 0 && len(l.heap) > 0 && !l.heap[0].due.After(now) {
+		s := l.heap.pop()
+		t := l.targets[s.name]
+		if t == nil || s.gen != t.gen || t.running || t.due.IsZero() {
+			continue // stale
+		}
+		l.p.cfg.Observer.ObserveProbeDelay(now.Sub(s.due))
+		t.running, t.due, t.nudged = true, time.Time{}, false
+		l.idle--
+		l.jobs <- l.p.newJob(t)
+	}
+}
+
+// complete takes a worker's report and schedules the target's next probe.
+func (l *loop) complete(c completion, now time.Time) {
+	l.idle++
+	t := l.targets[c.proxy]
+	if t == nil {
+		return
+	}
+	t.running = false
+	if c.health != nil && c.rev > t.rev {
+		t.health, t.rev = c.health, c.rev
+	}
+	l.refresh(t, now)
+}
+
+// nudge asks for a probe of name now (a probe-now request).
+func (l *loop) nudge(name string, now time.Time) {
+	t := l.targets[name]
+	if t == nil {
+		l.p.log.Debug("probe request for a proxy this prober does not know; dropped", "proxy", name)
+		return
+	}
+	if addr, _, _ := probeAddr(t); addr == "" {
+		l.p.log.Debug("probe request for a proxy that has no address to probe; dropped", "proxy", name)
+		return
+	}
+	t.nudged = true
+	l.refresh(t, now)
+}
+
+// sample measures how far behind the schedule this prober is, reports it, and announces
+// when it falls behind (its oldest waiting probe is more than half an interval late, so the
+// spread is lost) or catches up again (nothing waits more than a tenth of an interval).
+func (l *loop) sample(ctx context.Context, now time.Time) {
+	l.dispatch(now) // what is due now and has a worker is not backlog
+	backlog, lag := 0, time.Duration(0)
+	var lagIv time.Duration
+	for _, s := range l.heap {
+		t := l.targets[s.name]
+		if t == nil || s.gen != t.gen || t.due.IsZero() || s.due.After(now) {
+			continue
+		}
+		backlog++
+		if d := now.Sub(s.due); d > lag {
+			lag, lagIv = d, interval(t)
+		}
+	}
+	l.mu.Lock()
+	l.last = load{owned: l.owned, backlog: backlog, lag: lag}
+	l.mu.Unlock()
+	l.p.cfg.Observer.ObserveProberLoad(l.owned, backlog, lag)
+	switch {
+	case !l.behind && backlog > 0 && lag > max(lagIv/2, time.Second):
+		l.behind = true
+		l.p.announceLag(ctx, events.ReasonProberBehind, l.last)
+	case l.behind && (backlog == 0 || lag <= lagIv/10):
+		l.behind = false
+		l.p.announceLag(ctx, events.ReasonProberCaughtUp, l.last)
+	}
+}
+
+// currentLoad is the last sample, for the presence record.
+func (l *loop) currentLoad() load {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// nudges collects probe-now requests from the subscription's goroutine for the loop,
+// without ever blocking the NATS client or dropping a request: a set plus a signal.
+type nudges struct {
+	mu     sync.Mutex
+	names  map[string]bool
+	signal chan struct{}
+}
+
+func (n *nudges) add(name string) {
+	n.mu.Lock()
+	n.names[name] = true
+	n.mu.Unlock()
+	select {
+	case n.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (n *nudges) take() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.names))
+	for name := range n.names {
+		out = append(out, name)
+		delete(n.names, name)
+	}
+	return out
+}

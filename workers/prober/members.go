@@ -1,0 +1,149 @@
+package prober
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Probers divide the fleet among themselves without a coordinator: each keeps a presence
+// record in egress_probers, watches the others', and probes the proxies for which it wins a
+// rendezvous hash among the live probers whose filters take the proxy. Every prober computes
+// the same owner from the same records; a joining or leaving prober moves only its own share.
+
+// Presence timing: a prober renews its record every heartbeat, and a record not renewed
+// within memberTTL expires on the server (no clock skew), handing that prober's proxies to the
+// others. A clean stop deletes the record at once.
+const (
+	defaultHeartbeat = 2 * time.Second
+	defaultMemberTTL = 6 * time.Second
+)
+
+// members is what a prober knows of the live probers, itself included.
+type members struct {
+	self   events.ProberMember
+	others map[string]events.ProberMember // by member ID, from the watch
+}
+
+// apply folds a watch entry in and reports whether the set of members or their filters
+// changed (a renewal that only updates the load figures changes no ownership).
+func (m *members) apply(e jetstream.KeyValueEntry) bool {
+	id := e.Key()
+	if id == m.self.ID {
+		return false // this process is a member whatever its record says
+	}
+	old, had := m.others[id]
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(m.others, id)
+		return had
+	}
+	var rec events.ProberMember
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.ID != id {
+		delete(m.others, id) // not a member record we can reason about
+		return had
+	}
+	m.others[id] = rec
+	return !had || !slices.Equal(old.Filters, rec.Filters)
+}
+
+// owns reports whether this prober is the owner of proxy (on provider and host): the
+// highest rendezvous score among the members whose filters take it. Ties, which need a
+// 64-bit collision, go to the smaller ID so every prober still agrees.
+func (m *members) owns(proxy, provider, host string) bool {
+	best, bestID := hash64(m.self.ID, proxy), m.self.ID
+	for id, o := range m.others {
+		if !takes(o.Filters, provider, host) {
+			continue
+		}
+		if s := hash64(id, proxy); s > best || (s == best && id < bestID) {
+			best, bestID = s, id
+		}
+	}
+	return bestID == m.self.ID
+}
+
+// takes reports whether a prober with filters probes proxies on provider and host. Filters
+// are "provider" or "provider.host"; none takes everything.
+func takes(filters []string, provider, host string) bool {
+	if len(filters) == 0 {
+		return true
+	}
+	for _, f := range filters {
+		p, h, hasHost := strings.Cut(f, ".")
+		if p == provider && (!hasHost || h == host) {
+			return true
+		}
+	}
+	return false
+}
+
+// load is what the loop last measured, carried by each renewal so that others (and
+// operators, with `nats kv get egress_probers <id>`) see how each prober keeps up.
+type load struct {
+	owned, backlog int
+	lag            time.Duration
+}
+
+// keepPresent writes this prober's record and renews it until ctx ends, then deletes it so
+// the others take its share at once. A renewal that finds the record gone (it expired while
+// this process was cut off) creates it again. Failures are logged, not fatal: the others then
+// probe this prober's share too, which costs probes, not correctness.
+func (p *Prober) keepPresent(ctx context.Context, current func() load) error {
+	kv := p.cfg.Store.Probers
+	var rev uint64
+	write := func() {
+		rec := p.member
+		l := current()
+		rec.Owned, rec.Backlog, rec.LagSeconds = l.owned, l.backlog, l.lag.Seconds()
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, kvBudget)
+		defer cancel()
+		if rev != 0 {
+			r, err := kvstore.PutTTL(wctx, p.cfg.Store.JS, kv, rec.ID, b, rev, p.cfg.MemberTTL)
+			if err == nil {
+				rev = r
+				return
+			}
+			if !errors.Is(err, kvstore.ErrConflict) {
+				if ctx.Err() == nil {
+					p.log.Warn("prober presence not renewed", "err", err)
+				}
+				return
+			}
+		}
+		r, err := kvstore.CreateTTL(wctx, kv, rec.ID, b, p.cfg.MemberTTL)
+		if err != nil {
+			if ctx.Err() == nil {
+				p.log.Warn("prober presence not written", "err", err)
+			}
+			return
+		}
+		rev = r
+	}
+	write()
+	t := time.NewTicker(p.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), kvBudget)
+			defer cancel()
+			if err := kv.Delete(dctx, p.member.ID); err != nil {
+				p.log.Warn("prober presence not removed; it expires by itself", "err", err)
+			}
+			return nil
+		case <-t.C:
+			write()
+		}
+	}
+}
