@@ -54,6 +54,9 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer func() { _ = svc.Stop() }()
+		if err := rnc.Flush(); err != nil { // the subscriptions are at the server
+			b.Fatal(err)
+		}
 		var seq atomic.Int64
 		floor = runClients(b, clients, func(nc *nats.Conn) error {
 			key := "floor-" + strconv.FormatInt(seq.Add(1), 10) + ".0"
