@@ -11,6 +11,10 @@ import (
 	"github.com/egressd/egressd/kvstore"
 )
 
+// candidateBatch is how many candidates an acquire reads from the view at a time: the first
+// usually succeeds, and a batch that is used up is followed by the next one.
+const candidateBatch = 4
+
 // acquire picks candidates from the view and commits the first slot whose Create succeeds.
 // The view may be stale in both directions; a Create that finds its slot taken just moves on,
 // so any number of replicas never grant more than maxLeases slots of a proxy.
@@ -19,51 +23,128 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	q := newQuery(r.Selector, r.Target, r.Sticky)
 	at := newAttempt()
-	for _, c := range l.view.candidates(r.Selector, r.Target, r.Sticky) {
-		// The view learns of a cooldown through a watch, a moment after the report that set
-		// it; reading the keys here means a report answered before this acquire is honoured
-		// whichever replica served it.
-		cooling, err := l.coolingNow(ctx, c.name, r.Target, at)
-		if err != nil {
-			return nil, err
+	var cur cursor
+	tried := map[string]bool{}
+	lost := false // a Create race was lost: spread over equals from now on
+	for {
+		batch := l.view.next(q, &cur, tried, candidateBatch)
+		if len(batch) == 0 {
+			break
 		}
-		if cooling {
-			continue
+		for i := 0; i < len(batch); i++ {
+			if lost {
+				spreadTies(batch[i:])
+			}
+			c := batch[i]
+			tried[c.name] = true
+			g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at)
+			if err != nil || g != nil {
+				return g, err
+			}
+			lost = lost || conflicts > 0
 		}
-		for _, slot := range c.free {
-			now := l.now()
-			lease := events.Lease{V: 1, Proxy: c.name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
-				Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
-			b, err := json.Marshal(lease)
-			if err != nil {
-				return nil, err
-			}
-			key := slotKey(c.name, slot)
-			rev, err := kvstore.CreateTTL(ctx, l.cfg.Store.Leases, key, b, ttl)
-			if errors.Is(err, kvstore.ErrConflict) {
-				continue // taken by another replica since the view last heard
-			}
-			if err != nil {
-				return nil, fmt.Errorf("create %s: %w", key, err)
-			}
-			l.view.noteLease(key, rev, lease)
-			id := leaseID{Proxy: c.name, Slot: slot, Token: lease.Token}.String()
-			l.emitLease("granted", "granted:"+id, lease)
-			l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
-			return events.LeaseReply{Lease: grant(id, lease, c.endpoint)}, nil
-		}
-		at.full[c.name] = true
 	}
-	av := l.view.availability(r.Selector, r.Target, at)
+	av := l.view.availability(q, at)
 	return nil, &apiError{code: events.CodeUnavailable, avail: &av, msg: fmt.Sprintf(
 		"no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
 		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)}
 }
 
+// tryCandidate tries c's free slots in turn while it reads c's cooldowns, returning the grant
+// or how many of its slots turned out taken.
+func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt) (any, int, error) {
+	// The view learns of a cooldown through a watch, a moment after the report that set it;
+	// reading the keys here means a report answered before this acquire is honoured whichever
+	// replica served it. The read runs alongside the Create, since a proxy the view holds
+	// eligible is almost never cooling down: the rare slot taken in vain is given back.
+	cooling := l.startCoolingCheck(ctx, c.name, r.Target)
+	conflicts := 0
+	var (
+		lease events.Lease
+		key   string
+		rev   uint64
+		err   error
+	)
+	for _, slot := range c.free {
+		now := l.now()
+		lease = events.Lease{V: 1, Proxy: c.name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
+			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
+		var b []byte
+		if b, err = json.Marshal(lease); err != nil {
+			break
+		}
+		key = slotKey(c.name, slot)
+		rev, err = kvstore.CreateTTL(ctx, l.cfg.Store.Leases, key, b, ttl)
+		if errors.Is(err, kvstore.ErrConflict) {
+			conflicts++
+			rev, err = 0, nil
+			continue // taken by another replica since the view last heard
+		}
+		if err != nil {
+			err = fmt.Errorf("create %s: %w", key, err)
+		}
+		break
+	}
+	which, cerr := cooling()
+	if granted := err == nil && rev != 0; granted && (cerr != nil || which != "") {
+		l.giveBack(ctx, key, rev)
+	}
+	switch {
+	case cerr != nil:
+		return nil, 0, cerr
+	case which == "global":
+		at.coolingGlobal[c.name] = true
+		return nil, 0, nil
+	case which == "target":
+		at.coolingTarget[c.name] = true
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, err
+	case rev == 0:
+		at.full[c.name] = true
+		return nil, conflicts, nil
+	}
+	// Counted in the view at once, before the watch echoes it, so this replica's next acquire
+	// already ranks the proxy by its new load.
+	l.view.noteLease(key, rev, lease)
+	id := leaseID{Proxy: c.name, Slot: lease.Slot, Token: lease.Token}.String()
+	l.emitLease("granted", "granted:"+id, lease)
+	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
+	return events.LeaseReply{Lease: grant(id, lease, c.endpoint)}, conflicts, nil
+}
+
+// giveBack deletes a slot just created for a proxy that turned out to be cooling down. If
+// that fails the slot is only lost until its TTL runs out: it never carried a grant.
+func (l *Leaser) giveBack(ctx context.Context, key string, rev uint64) {
+	if err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases, key, rev); err != nil {
+		l.log.Warn("give back a slot of a proxy cooling down; it frees itself at its TTL", "slot", key, "err", err)
+	}
+}
+
+// startCoolingCheck reads the proxy's global and target cooldown keys in a goroutine and
+// returns the wait for its answer: "global", "target" or "" (none). The caller must wait;
+// the goroutine ends with ctx at the latest.
+func (l *Leaser) startCoolingCheck(ctx context.Context, proxy, tgt string) func() (string, error) {
+	type result struct {
+		which string
+		err   error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		which, err := l.coolingNow(ctx, proxy, tgt)
+		ch <- result{which, err}
+	}()
+	return func() (string, error) {
+		r := <-ch
+		return r.which, r.err
+	}
+}
+
 // coolingNow reads the proxy's global and target cooldown keys and records what it finds in
-// the attempt (and the view).
-func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string, at *attempt) (bool, error) {
+// the view.
+func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string) (string, error) {
 	keys := []string{globalCooldownKey(proxy)}
 	if tgt != "" {
 		keys = append(keys, targetCooldownKey(proxy, tgt))
@@ -74,15 +155,13 @@ func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string, at *attempt)
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("read cooldown %s: %w", key, err)
+			return "", fmt.Errorf("read cooldown %s: %w", key, err)
 		}
 		l.view.noteCooldown(key, rev, true)
 		if i == 0 {
-			at.coolingGlobal[proxy] = true
-		} else {
-			at.coolingTarget[proxy] = true
+			return "global", nil
 		}
-		return true, nil
+		return "target", nil
 	}
-	return false, nil
+	return "", nil
 }

@@ -1,23 +1,36 @@
 package leaser
 
 import (
-	"cmp"
 	"math/rand/v2"
-	"slices"
-	"time"
 
 	"github.com/egressd/egressd/events"
 )
 
 // candidate is a proxy an acquire may try, with the slots the view believes free.
 type candidate struct {
-	name       string
-	free       []int // a few of the slots the view believes free, in random order
-	active     int
-	lastLeased time.Time
-	latencyMs  float64 // 0: unknown, sorts last
-	sticky     bool
+	name   string
+	free   []int // a few of the slots the view believes free, in random order
+	rank   rank
+	sticky bool
 	endpoint
+}
+
+// query is an acquire's selection request, with its selector's index key computed once.
+type query struct {
+	selector       map[string]string
+	key            string
+	target, sticky string
+}
+
+func newQuery(selector map[string]string, target, sticky string) query {
+	return query{selector: selector, key: selectorKey(selector), target: target, sticky: sticky}
+}
+
+// cursor is how far an acquire has read the selection order.
+type cursor struct {
+	stickyDone bool
+	sticky     string // the proxy returned first as the sticky key's, not to be returned again
+	after      *rank  // the last entry read from the ordered set; nil before the first
 }
 
 // matches is the exact attribute match of DESIGN §3.5: every selector pair is an attribute.
@@ -35,56 +48,52 @@ func (p *proxyView) leasable() bool {
 	return p.hasSpec && p.hasStatus && p.phase == events.PhaseReady && p.ip != "" && p.port > 0
 }
 
-// candidates returns the eligible proxies for a request, best first: the sticky key's
-// previous proxy, then fewest active leases, least recently leased, lowest probe latency,
-// name.
-func (v *view) candidates(selector map[string]string, tgt, sticky string) []candidate {
-	v.mu.RLock()
-	prev := ""
-	if sticky != "" {
-		prev = v.sticky[sticky].proxy
-	}
+// next returns up to n eligible candidates for q, best first, after those cur has already
+// read, leaving out the proxies in skip: the sticky key's previous proxy first, then the
+// selector's ordered set (fewest active leases, least recently leased, lowest probe latency,
+// name). A proxy cooling down for the target is passed over here rather than indexed per
+// target, since targets are unbounded and most are never cooled. Its cost is that of the
+// entries it reads, not of the fleet.
+func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candidate {
 	var out []candidate
-	for name, p := range v.proxies {
-		if !p.leasable() || !matches(p.attrs, selector) || p.cooling[""] || (tgt != "" && p.cooling[tgt]) {
-			continue
+	v.withSet(q.selector, q.key, func(s *selSet) {
+		if !cur.stickyDone && q.sticky != "" {
+			prev := v.sticky[q.sticky].proxy
+			if p := v.proxies[prev]; p != nil && s.member(p) && p.ix.st.eligible && !skip[prev] && !p.cooling[q.target] {
+				out = append(out, p.candidate(true))
+				cur.sticky = prev
+			}
 		}
-		free := freeSlots(p, slotsPerCandidate)
-		if len(free) == 0 {
-			continue
-		}
-		out = append(out, candidate{name: name, free: free, active: len(p.slots), lastLeased: p.lastLeased,
-			latencyMs: p.latencyMs, sticky: name == prev,
-			endpoint: p.endpoint()})
-	}
-	v.mu.RUnlock()
-	slices.SortFunc(out, compareCandidates)
+		cur.stickyDone = true
+		s.eligible.ascend(cur.after, func(k rank, p *proxyView) bool {
+			cur.after = &k
+			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) {
+				return true
+			}
+			out = append(out, p.candidate(false))
+			return len(out) < n
+		})
+	})
 	return out
 }
 
-func compareCandidates(a, b candidate) int {
-	if a.sticky != b.sticky {
-		if a.sticky {
-			return -1
-		}
-		return 1
+// candidate is p as an acquire tries it. Callers hold mu.
+func (p *proxyView) candidate(sticky bool) candidate {
+	return candidate{name: p.name, free: freeSlots(p, slotsPerCandidate), rank: p.ix.rank, sticky: sticky, endpoint: p.endpoint()}
+}
+
+// spreadTies shuffles the leading candidates that rank equal but for their names. It is used
+// once an acquire has lost a Create race: replicas reading the same order would otherwise
+// all go for the same next proxy, while a random one of equals costs nothing in fairness.
+func spreadTies(cs []candidate) {
+	if len(cs) < 2 || cs[0].sticky {
+		return
 	}
-	if c := cmp.Compare(a.active, b.active); c != 0 {
-		return c
+	n := 1
+	for n < len(cs) && !cs[n].sticky && cs[n].rank.tie(cs[0].rank) == 0 {
+		n++
 	}
-	if c := a.lastLeased.Compare(b.lastLeased); c != 0 {
-		return c
-	}
-	if (a.latencyMs == 0) != (b.latencyMs == 0) {
-		if a.latencyMs == 0 {
-			return 1
-		}
-		return -1
-	}
-	if c := cmp.Compare(a.latencyMs, b.latencyMs); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.name, b.name)
+	rand.Shuffle(n, func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
 }
 
 // attempt is what one acquire learned from the server beyond the view: proxies whose every
@@ -101,45 +110,47 @@ func newAttempt() *attempt {
 
 // availability explains a refusal from the view corrected by what the attempt learned. The
 // counts are not a partition: a Ready proxy at capacity that also cools down counts in both.
-func (v *view) availability(selector map[string]string, tgt string, a *attempt) events.Availability {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
+// The selector's set holds the counters; only the proxies the attempt learned about and those
+// cooling for the target are looked at one by one.
+func (v *view) availability(q query, a *attempt) events.Availability {
 	var av events.Availability
-	for name, p := range v.proxies {
-		if !p.hasSpec || !matches(p.attrs, selector) {
-			continue
+	v.withSet(q.selector, q.key, func(s *selSet) {
+		av = events.Availability{Matched: len(s.members), Ready: s.ready, AtCapacity: s.full, CoolingGlobal: s.coolingAll}
+		// counts reports whether name is a Ready member of s that flag does not yet count.
+		counts := func(name string, counted func(*proxyView) bool) bool {
+			p := v.proxies[name]
+			return p != nil && s.member(p) && p.ix.st.ready && !counted(p)
 		}
-		av.Matched++
-		if !p.leasable() {
-			continue
+		for name := range a.full {
+			if counts(name, func(p *proxyView) bool { return p.ix.st.full }) {
+				av.AtCapacity++
+			}
 		}
-		av.Ready++
-		if a.full[name] || !hasFreeSlot(p) {
-			av.AtCapacity++
+		for name := range a.coolingGlobal {
+			if counts(name, func(p *proxyView) bool { return p.ix.st.coolingAll }) {
+				av.CoolingGlobal++
+			}
 		}
-		if tgt != "" && (p.cooling[tgt] || a.coolingTarget[name]) {
-			av.CoolingTarget++
+		if q.target == "" {
+			return
 		}
-		if p.cooling[""] || a.coolingGlobal[name] {
-			av.CoolingGlobal++
+		for p := range v.coolTarget[q.target] {
+			if s.member(p) && p.ix.st.ready {
+				av.CoolingTarget++
+			}
 		}
-	}
+		for name := range a.coolingTarget {
+			if counts(name, func(p *proxyView) bool { return p.cooling[q.target] }) {
+				av.CoolingTarget++
+			}
+		}
+	})
 	return av
 }
 
 // hasFreeSlot reports whether a slot below maxLeases is free; slots held above a shrunk
 // maxLeases do not count, and maxLeases 0 has none.
-func hasFreeSlot(p *proxyView) bool { return p.maxLeases-heldBelowMax(p) > 0 }
-
-func heldBelowMax(p *proxyView) int {
-	n := 0
-	for s := range p.slots {
-		if s < p.maxLeases {
-			n++
-		}
-	}
-	return n
-}
+func hasFreeSlot(p *proxyView) bool { return p.maxLeases-p.held > 0 }
 
 // slotsPerCandidate bounds the Creates one acquire spends on one proxy: if that many slots the
 // view thought free are taken, the view is far behind and the next proxy is a better bet.
@@ -149,7 +160,7 @@ const slotsPerCandidate = 8
 // one proxy spread over its slots. Its cost does not grow with maxLeases (up to 10,000) while
 // a quarter of the slots are free.
 func freeSlots(p *proxyView, limit int) []int {
-	free := p.maxLeases - heldBelowMax(p)
+	free := p.maxLeases - p.held
 	if free <= 0 {
 		return nil
 	}

@@ -21,7 +21,10 @@ func TestLeaseFreeSlots(t *testing.T) {
 		{0, nil, 0}, {1, nil, 1}, {1, []int{0}, 0}, {3, []int{1}, 2}, {2, []int{5, 7}, 2}, // slots above max drain
 		{10000, nil, slotsPerCandidate}, {10000, []int{0, 1, 2}, slotsPerCandidate},
 	} {
-		p := &proxyView{maxLeases: tc.max, slots: held(tc.held...)}
+		p := &proxyView{maxLeases: tc.max, slots: map[int]slotState{}}
+		for s := range held(tc.held...) {
+			p.setSlot(s, slotState{})
+		}
 		got := freeSlots(p, slotsPerCandidate)
 		if len(got) != tc.count || hasFreeSlot(p) != (tc.count > 0) {
 			t.Errorf("max %d held %v: %v", tc.max, tc.held, got)
@@ -38,7 +41,7 @@ func TestLeaseFreeSlots(t *testing.T) {
 	p := &proxyView{maxLeases: 1000, slots: map[int]slotState{}}
 	for s := range 999 {
 		if s != 500 {
-			p.slots[s] = slotState{}
+			p.setSlot(s, slotState{})
 		}
 	}
 	if got := freeSlots(p, slotsPerCandidate); !slices.Equal(got, []int{500, 999}) && !slices.Equal(got, []int{999, 500}) {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -25,11 +26,19 @@ type view struct {
 	leaseRev map[string]uint64
 	coolRev  map[string]uint64
 	sticky   map[string]stickyRef
+
+	// The selection index (index.go).
+	specced    map[*proxyView]struct{}              // proxies with a valid spec
+	byAttr     map[attrPair]map[*proxyView]struct{} // of those, by attribute pair
+	sets       map[string]*selSet                   // by selectorKey
+	coolTarget map[string]map[*proxyView]struct{}   // proxies cooling down, by target
+	clock      atomic.Uint64                        // orders the sets' last use
 }
 
 // proxyView is what the view knows of one proxy. Fields are grouped by the bucket that feeds
 // them; a proxy missing from a bucket has that group's zero value.
 type proxyView struct {
+	name string
 	// proxies
 	hasSpec   bool
 	attrs     map[string]string
@@ -47,9 +56,12 @@ type proxyView struct {
 	latencyMs float64 // 0: unknown
 	// proxy_leases
 	slots      map[int]slotState
+	held       int // slots below maxLeases
 	lastLeased time.Time
 	// proxy_cooldowns: targets cooling down, "" for every target
 	cooling map[string]bool
+
+	ix indexed // how the selection index accounts for it
 }
 
 // slotState is a held slot: the record and the revision it was read or written at.
@@ -68,17 +80,45 @@ const maxSticky = 100_000
 
 func newView() *view {
 	return &view{proxies: map[string]*proxyView{}, leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
-		sticky: map[string]stickyRef{}}
+		sticky: map[string]stickyRef{}, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
+		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{}}
 }
 
 // proxy returns the entry of name, creating it. Callers hold mu.
 func (v *view) proxy(name string) *proxyView {
 	p := v.proxies[name]
 	if p == nil {
-		p = &proxyView{slots: map[int]slotState{}, cooling: map[string]bool{}}
+		p = &proxyView{name: name, slots: map[int]slotState{}, cooling: map[string]bool{}}
 		v.proxies[name] = p
 	}
 	return p
+}
+
+// setSlot records a held slot, keeping held.
+func (p *proxyView) setSlot(slot int, st slotState) {
+	if _, was := p.slots[slot]; !was && slot < p.maxLeases {
+		p.held++
+	}
+	p.slots[slot] = st
+}
+
+// dropSlot forgets a held slot, keeping held.
+func (p *proxyView) dropSlot(slot int) (slotState, bool) {
+	old, was := p.slots[slot]
+	if was {
+		delete(p.slots, slot)
+		if slot < p.maxLeases {
+			p.held--
+		}
+	}
+	return old, was
+}
+
+// changed folds a change of name's entry into the index and drops the entry if nothing
+// refers to it any more. Callers hold mu.
+func (v *view) changed(p *proxyView) {
+	v.reindex(p)
+	v.forget(p.name)
 }
 
 // forget drops an entry nothing refers to any more. Callers hold mu.
@@ -114,7 +154,13 @@ func (v *view) applySpec(e jetstream.KeyValueEntry) {
 		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
 		p.external = spec.Mode == schemas.ModeExternal
 	}
-	v.forget(name)
+	p.held = 0
+	for s := range p.slots {
+		if s < p.maxLeases {
+			p.held++
+		}
+	}
+	v.changed(p)
 }
 
 // applyStatus folds an entry of proxy_status.
@@ -126,7 +172,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	p := v.proxy(e.Key())
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
-	v.forget(e.Key())
+	v.changed(p)
 }
 
 // applyHealth folds an entry of proxy_health; only the latency matters here, since the
@@ -140,7 +186,7 @@ func (v *view) applyHealth(e jetstream.KeyValueEntry) {
 	defer v.mu.Unlock()
 	p := v.proxy(e.Key())
 	p.latencyMs = h.LatencyMs
-	v.forget(e.Key())
+	v.changed(p)
 }
 
 // applyLease folds an entry of proxy_leases. When a held slot is purged (its TTL ran out) it
@@ -158,9 +204,8 @@ func (v *view) applyLease(e jetstream.KeyValueEntry) (expired *slotState) {
 		}
 		v.leaseRev[e.Key()] = e.Revision()
 		p := v.proxy(proxy)
-		old, held := p.slots[slot]
-		delete(p.slots, slot)
-		v.forget(proxy)
+		old, held := p.dropSlot(slot)
+		v.changed(p)
 		if held && e.Operation() == jetstream.KeyValuePurge {
 			return &old
 		}
@@ -187,10 +232,11 @@ func (v *view) noteLease(key string, rev uint64, l events.Lease) {
 	}
 	v.leaseRev[key] = rev
 	p := v.proxy(proxy)
-	p.slots[slot] = slotState{rev: rev, lease: l}
+	p.setSlot(slot, slotState{rev: rev, lease: l})
 	if l.AcquiredAt.After(p.lastLeased) {
 		p.lastLeased = l.AcquiredAt
 	}
+	v.reindex(p)
 	if l.Sticky != "" {
 		if ref, seen := v.sticky[l.Sticky]; !seen || !l.AcquiredAt.Before(ref.at) {
 			v.sticky[l.Sticky] = stickyRef{proxy: proxy, at: l.AcquiredAt}
@@ -213,8 +259,8 @@ func (v *view) noteReleased(key string, rev uint64) {
 		return
 	}
 	if s, held := p.slots[slot]; held && s.rev == rev {
-		delete(p.slots, slot)
-		v.forget(proxy)
+		p.dropSlot(slot)
+		v.changed(p)
 	}
 	v.leaseRev[key] = max(v.leaseRev[key], rev)
 }
@@ -252,8 +298,11 @@ func (v *view) noteCooldown(key string, rev uint64, on bool) {
 		p.cooling[target] = true
 	} else {
 		delete(p.cooling, target)
-		v.forget(proxy)
 	}
+	if target != "" {
+		v.noteTargetCooling(p, target, on)
+	}
+	v.changed(p)
 }
 
 // endpoint is where a lease's holder connects, and what a probe checks.

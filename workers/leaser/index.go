@@ -1,0 +1,264 @@
+package leaser
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// The index answers an acquire from structures the watches keep current, so its cost does not
+// grow with the fleet (DESIGN §5.8): an index of proxies by attribute pair, and per distinct
+// selector a set built on its first use from the smallest posting it names, holding the
+// availability counters and the eligible members ordered by rank. Every change the view
+// applies to a proxy is folded into the sets it belongs to as a difference (reindex).
+
+// attrPair is one attribute of a spec, key and value.
+type attrPair struct{ k, v string }
+
+// selSet is the index of one distinct selector.
+type selSet struct {
+	selector map[string]string
+	members  map[*proxyView]struct{} // a valid spec whose attributes match
+	// Members by how they count in a refusal (DESIGN §3.5): leasable (Ready), of those the
+	// ones without a free slot and the ones cooling down for every target.
+	ready, full, coolingAll int
+	eligible                ranked // leasable, a free slot, no global cooldown
+	used                    atomic.Uint64
+}
+
+// maxSets bounds the selectors indexed at once; the least recently used set goes first and
+// is rebuilt if it is asked for again. Crawlers use a handful of selectors, so this is a
+// guard against a client sending a new selector with every request, not a working size.
+const maxSets = 1024
+
+// standing is how a proxy counts in every set it is a member of.
+type standing struct {
+	ready, full, coolingAll, eligible bool
+}
+
+// indexed is how the index currently accounts for a proxy, so a change can be applied as the
+// difference between that and the proxy's new state.
+type indexed struct {
+	posted bool              // in v.specced and v.byAttr under attrs
+	attrs  map[string]string // the attributes it is posted under
+	sets   map[*selSet]struct{}
+	st     standing
+	rank   rank // its key in the eligible set of every member set while st.eligible
+}
+
+// selectorKey is the canonical name of a selector: its pairs sorted and quoted.
+func selectorKey(sel map[string]string) string {
+	if len(sel) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		b.WriteString(strconv.Quote(k))
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(sel[k]))
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+func (p *proxyView) standing() standing {
+	st := standing{ready: p.leasable()}
+	if st.ready {
+		free := hasFreeSlot(p)
+		st.full, st.coolingAll = !free, p.cooling[""]
+		st.eligible = free && !st.coolingAll
+	}
+	return st
+}
+
+func (p *proxyView) rank() rank {
+	return rank{active: len(p.slots), lastLeased: p.lastLeased, latencyMs: p.latencyMs, name: p.name}
+}
+
+// reindex folds whatever changed in p into the index. Callers hold mu for writing and call
+// it after every change of p, before forget.
+func (v *view) reindex(p *proxyView) {
+	ix := &p.ix
+	if ix.posted != p.hasSpec || (p.hasSpec && !maps.Equal(ix.attrs, p.attrs)) {
+		v.unpost(p)
+		if p.hasSpec {
+			v.post(p)
+		}
+	}
+	st, rk := p.standing(), p.rank()
+	if st == ix.st && (!st.eligible || rk.compare(ix.rank) == 0) {
+		return
+	}
+	for s := range ix.sets {
+		s.count(ix.st, -1)
+		s.count(st, 1)
+		if ix.st.eligible {
+			s.eligible.delete(ix.rank)
+		}
+		if st.eligible {
+			s.eligible.insert(rk, p)
+		}
+	}
+	ix.st, ix.rank = st, rk
+}
+
+func (s *selSet) count(st standing, d int) {
+	if st.ready {
+		s.ready += d
+	}
+	if st.full {
+		s.full += d
+	}
+	if st.coolingAll {
+		s.coolingAll += d
+	}
+}
+
+// post enters p under its attributes and into every indexed set it matches.
+func (v *view) post(p *proxyView) {
+	ix := &p.ix
+	ix.posted, ix.attrs = true, p.attrs
+	v.specced[p] = struct{}{}
+	for k, val := range p.attrs {
+		pair := attrPair{k, val}
+		m := v.byAttr[pair]
+		if m == nil {
+			m = map[*proxyView]struct{}{}
+			v.byAttr[pair] = m
+		}
+		m[p] = struct{}{}
+	}
+	for _, s := range v.sets {
+		if matches(p.attrs, s.selector) {
+			v.join(s, p)
+		}
+	}
+}
+
+// unpost undoes post.
+func (v *view) unpost(p *proxyView) {
+	ix := &p.ix
+	if !ix.posted {
+		return
+	}
+	for s := range ix.sets {
+		v.leave(s, p)
+	}
+	delete(v.specced, p)
+	for k, val := range ix.attrs {
+		pair := attrPair{k, val}
+		delete(v.byAttr[pair], p)
+		if len(v.byAttr[pair]) == 0 {
+			delete(v.byAttr, pair)
+		}
+	}
+	ix.posted, ix.attrs = false, nil
+}
+
+func (v *view) join(s *selSet, p *proxyView) {
+	ix := &p.ix
+	if ix.sets == nil {
+		ix.sets = map[*selSet]struct{}{}
+	}
+	ix.sets[s] = struct{}{}
+	s.members[p] = struct{}{}
+	s.count(ix.st, 1)
+	if ix.st.eligible {
+		s.eligible.insert(ix.rank, p)
+	}
+}
+
+func (v *view) leave(s *selSet, p *proxyView) {
+	ix := &p.ix
+	delete(ix.sets, s)
+	delete(s.members, p)
+	s.count(ix.st, -1)
+	if ix.st.eligible {
+		s.eligible.delete(ix.rank)
+	}
+}
+
+// member reports whether p counts for s.
+func (s *selSet) member(p *proxyView) bool {
+	_, ok := p.ix.sets[s]
+	return ok
+}
+
+// withSet runs f on the set of sel (whose key is key), building it first if this is its first
+// use. f runs under mu, for reading unless the set had to be built.
+func (v *view) withSet(sel map[string]string, key string, f func(*selSet)) {
+	v.mu.RLock()
+	if s := v.sets[key]; s != nil {
+		s.used.Store(v.clock.Add(1))
+		defer v.mu.RUnlock()
+		f(s)
+		return
+	}
+	v.mu.RUnlock()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := v.sets[key]
+	if s == nil {
+		s = v.buildSet(sel, key)
+	}
+	s.used.Store(v.clock.Add(1))
+	f(s)
+}
+
+// buildSet indexes a new selector from the smallest posting among its pairs (every proxy with
+// a spec for the empty selector). Callers hold mu for writing.
+func (v *view) buildSet(sel map[string]string, key string) *selSet {
+	s := &selSet{selector: maps.Clone(sel), members: map[*proxyView]struct{}{}}
+	pool := v.specced
+	for k, val := range sel {
+		if m := v.byAttr[attrPair{k, val}]; len(m) < len(pool) {
+			pool = m
+		}
+	}
+	for p := range pool {
+		if matches(p.attrs, sel) {
+			v.join(s, p)
+		}
+	}
+	if len(v.sets) >= maxSets {
+		v.evictSet()
+	}
+	v.sets[key] = s
+	return s
+}
+
+// evictSet drops the least recently used set. Callers hold mu for writing.
+func (v *view) evictSet() {
+	var oldKey string
+	var old *selSet
+	for k, s := range v.sets {
+		if old == nil || s.used.Load() < old.used.Load() {
+			oldKey, old = k, s
+		}
+	}
+	for p := range old.members {
+		delete(p.ix.sets, old)
+	}
+	delete(v.sets, oldKey)
+}
+
+// noteTargetCooling keeps v.coolTarget, the proxies cooling down per target, which makes a
+// refusal's count for one target cost the proxies cooling for it rather than the fleet.
+// Callers hold mu for writing.
+func (v *view) noteTargetCooling(p *proxyView, target string, on bool) {
+	m := v.coolTarget[target]
+	if on {
+		if m == nil {
+			m = map[*proxyView]struct{}{}
+			v.coolTarget[target] = m
+		}
+		m[p] = struct{}{}
+		return
+	}
+	delete(m, p)
+	if len(m) == 0 {
+		delete(v.coolTarget, target)
+	}
+}

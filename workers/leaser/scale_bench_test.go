@@ -1,0 +1,221 @@
+package leaser_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/leaser"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+const (
+	scaleProxies = 10_000
+	scaleClients = 16
+)
+
+// BenchmarkLeaseAtScale is acquire+release by 16 concurrent clients against a fleet of 10,000
+// Ready proxies, next to its floor on the same server in the same run: a micro responder
+// doing one KV Create with a TTL on proxy_leases and one doing one KV Delete, so the floor
+// has the service's shape (two request-replies, two KV writes) and nothing else. Keys of the
+// floor are never reused, which makes each Create a single publish: the cheapest there is.
+func BenchmarkLeaseAtScale(b *testing.B) {
+	srv := kvstoretest.StartServer(b)
+	_, js := kvstoretest.Connect(b, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seedFleet(ctx, b, js, scaleProxies)
+	clients := make([]*nats.Conn, scaleClients)
+	for i := range clients {
+		clients[i], _ = kvstoretest.Connect(b, srv)
+	}
+
+	var floor latencies
+	b.Run("floor", func(b *testing.B) {
+		rnc, _ := kvstoretest.Connect(b, srv)
+		svc, err := floorService(rnc, store)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = svc.Stop() }()
+		if err := rnc.Flush(); err != nil { // the subscriptions are at the server
+			b.Fatal(err)
+		}
+		var seq atomic.Int64
+		floor = runClients(b, clients, func(nc *nats.Conn) error {
+			key := "floor-" + strconv.FormatInt(seq.Add(1), 10) + ".0"
+			if err := request(nc, "bench.floor.create", []byte(key)); err != nil {
+				return err
+			}
+			return request(nc, "bench.floor.delete", []byte(key))
+		})
+		floor.report(b)
+	})
+
+	b.Run("acquire-release", func(b *testing.B) {
+		lnc, _ := kvstoretest.Connect(b, srv)
+		l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = l.Run(lctx); close(done) }()
+		defer func() { stop(); <-done }()
+		select {
+		case <-l.Ready():
+		case <-time.After(2 * time.Minute):
+			b.Fatal("the leaser did not load the fleet within 2 min")
+		}
+		req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
+		got := runClients(b, clients, func(nc *nats.Conn) error {
+			m, err := nc.Request(events.LeaseAcquireSubject, req, 5*time.Second)
+			if err != nil {
+				return err
+			}
+			var r events.LeaseReply
+			if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
+				return fmt.Errorf("acquire: %s", m.Data)
+			}
+			return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
+		})
+		got.report(b)
+		if floor.n > 0 {
+			b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
+			b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
+			b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
+		}
+	})
+}
+
+// seedFleet writes n managed proxies (spec and a Ready status) with async publishes, since
+// one synchronous put at a time would take much of the benchmark's budget.
+func seedFleet(ctx context.Context, b *testing.B, js jetstream.JetStream, n int) {
+	b.Helper()
+	for i := range n {
+		name := fmt.Sprintf("px-%05d", i)
+		spec := []byte(`{"provider":"local","maxLeases":3,"attributes":{"geo":"g` + strconv.Itoa(i%8) + `"}}`)
+		st, err := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local",
+			Host: "local", IP: fmt.Sprintf("127.1.%d.%d", i/250, 1+i%250), Port: 3128})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for subj, v := range map[string][]byte{"$KV." + events.BucketProxies + "." + name: spec, "$KV." + events.BucketStatus + "." + name: st} {
+			if _, err := js.PublishAsync(subj, v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		b.Fatal("seeding the fleet: ", ctx.Err())
+	}
+}
+
+// latencies summarises one run of runClients.
+type latencies struct {
+	n         int
+	p50, p99  time.Duration
+	opsPerSec float64
+}
+
+func (l latencies) report(b *testing.B) {
+	b.ReportMetric(float64(l.p50.Microseconds()), "p50-µs")
+	b.ReportMetric(float64(l.p99.Microseconds()), "p99-µs")
+	b.ReportMetric(l.opsPerSec, "ops/s")
+}
+
+// runClients runs b.N operations spread over the clients, each its own goroutine (one
+// crawler each), and returns the latency percentiles and the throughput.
+func runClients(b *testing.B, clients []*nats.Conn, op func(*nats.Conn) error) latencies {
+	b.Helper()
+	var next atomic.Int64
+	per := make([][]time.Duration, len(clients))
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	b.ResetTimer()
+	start := time.Now()
+	for i, nc := range clients {
+		wg.Go(func() {
+			for next.Add(1) <= int64(b.N) && failed.Load() == nil {
+				t0 := time.Now()
+				if err := op(nc); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+				per[i] = append(per[i], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	all := slices.Concat(per...)
+	slices.Sort(all)
+	return latencies{n: len(all), p50: all[len(all)/2], p99: all[len(all)*99/100],
+		opsPerSec: float64(len(all)) / elapsed.Seconds()}
+}
+
+// request is one request-reply that fails on a service error too.
+func request(nc *nats.Conn, subject string, data []byte) error {
+	m, err := nc.Request(subject, data, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	if e := m.Header.Get("Nats-Service-Error"); e != "" {
+		return fmt.Errorf("%s: %s", subject, e)
+	}
+	return nil
+}
+
+// floorService answers create and delete of the key in the request body with one KV call each.
+func floorService(nc *nats.Conn, store *kvstore.Store) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{Name: "benchfloor", Version: "1.0.0"})
+	if err != nil {
+		return nil, err
+	}
+	g := svc.AddGroup("bench.floor")
+	handle := func(f func(ctx context.Context, key string) error) micro.Handler {
+		return micro.HandlerFunc(func(req micro.Request) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := f(ctx, string(req.Data())); err != nil {
+				_ = req.Error("500", err.Error(), nil)
+				return
+			}
+			_ = req.Respond([]byte(`{}`))
+		})
+	}
+	if err := g.AddEndpoint("create", handle(func(ctx context.Context, key string) error {
+		_, err := kvstore.CreateTTL(ctx, store.Leases, key, []byte(`{"v":1}`), time.Minute)
+		return err
+	})); err != nil {
+		return nil, err
+	}
+	if err := g.AddEndpoint("delete", handle(func(ctx context.Context, key string) error {
+		return store.Leases.Delete(ctx, key)
+	})); err != nil {
+		return nil, err
+	}
+	return svc, nil
+}
