@@ -30,7 +30,15 @@ type FilterInput struct {
 	Name                         string
 }
 
-// ParseFilter checks a filter and names the field at fault in its error. Phases are matched
+// FilterError is a filter term that does not parse. Field is the name both the command's
+// flag (--phase) and the page's query parameter (phase=) use.
+type FilterError struct {
+	Field, Value, Problem string
+}
+
+func (e *FilterError) Error() string { return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Problem) }
+
+// ParseFilter checks a filter; its error is a *FilterError naming the field at fault. Phases are matched
 // case-insensitively and must be known; a selector term is key=value with a non-empty key,
 // and a key may appear once.
 func ParseFilter(in FilterInput) (Filter, error) {
@@ -38,7 +46,7 @@ func ParseFilter(in FilterInput) (Filter, error) {
 	for _, p := range splitList(in.Phases) {
 		i := slices.IndexFunc(Phases, func(k events.Phase) bool { return strings.EqualFold(string(k), p) })
 		if i < 0 {
-			return Filter{}, fmt.Errorf("phase %q: not a phase; one of %s", p, phaseList())
+			return Filter{}, &FilterError{"phase", p, "not a phase; one of " + phaseList()}
 		}
 		if !slices.Contains(f.Phases, Phases[i]) {
 			f.Phases = append(f.Phases, Phases[i])
@@ -49,13 +57,13 @@ func ParseFilter(in FilterInput) (Filter, error) {
 		k, v, ok := strings.Cut(term, "=")
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 		if !ok || k == "" {
-			return Filter{}, fmt.Errorf("selector %q: want key=value", term)
+			return Filter{}, &FilterError{"selector", term, "want key=value with a key"}
 		}
 		if f.Selector == nil {
 			f.Selector = map[string]string{}
 		}
 		if old, dup := f.Selector[k]; dup {
-			return Filter{}, fmt.Errorf("selector %q: key %q is already given (as %q); attributes match exactly, so one value per key", term, k, old)
+			return Filter{}, &FilterError{"selector", term, fmt.Sprintf("key %q is already given (as %q); attributes match exactly, so one value per key", k, old)}
 		}
 		f.Selector[k] = v
 	}

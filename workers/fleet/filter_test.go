@@ -22,8 +22,8 @@ func TestParseFilter(t *testing.T) {
 			"{[] [] map[empty: geo:de note:a=b tier:general] }"},
 		{"name", FilterInput{Name: " crawl- "}, "{[] [] map[] crawl-}"},
 		{"unknown phase", FilterInput{Phases: []string{"Redy"}}, `error: phase "Redy": not a phase; one of Pending, Invalid,`},
-		{"selector without =", FilterInput{Selectors: []string{"geo"}}, `error: selector "geo": want key=value`},
-		{"selector without key", FilterInput{Selectors: []string{"=de"}}, `error: selector "=de": want key=value`},
+		{"selector without =", FilterInput{Selectors: []string{"geo"}}, `error: selector "geo": want key=value with a key`},
+		{"selector without key", FilterInput{Selectors: []string{"=de"}}, `error: selector "=de": want key=value with a key`},
 		{"selector key twice", FilterInput{Selectors: []string{"geo=de", "geo=fr"}}, `error: selector "geo=fr": key "geo" is already given (as "de")`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
