@@ -49,6 +49,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies or providers, comes before the flags)\n", fs.Arg(0))
+		return 2
+	}
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "egressd status: -o %q: use table or json\n", *output)
 		return 2
