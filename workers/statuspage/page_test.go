@@ -42,7 +42,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 
 	text := visibleText(body)
 	for _, want := range []string{
-		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Leases 3 active; 6 slots on Ready proxies",
+		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Probe overdue 0 of 7", "Leases 3 active; 6 slots on Ready proxies",
 		"Provider targets 2 of 3 ready",
 		"Ready: 2", "Provisioning: 1", "Pending: 1", "Unhealthy: 1", "Failed: 1", "Invalid: 1",
 	} {
