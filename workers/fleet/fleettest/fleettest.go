@@ -128,7 +128,8 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 }
 
 // Large writes n proxies as a busy fleet would hold them: a spec, a status and a health
-// record each, and a lease on every third. Writes go four at a time, as a seed need not wait
+// record each (every tenth Unhealthy; probes spread over the last 90 s, so some are
+// overdue), and a lease on every third. Writes go four at a time, as a seed need not wait
 // on each acknowledgement in turn.
 func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
 	tb.Helper()
@@ -142,10 +143,14 @@ func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			Put(tb, st.Proxies, name, []byte(`{"provider":"local","maxLeases":2,"attributes":{"geo":"g`+strconv.Itoa(i%7)+`","tier":"general"}}`))
-			Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local", Host: "local",
+			phase, failures := events.PhaseReady, 0
+			if i%10 == 0 {
+				phase, failures = events.PhaseUnhealthy, 3
+			}
+			Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local",
 				UID: name + "-uid", InstanceName: "egressd-" + name, InstanceID: "id-" + name, IP: ip, Port: 3128, SpecHash: "h",
 				AddressAt: now.Add(-time.Hour), CreatedAt: now.Add(-time.Hour), ReadyAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Minute)})
-			Put(tb, st.Health, name, events.ProxyHealth{V: 1, Proxy: name, Address: addr, Healthy: i%10 != 0, ConsecutiveSuccesses: 3,
+			Put(tb, st.Health, name, events.ProxyHealth{V: 1, Proxy: name, Address: addr, Healthy: failures == 0, ConsecutiveFailures: failures,
 				SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 3.2, CheckURL: "http://127.0.0.1:1/echo", Prober: "prober-1",
 				LastProbeAt: now.Add(-time.Duration(i%90) * time.Second)})
 			if i%3 == 0 {
