@@ -130,6 +130,12 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 				if !ok || ds[0] != "workers" || len(ds) < 2 || ds[1] == "internal" || ds[1] == seg[1] {
 					return ""
 				}
+				// workers/fleet is the one read model of the fleet (DESIGN §5.8), not a role:
+				// status, the status page and the metrics all import it. It is itself held to
+				// this rule, so it never reaches a role, and a role reaches none through it.
+				if ds[1] == readModel {
+					return ""
+				}
 				return "roles talk only through NATS: workers/" + seg[1] + " must not depend on workers/" + ds[1]
 			})
 		}
@@ -158,6 +164,9 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 	}
 	return out
 }
+
+// readModel is the package under workers that every other may import (workers/fleet).
+const readModel = "fleet"
 
 // within reports whether the module-relative path r is dir or below it.
 func within(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/") }
@@ -218,6 +227,9 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		m + "/workers/leaser":            {m + "/workers", m + "/workers/internal/x"},
 		m + "/workers/provisioner":       {m + "/workers", m + "/providers/libvirt"},
 		m + "/workers/flowtest":          nil,
+		m + "/workers/fleet":             {m + "/kvstore", m + "/workers/prober"},
+		m + "/workers/prober":            {m + "/workers"},
+		m + "/workers/metrics":           {m + "/workers/fleet"},
 		m + "/cmd/egressd":               {m + "/cmd/egressd/config", m + "/providers/libvirt", m + "/workers/provisioner"},
 		m + "/cmd/egressd/config":        {"os"},
 		"example.com/lib":                nil,
@@ -250,6 +262,9 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		"events may import only the standard library: events imports example.com/lib",
 		"roles talk only through NATS: workers/leaser must not depend on workers/reconciler: workers/leaser imports workers/internal/x imports workers/reconciler",
 		"only cmd/egressd imports concrete providers (its registry is the one place they are chosen): workers/provisioner imports providers/libvirt",
+		// The read model may be imported, but may not import a role itself, nor lead one to.
+		"roles talk only through NATS: workers/fleet must not depend on workers/prober: workers/fleet imports workers/prober",
+		"roles talk only through NATS: workers/metrics must not depend on workers/prober: workers/metrics imports workers/fleet imports workers/prober",
 	}
 	got := dependencyViolations(m, pkgs)
 	for _, w := range want {

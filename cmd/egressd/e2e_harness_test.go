@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // The end-to-end tests drive the real binary and the real nats CLI; they are the README's
@@ -193,13 +195,13 @@ func (n *node) egressd(args ...string) string {
 	return string(out)
 }
 
-func (n *node) rows() map[string]proxyRow {
+func (n *node) rows() map[string]fleet.Row {
 	n.t.Helper()
-	var rows []proxyRow
+	var rows []fleet.Row
 	if err := json.Unmarshal([]byte(n.egressd("status", "-o", "json")), &rows); err != nil {
 		n.t.Fatal(err)
 	}
-	m := map[string]proxyRow{}
+	m := map[string]fleet.Row{}
 	for _, r := range rows {
 		m[r.Name] = r
 	}
@@ -207,9 +209,9 @@ func (n *node) rows() map[string]proxyRow {
 }
 
 // waitRows waits until cond holds for the status rows.
-func (n *node) waitRows(what string, budget time.Duration, cond func(map[string]proxyRow) bool) map[string]proxyRow {
+func (n *node) waitRows(what string, budget time.Duration, cond func(map[string]fleet.Row) bool) map[string]fleet.Row {
 	n.t.Helper()
-	var rows map[string]proxyRow
+	var rows map[string]fleet.Row
 	waitUntil(n.t, what, budget, func() (bool, string) {
 		rows = n.rows()
 		return cond(rows), summary(rows)
@@ -217,7 +219,7 @@ func (n *node) waitRows(what string, budget time.Duration, cond func(map[string]
 	return rows
 }
 
-func summary(rows map[string]proxyRow) string {
+func summary(rows map[string]fleet.Row) string {
 	var b strings.Builder
 	for name, r := range rows {
 		fmt.Fprintf(&b, "%s=%s(%s %s) ", name, r.Phase, r.Address, r.Reason)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // acquire asks for a lease with the real nats CLI, as a shell-script crawler would.
@@ -83,11 +84,11 @@ func TestLeasesEndToEnd(t *testing.T) {
 			t.Fatal("fr-1's process not found")
 		}
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		n.waitRows("fr-1 Unhealthy", 30*time.Second, func(r map[string]proxyRow) bool { return r["fr-1"].Phase == events.PhaseUnhealthy })
+		n.waitRows("fr-1 Unhealthy", 30*time.Second, func(r map[string]fleet.Row) bool { return r["fr-1"].Phase == events.PhaseUnhealthy })
 		if _, raw := n.acquire(`{"selector":{"geo":"fr"}}`); !strings.Contains(raw, `"ready":0`) {
 			t.Fatalf("an Unhealthy proxy was offered: %s", raw)
 		}
-		n.waitRows("fr-1 Ready again", time.Minute, func(r map[string]proxyRow) bool { return r["fr-1"].Phase == events.PhaseReady })
+		n.waitRows("fr-1 Ready again", time.Minute, func(r map[string]fleet.Row) bool { return r["fr-1"].Phase == events.PhaseReady })
 		if r, raw := n.acquire(`{"selector":{"geo":"fr"},"ttlSeconds":30}`); r.Lease.Proxy != "fr-1" {
 			t.Fatalf("the recovered proxy is not leased: %s", raw)
 		}

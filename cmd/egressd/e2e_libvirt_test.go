@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // The libvirt end-to-end test: the real `egressd run` with a libvirt provider, against a real
@@ -461,7 +462,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	put2 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-2", libvirtSpec(provider, zone, imageKey, 3128))
 	var firstRunning time.Time
-	rows = n.waitRows("vm-2 Ready", 6*time.Minute, readyOrFail(t, "vm-2", func(r proxyRow) bool {
+	rows = n.waitRows("vm-2 Ready", 6*time.Minute, readyOrFail(t, "vm-2", func(r fleet.Row) bool {
 		if r.Phase == events.PhaseRunning && firstRunning.IsZero() {
 			firstRunning = time.Now()
 		}
@@ -543,7 +544,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	uuidBefore := strings.TrimSpace(e.mustVirsh(t, "domuuid", vm2))
 	put3 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-2", libvirtSpec(provider, zone, imageKey, 8080))
-	rows = n.waitRows("vm-2 replaced and Ready on port 8080", 8*time.Minute, readyOrFail(t, "vm-2", func(r proxyRow) bool {
+	rows = n.waitRows("vm-2 replaced and Ready on port 8080", 8*time.Minute, readyOrFail(t, "vm-2", func(r fleet.Row) bool {
 		return strings.HasSuffix(r.Address, ":8080")
 	}))
 	tm.add("vm-2 replacement (port 3128 -> 8080): kv put -> Ready %s", secs(time.Since(put3)))
@@ -570,7 +571,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	for _, name := range []string{"vm-1", "vm-2"} {
 		n.nats("kv", "del", "-f", "proxies", name)
 	}
-	n.waitRows("both proxies gone", 5*time.Minute, func(r map[string]proxyRow) bool { return len(r) == 0 })
+	n.waitRows("both proxies gone", 5*time.Minute, func(r map[string]fleet.Row) bool { return len(r) == 0 })
 	var left []string
 	waitUntil(t, "no domain and no instance volume left", 2*time.Minute, func() (bool, string) {
 		left = nil
@@ -643,9 +644,9 @@ func (c *consoles) firstSeen(domain, step string) (time.Time, bool) {
 
 // readyOrFail is a waitRows condition: proxy is Ready (and also, when given, also holds),
 // and the wait ends at once, with the reason, when the proxy is Invalid or Failed.
-func readyOrFail(t *testing.T, proxy string, also func(proxyRow) bool) func(map[string]proxyRow) bool {
+func readyOrFail(t *testing.T, proxy string, also func(fleet.Row) bool) func(map[string]fleet.Row) bool {
 	last := ""
-	return func(rows map[string]proxyRow) bool {
+	return func(rows map[string]fleet.Row) bool {
 		failFast(t, rows, proxy)
 		r := rows[proxy]
 		// Each change of phase or reason is logged, so a slow run shows where it waited.
@@ -658,7 +659,7 @@ func readyOrFail(t *testing.T, proxy string, also func(proxyRow) bool) func(map[
 	}
 }
 
-func failFast(t *testing.T, rows map[string]proxyRow, proxy string) {
+func failFast(t *testing.T, rows map[string]fleet.Row, proxy string) {
 	t.Helper()
 	if r, ok := rows[proxy]; ok && (r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed) {
 		t.Fatalf("%s is %s: %s: %s", proxy, r.Phase, r.Reason, r.Message)

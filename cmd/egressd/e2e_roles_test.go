@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // startRole starts `egressd run` for some roles against an existing NATS server.
@@ -61,5 +62,5 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 		t.Fatalf("acquire: %s", raw)
 	}
 	n.nats("kv", "del", "-f", "proxies", "px")
-	n.waitRows("px gone", 30*time.Second, func(r map[string]proxyRow) bool { return len(r) == 0 })
+	n.waitRows("px gone", 30*time.Second, func(r map[string]fleet.Row) bool { return len(r) == 0 })
 }

@@ -17,12 +17,13 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func allPhase(names []string, phase events.Phase) func(map[string]proxyRow) bool {
-	return func(rows map[string]proxyRow) bool {
+func allPhase(names []string, phase events.Phase) func(map[string]fleet.Row) bool {
+	return func(rows map[string]fleet.Row) bool {
 		for _, n := range names {
 			if rows[n].Phase != phase {
 				return false
@@ -118,7 +119,7 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("a port change replaces the proxy", func(t *testing.T) {
 		old := rows["p2"].Address
 		n.nats("kv", "put", "proxies", "p2", `{"provider":"local","port":8080}`)
-		rows = n.waitRows("p2 on port 8080", 30*time.Second, func(r map[string]proxyRow) bool {
+		rows = n.waitRows("p2 on port 8080", 30*time.Second, func(r map[string]fleet.Row) bool {
 			return r["p2"].Phase == events.PhaseReady && strings.HasSuffix(r["p2"].Address, ":8080")
 		})
 		if c, err := net.DialTimeout("tcp", old, time.Second); err == nil {
@@ -132,7 +133,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("a bad spec is Invalid and loses nothing; fixing it recovers", func(t *testing.T) {
 		n.nats("kv", "put", "proxies", "p3", `{"provider":"local","port":"eighty"}`)
-		rows := n.waitRows("p3 Invalid", 30*time.Second, func(r map[string]proxyRow) bool { return r["p3"].Phase == events.PhaseInvalid })
+		rows := n.waitRows("p3 Invalid", 30*time.Second, func(r map[string]fleet.Row) bool { return r["p3"].Phase == events.PhaseInvalid })
 		if !strings.Contains(rows["p3"].Message, "port") {
 			t.Fatalf("Invalid message does not name the field: %q", rows["p3"].Message)
 		}
@@ -149,7 +150,7 @@ func TestEndToEnd(t *testing.T) {
 	for _, name := range names {
 		n.nats("kv", "del", "-f", "proxies", name)
 	}
-	n.waitRows("every proxy gone", 30*time.Second, func(r map[string]proxyRow) bool { return len(r) == 0 })
+	n.waitRows("every proxy gone", 30*time.Second, func(r map[string]fleet.Row) bool { return len(r) == 0 })
 	if pids := proxyProcs(t, dir); len(pids) != 0 {
 		t.Fatalf("forward-proxy processes left after deletion: %v", pids)
 	}
@@ -173,7 +174,7 @@ func TestKill9WhileConverging(t *testing.T) {
 		n.nats("kv", "put", "proxies", name, `{"provider":"local"}`)
 	}
 	// Kill once some, but not all, have converged: the rest are in every in-between state.
-	n.waitRows("a few proxies Running", 30*time.Second, func(r map[string]proxyRow) bool {
+	n.waitRows("a few proxies Running", 30*time.Second, func(r map[string]fleet.Row) bool {
 		running := 0
 		for _, row := range r {
 			if row.Phase == events.PhaseRunning || row.Phase == events.PhaseReady {
@@ -218,7 +219,7 @@ func TestKill9WhileConverging(t *testing.T) {
 	for _, name := range names {
 		n.nats("kv", "del", "-f", "proxies", name)
 	}
-	n.waitRows("every proxy gone", time.Minute, func(r map[string]proxyRow) bool { return len(r) == 0 })
+	n.waitRows("every proxy gone", time.Minute, func(r map[string]fleet.Row) bool { return len(r) == 0 })
 	if pids := proxyProcs(t, dir); len(pids) != 0 {
 		t.Fatalf("processes left: %v", pids)
 	}
@@ -239,17 +240,17 @@ func TestSecretsNeverLeak(t *testing.T) {
 	n.nats("kv", "put", "proxies", "bad1", fmt.Sprintf(`{"provider":"local","port":0.5,"cloudInit":"%s","auth":{"username":"u","password":"%s"}}`, userData, password))
 	n.nats("kv", "put", "proxies", "bad2", fmt.Sprintf(`{"provider":"local","auth":{"username":"u","password":%d}}`, 12345))
 	n.nats("kv", "put", "proxies", "bad3", fmt.Sprintf(`{"mode":"external","endpoint":{"host":"crawler:%s@10.0.0.1"}}`, password))
-	n.waitRows("sec and ref Running, bad ones Invalid", 30*time.Second, func(r map[string]proxyRow) bool {
+	n.waitRows("sec and ref Running, bad ones Invalid", 30*time.Second, func(r map[string]fleet.Row) bool {
 		return r["sec"].Phase == events.PhaseReady && r["ref"].Phase == events.PhaseReady &&
 			r["bad1"].Phase == events.PhaseInvalid && r["bad2"].Phase == events.PhaseInvalid && r["bad3"].Phase == events.PhaseInvalid
 	})
 	// Replace and delete too, so every op kind has run with the secrets in the spec.
 	n.nats("kv", "put", "proxies", "sec", strings.Replace(good, `"local"`, `"local","port":8080`, 1))
-	n.waitRows("sec replaced", 30*time.Second, func(r map[string]proxyRow) bool {
+	n.waitRows("sec replaced", 30*time.Second, func(r map[string]fleet.Row) bool {
 		return r["sec"].Phase == events.PhaseReady && strings.HasSuffix(r["sec"].Address, ":8080")
 	})
 	n.nats("kv", "del", "-f", "proxies", "ref")
-	n.waitRows("ref deleted", 30*time.Second, func(r map[string]proxyRow) bool { _, ok := r["ref"]; return !ok })
+	n.waitRows("ref deleted", 30*time.Second, func(r map[string]fleet.Row) bool { _, ok := r["ref"]; return !ok })
 
 	places := map[string]string{
 		"egressd log":         n.logs(),

@@ -7,35 +7,26 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// proxyRow is one line of `egressd status` (and one object of -o json).
-type proxyRow struct {
-	Name     string              `json:"name"`
-	Mode     string              `json:"mode"`
-	Provider string              `json:"provider"`
-	Phase    events.Phase        `json:"phase"`
-	Address  string              `json:"address"`
-	Healthy  string              `json:"healthy"` // True, False, or - while unknown
-	Leases   int                 `json:"leases"`
-	MaxLease int                 `json:"maxLeases"`
-	Reason   string              `json:"reason"`
-	Message  string              `json:"message,omitempty"`
-	Age      string              `json:"age"`
-	Status   *events.ProxyStatus `json:"status,omitempty"`
+// listFlag is a flag that may be repeated; each value may also be comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = append(*l, s)
+	return nil
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -51,11 +42,28 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
 	output := fs.String("o", "table", "output: table or json")
+	var in fleet.FilterInput
+	fs.Var((*listFlag)(&in.Phases), "phase", "only proxies in these phases (repeatable, or comma-separated)")
+	fs.Var((*listFlag)(&in.Providers), "provider", "only proxies of these providers; external proxies have provider external (repeatable, or comma-separated)")
+	fs.Var((*listFlag)(&in.Selectors), "selector", "only proxies with this attribute, key=value, matched exactly (repeatable, or comma-separated; all must match)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies or providers, comes before the flags)\n", fs.Arg(0))
+		return 2
+	}
 	if *output != "table" && *output != "json" {
 		fmt.Fprintf(stderr, "egressd status: -o %q: use table or json\n", *output)
+		return 2
+	}
+	filter, err := fleet.ParseFilter(in)
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd status: --%v\n", err)
+		return 2
+	}
+	if what == "providers" && !filter.Empty() {
+		fmt.Fprintln(stderr, "egressd status providers: --phase, --provider and --selector select proxies; they do not apply here")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -78,25 +86,36 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		printTargets(stdout, targets)
 		return 0
 	}
-	rows, err := loadRows(ctx, *natsURL)
+	fl, err := loadFleet(ctx, *natsURL)
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd status:", err)
 		return 1
 	}
+	rows := fl.Select(filter)
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if rows == nil {
-			rows = []proxyRow{}
+			rows = []fleet.Row{}
 		}
 		_ = enc.Encode(rows)
+		return 0
+	}
+	if len(rows) == 0 && len(fl.Rows) > 0 {
+		fmt.Fprintf(stdout, "No proxies match (%d in the fleet).\n", len(fl.Rows))
 		return 0
 	}
 	printTable(stdout, rows)
 	return 0
 }
 
-func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
+// specsBudget bounds opening the proxies bucket: a viewer (deploy/nats) may not read specs,
+// and its denied request only ends at a timeout.
+const specsBudget = 3 * time.Second
+
+// loadFleet reads the fleet through the read model (workers/fleet). Without read access to
+// specs the rows come from statuses alone: no lease limits, attributes or probe intervals.
+func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
 	nc, err := dial(url, "egressd status", 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -104,87 +123,29 @@ func loadRows(ctx context.Context, url string) ([]proxyRow, error) {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	// Specs hold passwords and user-data, so a viewer may not read them (deploy/nats): rows
-	// then come from status alone, without maxLeases.
-	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
-	specs, _ := readAll(sctx, js, events.BucketProxies)
+	var b fleet.Buckets
+	sctx, scancel := context.WithTimeout(ctx, specsBudget)
+	b.Proxies, _ = openBucket(sctx, js, events.BucketProxies)
 	scancel()
-	statuses, err := readAll(ctx, js, events.BucketStatus)
-	if err != nil {
-		return nil, err
-	}
-	health, err := readAll(ctx, js, events.BucketHealth)
-	if err != nil {
-		return nil, err
-	}
-	leases, err := readAll(ctx, js, events.BucketLeases)
-	if err != nil {
-		return nil, err
-	}
-	active := map[string]int{}
-	for key := range leases {
-		if proxy, _, ok := strings.Cut(key, "."); ok {
-			active[proxy]++
+	for name, dst := range map[string]*jetstream.KeyValue{events.BucketStatus: &b.Status, events.BucketHealth: &b.Health, events.BucketLeases: &b.Leases} {
+		if *dst, err = openBucket(ctx, js, name); err != nil {
+			return nil, err
 		}
 	}
-	now := time.Now()
-	var rows []proxyRow
-	for name, e := range specs {
-		r := proxyRow{Name: name, Phase: events.PhasePending, Mode: "?", Healthy: "-", Age: events.Age(now, e.Created())}
-		if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
-			r.Mode, r.Provider, r.MaxLease = s.Mode, s.Provider, *s.MaxLeases
-		}
-		rows = append(rows, r)
-	}
-	for name, e := range statuses {
-		var st events.ProxyStatus
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			continue
-		}
-		i := slices.IndexFunc(rows, func(r proxyRow) bool { return r.Name == name })
-		if i < 0 {
-			rows = append(rows, proxyRow{Name: name, Mode: "?", Healthy: "-"})
-			i = len(rows) - 1
-		}
-		r := &rows[i]
-		r.Phase, r.Reason, r.Message, r.Status = st.Phase, st.Reason, st.Message, &st
-		if st.Mode != "" {
-			r.Mode = st.Mode
-		}
-		if st.Provider != "" {
-			r.Provider = st.Provider
-		}
-		if st.IP != "" {
-			r.Address = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
-		}
-		if !st.CreatedAt.IsZero() {
-			r.Age = events.Age(now, st.CreatedAt)
-		}
-		var h events.ProxyHealth
-		if e, ok := health[name]; ok && json.Unmarshal(e.Value(), &h) == nil && h.Address == r.Address && h.Judged() {
-			r.Healthy = "False"
-			if h.Healthy {
-				r.Healthy = "True"
-			}
+	fl := fleet.Load(ctx, b, time.Now())
+	for _, e := range fl.Errors {
+		if e.Bucket != events.BucketProxies {
+			return nil, e
 		}
 	}
-	for i := range rows {
-		rows[i].Leases = active[rows[i].Name]
-	}
-	slices.SortFunc(rows, func(a, b proxyRow) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		return 1
-	})
-	return rows, nil
+	return fl, nil
 }
 
-// readAll returns the latest entry of every key of a bucket; a bucket that does not exist
-// yet reads as empty.
-func readAll(ctx context.Context, js jetstream.JetStream, bucket string) (map[string]jetstream.KeyValueEntry, error) {
+// openBucket opens a bucket for reading; one that does not exist yet is nil, which the read
+// model reads as empty.
+func openBucket(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, nil
@@ -192,10 +153,10 @@ func readAll(ctx context.Context, js jetstream.JetStream, bucket string) (map[st
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
 	}
-	return kvstore.Latest(ctx, kv)
+	return kv, nil
 }
 
-func printTable(w io.Writer, rows []proxyRow) {
+func printTable(w io.Writer, rows []fleet.Row) {
 	if len(rows) == 0 {
 		fmt.Fprintln(w, "No proxies. Declare one with: nats kv put proxies p1 '{\"provider\":\"local\"}'")
 		return
@@ -203,8 +164,15 @@ func printTable(w io.Writer, rows []proxyRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tHEALTHY\tLEASES\tREASON\tAGE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
-			r.Healthy, r.Leases, r.MaxLease, dash(r.Reason), r.Age)
+		healthy, max := string(r.Healthy), "?"
+		if r.Healthy == fleet.HealthUnknown {
+			healthy = "-"
+		}
+		if r.MaxLeases != nil {
+			max = strconv.Itoa(*r.MaxLeases)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
+			healthy, r.Leases, max, dash(r.Reason), r.Age)
 	}
 	tw.Flush()
 	for _, r := range rows {

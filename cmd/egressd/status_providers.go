@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -25,24 +23,11 @@ func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error)
 	if err != nil {
 		return nil, err
 	}
-	entries, err := readAll(ctx, js, events.BucketProviderHealth)
+	kv, err := openBucket(ctx, js, events.BucketProviderHealth)
 	if err != nil {
 		return nil, err
 	}
-	var out []events.TargetHealth
-	for _, e := range entries {
-		var th events.TargetHealth
-		if json.Unmarshal(e.Value(), &th) == nil {
-			out = append(out, th)
-		}
-	}
-	slices.SortFunc(out, func(a, b events.TargetHealth) int {
-		if c := strings.Compare(a.Provider, b.Provider); c != 0 {
-			return c
-		}
-		return a.Order - b.Order
-	})
-	return out, nil
+	return fleet.Targets(ctx, kv)
 }
 
 func printTargets(w io.Writer, targets []events.TargetHealth) {

@@ -19,6 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// healthy is a verdict at addr, probed at the given time.
+func healthy(addr string, ok bool, at time.Time) events.ProxyHealth {
+	h := events.ProxyHealth{V: 1, Address: addr, Healthy: ok, SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: at}
+	if !ok {
+		h.ConsecutiveFailures = 3
+	}
+	return h
+}
+
 func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 	_, nc, js := kvstoretest.Start(t)
 	ctx := context.Background()
@@ -34,12 +43,25 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 			t.Fatal(err)
 		}
 	}
-	put(st.Status, "a", events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local"})
-	put(st.Status, "b", events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local"})
+	now := time.Now()
+	ready := func(ip string) events.ProxyStatus {
+		return events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local", IP: ip, Port: 3128, AddressAt: now.Add(-time.Hour)}
+	}
+	for _, name := range []string{"a", "b", "e", "f"} {
+		put(st.Proxies, name, json.RawMessage(`{"provider":"local"}`))
+	}
+	put(st.Status, "a", ready("127.0.0.2"))
+	put(st.Status, "b", ready("127.0.0.3"))
 	put(st.Status, "c", events.ProxyStatus{V: 1, Phase: events.PhaseInvalid})
 	put(st.Status, "d", events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "external"})
-	put(st.Health, "a", events.ProxyHealth{V: 1, Healthy: true})
-	put(st.Health, "b", events.ProxyHealth{V: 1, Healthy: false})
+	put(st.Status, "e", ready("127.0.0.4"))
+	put(st.Status, "f", ready("127.0.0.5"))
+	put(st.Health, "a", healthy("127.0.0.2:3128", true, now))
+	put(st.Health, "b", healthy("127.0.0.3:3128", false, now))
+	// Healthy, but about the address e had before, and f's verdict is five minutes old: not
+	// their health now, and both are overdue.
+	put(st.Health, "e", healthy("127.0.0.99:3128", true, now))
+	put(st.Health, "f", healthy("127.0.0.5:3128", true, now.Add(-5*time.Minute)))
 	put(st.Leases, "a.0", events.Lease{V: 1, Proxy: "a"})
 	put(st.Leases, "a.1", events.Lease{V: 1, Proxy: "a", Slot: 1})
 	put(st.Leases, "b.0", events.Lease{V: 1, Proxy: "b"})
@@ -68,14 +90,19 @@ func TestMetricsLintAndMatchKV(t *testing.T) {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
 	}
 	want := `
-# HELP egress_proxies Proxies by provider and phase, from proxy_status.
+# HELP egress_proxies Proxies by provider and phase.
 # TYPE egress_proxies gauge
 egress_proxies{phase="Invalid",provider=""} 1
-egress_proxies{phase="Ready",provider="local"} 2
+egress_proxies{phase="Ready",provider="local"} 4
 egress_proxies{phase="Running",provider="external"} 1
-# HELP egress_proxies_healthy Proxies the probers judge healthy, from proxy_health.
+# HELP egress_proxies_healthy Proxies with a current healthy verdict at the address they have now.
 # TYPE egress_proxies_healthy gauge
 egress_proxies_healthy 1
+# HELP egress_proxies_probe_overdue Proxies whose last probe at their current address is overdue, by provider.
+# TYPE egress_proxies_probe_overdue gauge
+egress_proxies_probe_overdue{provider=""} 0
+egress_proxies_probe_overdue{provider="external"} 0
+egress_proxies_probe_overdue{provider="local"} 2
 # HELP egress_leases_active Active lease slots, from proxy_leases.
 # TYPE egress_leases_active gauge
 egress_leases_active 3
@@ -99,7 +126,7 @@ egress_gc_deletions_total{provider="local"} 1
 # TYPE egress_probe_failures_total counter
 egress_probe_failures_total 1
 `
-	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
+	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
 		"egress_provider_target_up", "egress_provider_ops_total", "egress_gc_deletions_total", "egress_probe_failures_total"}
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
@@ -113,7 +140,7 @@ func TestMetricsFollowState(t *testing.T) {
 	if err := st.Leases.Delete(context.Background(), "a.1"); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(events.ProxyHealth{V: 1, Healthy: true})
+	b, _ := json.Marshal(healthy("127.0.0.3:3128", true, time.Now()))
 	if _, err := st.Health.Put(context.Background(), "b", b); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +148,7 @@ func TestMetricsFollowState(t *testing.T) {
 # HELP egress_leases_active Active lease slots, from proxy_leases.
 # TYPE egress_leases_active gauge
 egress_leases_active 2
-# HELP egress_proxies_healthy Proxies the probers judge healthy, from proxy_health.
+# HELP egress_proxies_healthy Proxies with a current healthy verdict at the address they have now.
 # TYPE egress_proxies_healthy gauge
 egress_proxies_healthy 2
 `

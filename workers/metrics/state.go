@@ -2,19 +2,21 @@ package metrics
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 var (
-	descProxies      = prometheus.NewDesc("egress_proxies", "Proxies by provider and phase, from proxy_status.", []string{"provider", "phase"}, nil)
-	descHealthy      = prometheus.NewDesc("egress_proxies_healthy", "Proxies the probers judge healthy, from proxy_health.", nil, nil)
+	descProxies      = prometheus.NewDesc("egress_proxies", "Proxies by provider and phase.", []string{"provider", "phase"}, nil)
+	descHealthy      = prometheus.NewDesc("egress_proxies_healthy", "Proxies with a current healthy verdict at the address they have now.", nil, nil)
+	descOverdue      = prometheus.NewDesc("egress_proxies_probe_overdue", "Proxies whose last probe at their current address is overdue, by provider.", []string{"provider"}, nil)
 	descLeases       = prometheus.NewDesc("egress_leases_active", "Active lease slots, from proxy_leases.", nil, nil)
 	descInFlight     = prometheus.NewDesc("egress_host_ops_in_flight", "Ops delivered to a provisioner and not yet settled, per host (the consumer's ack-pending count).", []string{"provider", "host"}, nil)
 	descPending      = prometheus.NewDesc("egress_host_ops_pending", "Ops waiting for a provisioner, per host.", []string{"provider", "host"}, nil)
@@ -32,19 +34,40 @@ var (
 	descScrapeErrors = prometheus.NewDesc("egress_scrape_errors", "Sources that could not be read during this scrape.", []string{"source"}, nil)
 )
 
+// modelMaxAge is how long one build of the read model serves scrapes: several Prometheis, or
+// one with a short interval, then cost one read of the fleet per second at most.
+const modelMaxAge = time.Second
+
 // stateCollector reads egressd's state from NATS on every scrape.
 type stateCollector struct {
 	store   *kvstore.Store
 	nc      *nats.Conn
 	timeout time.Duration
+
+	// mu is held while the model is built, so concurrent scrapes wait for one build and
+	// share it instead of each reading the fleet; the build is bounded by timeout.
+	mu      sync.Mutex
+	model   *fleet.Fleet
+	modelAt time.Time
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descLeases, descInFlight, descPending, descTargetUp, descCheckTime,
-		descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes, descReconnects,
-		descConnected, descScrapeErrors} {
+	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
+		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
+		descReconnects, descConnected, descScrapeErrors} {
 		ch <- d
 	}
+}
+
+// fleet returns the read model, built at most modelMaxAge ago.
+func (c *stateCollector) fleet(ctx context.Context) *fleet.Fleet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.model == nil || time.Since(c.modelAt) >= modelMaxAge {
+		c.model = fleet.Load(ctx, fleet.FromStore(c.store), time.Now())
+		c.modelAt = time.Now()
+	}
+	return c.model
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -58,41 +81,25 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return err != nil
 	}
-	if entries, err := kvstore.Latest(ctx, c.store.Status); !fail("proxy_status", err) {
-		counts := map[[2]string]int{}
-		for _, v := range entries {
-			var st events.ProxyStatus
-			if json.Unmarshal(v.Value(), &st) == nil {
-				provider := st.Provider
-				if st.Mode == "external" {
-					provider = events.External
-				}
-				counts[[2]string{provider, string(st.Phase)}]++
-			}
-		}
-		for k, n := range counts {
-			ch <- prometheus.MustNewConstMetric(descProxies, prometheus.GaugeValue, float64(n), k[0], k[1])
+	fl := c.fleet(ctx)
+	for _, e := range fl.Errors {
+		failed[e.Bucket] = true
+	}
+	// Phases need specs (a spec without a status is Pending) and statuses; health and
+	// overdue judgements also need the health records and the specs' probe intervals. A
+	// partial read would export wrong numbers, so those gauges are left out instead.
+	if !failed[events.BucketProxies] && !failed[events.BucketStatus] {
+		collectPhases(ch, fl.Rows)
+		if !failed[events.BucketHealth] {
+			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(fl.Totals.Healthy))
+			collectOverdue(ch, fl.Rows)
 		}
 	}
-	if entries, err := kvstore.Latest(ctx, c.store.Health); !fail("proxy_health", err) {
-		healthy := 0
-		for _, v := range entries {
-			var h events.ProxyHealth
-			if json.Unmarshal(v.Value(), &h) == nil && h.Healthy {
-				healthy++
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(healthy))
+	if !failed[events.BucketLeases] {
+		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(fl.Totals.Leases))
 	}
-	if entries, err := kvstore.Latest(ctx, c.store.Leases); !fail("proxy_leases", err) {
-		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(len(entries)))
-	}
-	if entries, err := kvstore.Latest(ctx, c.store.Providers); !fail("provider_health", err) {
-		for _, v := range entries {
-			var th events.TargetHealth
-			if json.Unmarshal(v.Value(), &th) != nil {
-				continue
-			}
+	if targets, err := fleet.Targets(ctx, c.store.Providers); !fail(events.BucketProviderHealth, err) {
+		for _, th := range targets {
 			up := 0.0
 			if th.Ready {
 				up = 1
@@ -104,6 +111,32 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	fail("jetstream", c.collectStreams(ctx, ch))
 	for source := range failed {
 		ch <- prometheus.MustNewConstMetric(descScrapeErrors, prometheus.GaugeValue, 1, source)
+	}
+}
+
+func collectPhases(ch chan<- prometheus.Metric, rows []fleet.Row) {
+	counts := map[[2]string]int{}
+	for i := range rows {
+		counts[[2]string{rows[i].Provider, string(rows[i].Phase)}]++
+	}
+	for k, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descProxies, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// collectOverdue exports every provider that has proxies, at 0 when none is overdue, so an
+// alert on the gauge sees the series before the first overdue probe.
+func collectOverdue(ch chan<- prometheus.Metric, rows []fleet.Row) {
+	counts := map[string]int{}
+	for i := range rows {
+		n := counts[rows[i].Provider]
+		if rows[i].ProbeOverdue {
+			n++
+		}
+		counts[rows[i].Provider] = n
+	}
+	for provider, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descOverdue, prometheus.GaugeValue, float64(n), provider)
 	}
 }
 

@@ -72,10 +72,10 @@ func (p *Page) Handler() http.Handler {
 }
 
 // snapshot reads the state for one request, bounded by the configured timeout.
-func (p *Page) snapshot(r *http.Request) Snapshot {
+func (p *Page) snapshot(r *http.Request, q query) Snapshot {
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	s := load(ctx, p.cfg, time.Now())
+	s := load(ctx, p.cfg, q, time.Now())
 	for _, e := range s.Errors {
 		p.cfg.Log.Warn("status page: read failed", "err", e)
 	}
@@ -83,30 +83,47 @@ func (p *Page) snapshot(r *http.Request) Snapshot {
 }
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
-	s := p.snapshot(r)
+	q, qerr := parseQuery(r.URL.Query())
+	s := p.snapshot(r, q)
+	v := newView(s)
+	code := statusCode(s)
+	if qerr != nil {
+		// The page still renders, with the form holding what was asked so it can be fixed.
+		v.FilterError, code = qerr.Error(), http.StatusBadRequest
+		v.Proxies = nil
+	}
 	// Rendered into a buffer first, so a template error is a clean 500, not half a page.
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, newView(s)); err != nil {
+	if err := pageTemplate.Execute(&buf, v); err != nil {
 		p.cfg.Log.Error("status page: render failed", "err", err)
 		http.Error(w, "status page: render failed", http.StatusInternalServerError)
 		return
 	}
 	setHeaders(w, "text/html; charset=utf-8")
 	// Even with the banner shown, a monitor polling the page should see the failure.
-	w.WriteHeader(statusCode(s))
+	w.WriteHeader(code)
 	_, _ = w.Write(buf.Bytes())
 }
 
 func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
-	s := p.snapshot(r)
-	b, err := json.MarshalIndent(s, "", "  ")
+	q, err := parseQuery(r.URL.Query())
 	if err != nil {
-		p.cfg.Log.Error("status page: encode failed", "err", err)
+		writeJSON(w, p.cfg.Log, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	s := p.snapshot(r, q)
+	writeJSON(w, p.cfg.Log, statusCode(s), s)
+}
+
+func writeJSON(w http.ResponseWriter, log *slog.Logger, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		log.Error("status page: encode failed", "err", err)
 		http.Error(w, "status page: encode failed", http.StatusInternalServerError)
 		return
 	}
 	setHeaders(w, "application/json")
-	w.WriteHeader(statusCode(s))
+	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))
 }
 
@@ -117,12 +134,13 @@ func statusCode(s Snapshot) int {
 	return http.StatusOK
 }
 
-// setHeaders makes the page inert beyond its own inline CSS: no script may run and nothing
-// may be loaded, so even an escaping mistake could not execute a hostile proxy message.
+// setHeaders makes the page inert beyond its own inline CSS and its filter form (a GET to the
+// page itself): no script may run and nothing may be loaded, so even an escaping mistake
+// could not execute a hostile proxy message.
 func setHeaders(w http.ResponseWriter, contentType string) {
 	h := w.Header()
 	h.Set("Content-Type", contentType)
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "no-referrer")
 	h.Set("Cache-Control", "no-store")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 func TestPageShowsTheFleet(t *testing.T) {
@@ -41,7 +42,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 
 	text := visibleText(body)
 	for _, want := range []string{
-		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Leases 3 active; 6 slots on Ready proxies",
+		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Probe overdue 0 of 7", "Leases 3 active; 6 slots on Ready proxies",
 		"Provider targets 2 of 3 ready",
 		"Ready: 2", "Provisioning: 1", "Pending: 1", "Unhealthy: 1", "Failed: 1", "Invalid: 1",
 	} {
@@ -129,13 +130,13 @@ func TestJSONHasTheSameData(t *testing.T) {
 	if fmt.Sprint(s.Counts) != fmt.Sprint(wantCounts) {
 		t.Errorf("counts %+v\nwant   %+v", s.Counts, wantCounts)
 	}
-	byName := map[string]ProxyRow{}
+	byName := map[string]fleet.Row{}
 	for _, p := range s.Proxies {
 		byName[p.Name] = p
 	}
 	eu1 := byName["crawl-eu-1"]
 	if eu1.Mode != "managed" || eu1.Provider != "local" || eu1.Phase != events.PhaseReady || eu1.Address != "127.0.0.2:3128" ||
-		eu1.Healthy != HealthTrue || eu1.Leases != 2 || eu1.MaxLeases == nil || *eu1.MaxLeases != 2 || eu1.Age != "2h" ||
+		eu1.Healthy != fleet.HealthTrue || eu1.Leases != 2 || eu1.MaxLeases == nil || *eu1.MaxLeases != 2 || eu1.Age != "2h" ||
 		eu1.Attributes["region"] != "eu" {
 		t.Errorf("crawl-eu-1: %+v", eu1)
 	}

@@ -7,63 +7,49 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // Snapshot is everything one page shows; /api/status.json is this value.
 type Snapshot struct {
-	Title          string      `json:"title"`
-	GeneratedAt    time.Time   `json:"generatedAt"`
-	RefreshSeconds int         `json:"refreshSeconds"`
-	Errors         []string    `json:"errors"` // reads that failed; their sections are incomplete
-	Counts         Counts      `json:"counts"`
-	Proxies        []ProxyRow  `json:"proxies"`
-	Providers      []TargetRow `json:"providers"`
-	Events         []EventRow  `json:"events"` // newest first
+	Title          string    `json:"title"`
+	GeneratedAt    time.Time `json:"generatedAt"`
+	RefreshSeconds int       `json:"refreshSeconds"`
+	Errors         []string  `json:"errors"` // reads that failed; their sections are incomplete
+	Counts         Counts    `json:"counts"` // over the whole fleet, whatever the filter
+	Filter         Filter    `json:"filter"`
+	Paging         Paging    `json:"paging"`
+	// Proxies is the requested page of the proxies the filter matches, by name. Each is the
+	// read model's row without the full recorded status, which `egressd status -o json` has.
+	Proxies   []fleet.Row `json:"proxies"`
+	Providers []TargetRow `json:"providers"`
+	Events    []EventRow  `json:"events"` // newest first
 
 	// incomplete names the sections ("proxies", "providers", "events") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
 
-// Counts is the summary at the top of the page.
+// Counts is the summary at the top of the page, over the whole fleet.
 type Counts struct {
 	Proxies       int            `json:"proxies"`
 	Phases        map[string]int `json:"phases"` // proxies by phase
 	Healthy       int            `json:"healthy"`
 	Unhealthy     int            `json:"unhealthy"`
 	HealthUnknown int            `json:"healthUnknown"`
+	ProbeOverdue  int            `json:"probeOverdue"`
 	Leases        int            `json:"leases"`        // active leases on every proxy
 	LeaseCapacity int            `json:"leaseCapacity"` // maxLeases summed over Ready proxies
 	Targets       int            `json:"targets"`
 	TargetsReady  int            `json:"targetsReady"`
 }
 
-// Healthy values of ProxyRow: a verdict only once a prober's thresholds produced one for the
-// proxy's current address.
-const (
-	HealthTrue    = "True"
-	HealthFalse   = "False"
-	HealthUnknown = "unknown"
-)
-
-// ProxyRow is one proxy.
-type ProxyRow struct {
-	Name       string            `json:"name"`
-	Mode       string            `json:"mode"`
-	Provider   string            `json:"provider"`
-	Phase      events.Phase      `json:"phase"`
-	Address    string            `json:"address"`
-	Healthy    string            `json:"healthy"` // True, False or unknown
-	Leases     int               `json:"leases"`
-	MaxLeases  *int              `json:"maxLeases"` // null when the spec is missing or invalid
-	Reason     string            `json:"reason,omitempty"`
-	Message    string            `json:"message,omitempty"`
-	LastError  string            `json:"lastError,omitempty"`
-	Attributes map[string]string `json:"attributes,omitempty"`
-	CreatedAt  time.Time         `json:"createdAt,omitzero"`
-	Age        string            `json:"age"`
+// Paging says which part of the matching proxies Proxies is.
+type Paging struct {
+	Matches int `json:"matches"` // proxies the filter matches
+	Page    int `json:"page"`    // 1-based
+	PerPage int `json:"perPage"`
+	Pages   int `json:"pages"` // at least 1
 }
 
 // TargetRow is the latest check of one provider target.
@@ -88,106 +74,93 @@ type EventRow struct {
 	Summary string    `json:"summary"`
 }
 
-// reads is what load gathers from NATS before building rows.
-type reads struct {
-	specs, statuses, health, leases, targets map[string]jetstream.KeyValueEntry
-	events                                   []EventRow
-}
-
-// load reads every bucket and the event stream in parallel (one slow read should not add to
-// another's latency) and builds the snapshot. A failed read is recorded in Errors and leaves
-// its part empty; the rest is still shown.
-func load(ctx context.Context, cfg Config, now time.Time) Snapshot {
+// load reads the fleet, the provider checks and the event stream in parallel (one slow read
+// should not add to another's latency) and builds the snapshot for q. A failed read is
+// recorded in Errors and leaves its part empty; the rest is still shown.
+func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 	var (
-		rd         reads
-		mu         sync.Mutex
-		errs       []string
-		incomplete = map[string]bool{}
-		wg         sync.WaitGroup
+		fl      *fleet.Fleet
+		targets []events.TargetHealth
+		evs     []EventRow
+		tErr    error
+		eErr    error
+		wg      sync.WaitGroup
 	)
-	fail := func(section string, err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		errs = append(errs, err.Error())
-		incomplete[section] = true
-	}
-	bucket := func(section string, kv jetstream.KeyValue, dst *map[string]jetstream.KeyValueEntry) {
-		wg.Go(func() {
-			m, err := kvstore.Latest(ctx, kv)
-			if err != nil {
-				fail(section, err)
-			}
-			*dst = m
-		})
-	}
-	st := cfg.Store
-	bucket("proxies", st.Proxies, &rd.specs)
-	bucket("proxies", st.Status, &rd.statuses)
-	bucket("proxies", st.Health, &rd.health)
-	bucket("proxies", st.Leases, &rd.leases)
-	bucket("providers", st.Providers, &rd.targets)
-	wg.Go(func() {
-		evs, err := readRecentEvents(ctx, st.JS, cfg.RecentEvents)
-		if err != nil {
-			fail("events", err)
-		}
-		rd.events = evs
-	})
+	wg.Go(func() { fl = fleet.Load(ctx, fleet.FromStore(cfg.Store), now) })
+	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
+	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
 	wg.Wait()
-	slices.Sort(errs) // the reads finish in any order; the banner should not reshuffle
 
 	s := Snapshot{
 		Title:          cfg.Title,
 		GeneratedAt:    now,
-		RefreshSeconds: int(cfg.Refresh.Round(time.Second) / time.Second),
-		Errors:         errs,
-		Proxies:        proxyRows(now, rd.specs, rd.statuses, rd.health, rd.leases),
-		Providers:      targetRows(rd.targets),
-		Events:         rd.events,
-		incomplete:     incomplete,
+		RefreshSeconds: max(int(cfg.Refresh.Round(time.Second)/time.Second), 1),
+		Errors:         []string{},
+		Filter:         q.echo,
+		Providers:      targetRows(targets),
+		Events:         evs,
+		incomplete:     map[string]bool{},
 	}
-	s.RefreshSeconds = max(s.RefreshSeconds, 1)
-	s.Counts = count(s.Proxies, s.Providers, activeLeases(rd.leases))
+	for _, e := range fl.Errors {
+		s.Errors = append(s.Errors, e.Error())
+		s.incomplete["proxies"] = true
+	}
+	if tErr != nil {
+		s.Errors = append(s.Errors, tErr.Error())
+		s.incomplete["providers"] = true
+	}
+	if eErr != nil {
+		s.Errors = append(s.Errors, eErr.Error())
+		s.incomplete["events"] = true
+	}
+	slices.Sort(s.Errors) // the reads finish in any order; the banner should not reshuffle
+	s.Counts = count(fl.Totals, s.Providers)
+	s.Proxies, s.Paging = paginate(fl.Select(q.filter), q.page, q.perPage)
 	// Empty lists rather than null, so JSON consumers need no special case.
-	if s.Errors == nil {
-		s.Errors = []string{}
-	}
-	if s.Proxies == nil {
-		s.Proxies = []ProxyRow{}
-	}
-	if s.Providers == nil {
-		s.Providers = []TargetRow{}
-	}
 	if s.Events == nil {
 		s.Events = []EventRow{}
 	}
 	return s
 }
 
-func count(proxies []ProxyRow, targets []TargetRow, leases map[string]int) Counts {
-	c := Counts{Proxies: len(proxies), Phases: map[string]int{}, Targets: len(targets)}
-	for _, p := range proxies {
-		c.Phases[string(p.Phase)]++
-		switch p.Healthy {
-		case HealthTrue:
-			c.Healthy++
-		case HealthFalse:
-			c.Unhealthy++
-		default:
-			c.HealthUnknown++
-		}
-		if p.Phase == events.PhaseReady && p.MaxLeases != nil {
-			c.LeaseCapacity += *p.MaxLeases
-		}
+// paginate returns page (1-based; past the last it is the last, so a reload after the fleet
+// shrank still shows rows) of rows, without their full statuses.
+func paginate(rows []fleet.Row, page, perPage int) ([]fleet.Row, Paging) {
+	p := Paging{Matches: len(rows), PerPage: perPage, Pages: max((len(rows)+perPage-1)/perPage, 1)}
+	p.Page = min(max(page, 1), p.Pages)
+	from := min((p.Page-1)*perPage, len(rows))
+	out := slices.Clone(rows[from:min(from+perPage, len(rows))])
+	for i := range out {
+		out[i].Status = nil
 	}
-	// Every held slot counts, also one whose proxy was deleted while a lease still runs.
-	for _, n := range leases {
-		c.Leases += n
+	if out == nil {
+		out = []fleet.Row{}
 	}
-	for _, t := range targets {
-		if t.Ready {
+	return out, p
+}
+
+func count(t fleet.Totals, targets []TargetRow) Counts {
+	c := Counts{Proxies: t.Proxies, Phases: map[string]int{}, Healthy: t.Healthy, Unhealthy: t.Unhealthy,
+		HealthUnknown: t.HealthUnknown, ProbeOverdue: t.ProbeOverdue, Leases: t.Leases, LeaseCapacity: t.LeaseCapacity,
+		Targets: len(targets)}
+	for p, n := range t.Phases {
+		c.Phases[string(p)] = n
+	}
+	for _, tr := range targets {
+		if tr.Ready {
 			c.TargetsReady++
 		}
 	}
 	return c
+}
+
+// targetRows keeps the columns `egressd status providers` prints; Details and Address are
+// left out, as a provider's details are free-form.
+func targetRows(checks []events.TargetHealth) []TargetRow {
+	out := make([]TargetRow, 0, len(checks))
+	for _, th := range checks {
+		out = append(out, TargetRow{Provider: th.Provider, Target: th.Target, Ready: th.Ready, Reason: th.Reason,
+			LatencyMs: th.LatencyMs, CheckedAt: th.CheckedAt, LastTransitionTime: th.LastTransitionTime, Message: th.Message})
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 //go:embed page.html.tmpl
@@ -20,6 +21,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"healthClass": healthClass,
 	"problem":     problem,
 	"leases":      leases,
+	"overdueNote": func(r fleet.Row) bool { return r.ProbeOverdue && r.Reason != events.ReasonProbeOverdue },
 	"attrs":       attrs,
 	"ms":          func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
 	"iso":         func(t time.Time) string { return t.Format(time.RFC3339) },
@@ -33,15 +35,23 @@ var phaseOrder = []events.Phase{
 }
 
 type phaseCount struct {
-	Phase events.Phase
-	Count int
+	Phase  events.Phase
+	Count  int
+	Link   string // the page filtered to this phase, other filters kept
+	Active bool   // the filter is this phase alone
 }
 
 // view is what the template renders: the snapshot plus what is easier computed in Go.
 type view struct {
 	Snapshot
-	Phases []phaseCount
-	Events []eventView
+	Phases      []phaseCount
+	Events      []eventView
+	FilterError string // the query did not parse; the proxies table says so
+	Filtered    bool
+	First, Last int    // 1-based positions of the rows shown among the matches
+	Prev, Next  string // links to the neighbouring pages, empty at either end
+	// CustomPerPage is a page size other than the default, which the form keeps; else 0.
+	CustomPerPage int
 }
 
 type eventView struct {
@@ -56,10 +66,15 @@ type agedTarget struct {
 }
 
 func newView(s Snapshot) view {
-	v := view{Snapshot: s}
+	v := view{Snapshot: s, Filtered: s.Filter != Filter{}}
+	add := func(p events.Phase) {
+		f := s.Filter
+		f.Phase = string(p)
+		v.Phases = append(v.Phases, phaseCount{p, s.Counts.Phases[string(p)], link(f, 1, s.Paging.PerPage), s.Filter.Phase == string(p)})
+	}
 	for _, p := range phaseOrder {
-		if n := s.Counts.Phases[string(p)]; n > 0 {
-			v.Phases = append(v.Phases, phaseCount{p, n})
+		if s.Counts.Phases[string(p)] > 0 {
+			add(p)
 		}
 	}
 	// Phases this version does not know are still counted, after the known ones.
@@ -71,7 +86,21 @@ func newView(s Snapshot) view {
 	}
 	slices.Sort(other)
 	for _, p := range other {
-		v.Phases = append(v.Phases, phaseCount{events.Phase(p), s.Counts.Phases[p]})
+		add(events.Phase(p))
+	}
+	pg := s.Paging
+	if pg.PerPage != DefaultPerPage {
+		v.CustomPerPage = pg.PerPage
+	}
+	if len(s.Proxies) > 0 {
+		v.First = (pg.Page-1)*pg.PerPage + 1
+		v.Last = v.First + len(s.Proxies) - 1
+	}
+	if pg.Page > 1 {
+		v.Prev = link(s.Filter, pg.Page-1, pg.PerPage)
+	}
+	if pg.Page < pg.Pages {
+		v.Next = link(s.Filter, pg.Page+1, pg.PerPage)
 	}
 	for _, e := range s.Events {
 		clock := e.At.Format("15:04:05")
@@ -81,6 +110,12 @@ func newView(s Snapshot) view {
 		v.Events = append(v.Events, eventView{EventRow: e, Clock: clock, Ago: events.Age(s.GeneratedAt, e.At)})
 	}
 	return v
+}
+
+// link is a relative URL of this page asking for f at page: "?" and the query, so it works
+// wherever the page is mounted.
+func link(f Filter, page, perPage int) string {
+	return "?" + f.values(page, perPage).Encode()
 }
 
 // Incomplete reports whether a failed read left section partial: its empty state then says
@@ -122,11 +157,11 @@ func phaseClass(p events.Phase) string {
 	return "progress"
 }
 
-func healthClass(h string) string {
+func healthClass(h fleet.Health) string {
 	switch h {
-	case HealthTrue:
+	case fleet.HealthTrue:
 		return "ok"
-	case HealthFalse:
+	case fleet.HealthFalse:
 		return "bad"
 	}
 	return "neutral"
@@ -135,7 +170,7 @@ func healthClass(h string) string {
 // problem marks the rows whose message is the point: a rejected spec or a proxy given up on.
 func problem(p events.Phase) bool { return p == events.PhaseInvalid || p == events.PhaseFailed }
 
-func leases(r ProxyRow) string {
+func leases(r fleet.Row) string {
 	if r.MaxLeases == nil {
 		return strconv.Itoa(r.Leases) + "/?"
 	}

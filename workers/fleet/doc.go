@@ -1,0 +1,13 @@
+// Package fleet is the one read model of the fleet (DESIGN §5.8): it joins proxies,
+// proxy_status, proxy_health and proxy_leases into one row per proxy, and judges, in one
+// place, what every reader shows: the phase, the health verdict at the proxy's current
+// address, whether its probes are overdue, and the leases it holds. `egressd status`, the
+// status page with its JSON, and the state metrics all read the fleet through Load.
+//
+// It is a read model, not a role: it imports events, schemas and kvstore and never another
+// package of workers, so every reader may import it (deps_test.go names it as the one
+// exemption from "roles never import each other").
+//
+// Of a proxy's spec it keeps the mode, provider, lease limit, attributes and probe interval;
+// user-data and credentials never leave the parser, so no reader can show them.
+package fleet

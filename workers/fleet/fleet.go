@@ -1,0 +1,70 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// Fleet is every proxy as of one read.
+type Fleet struct {
+	At     time.Time
+	Rows   []Row // one per proxy, by name
+	Totals Totals
+	Errors []ReadError // buckets that could not be read, by name; their parts are empty
+}
+
+// Health is the probers' verdict on the address a proxy has now.
+type Health string
+
+// Health values. A verdict exists only once a prober's thresholds produced one for the
+// proxy's current address and it is not stale (older than events.ProbeOverdueAfter): a
+// record about a previous address, one still short of its thresholds, or one nobody has
+// renewed in time says nothing about the proxy now.
+const (
+	HealthTrue    Health = "True"
+	HealthFalse   Health = "False"
+	HealthUnknown Health = "unknown"
+)
+
+// Row is one proxy: a spec without a status yet is Pending; a status without a spec is a
+// proxy being deleted (or a reader without read access to specs).
+type Row struct {
+	Name     string       `json:"name"`
+	Mode     string       `json:"mode"`     // managed or external; "?" while unknown
+	Provider string       `json:"provider"` // "external" for external proxies
+	Phase    events.Phase `json:"phase"`
+	Address  string       `json:"address"` // ip:port, empty while it has none
+	Healthy  Health       `json:"healthy"`
+	// ProbeOverdue: no probe at the current address within events.ProbeOverdueAfter of the
+	// spec's interval (see probeOverdue).
+	ProbeOverdue bool              `json:"probeOverdue"`
+	Leases       int               `json:"leases"`    // slots held now
+	MaxLeases    *int              `json:"maxLeases"` // null when the spec is missing, invalid or not readable
+	Reason       string            `json:"reason,omitempty"`
+	Message      string            `json:"message,omitempty"`
+	LastError    string            `json:"lastError,omitempty"` // class: message of the last provider error
+	Attributes   map[string]string `json:"attributes,omitempty"`
+	LastProbeAt  time.Time         `json:"lastProbeAt,omitzero"` // of the last probe at the current address
+	CreatedAt    time.Time         `json:"createdAt,omitzero"`   // first status (a replacement keeps it), else the spec's creation
+	Age          string            `json:"age"`
+	// Status is the full recorded status, for `egressd status -o json`; nil when there is
+	// none yet. It never holds a secret (the reconciler keeps only a salted hash of auth).
+	Status *events.ProxyStatus `json:"status,omitempty"`
+
+	interval time.Duration // the spec's probe interval; 0 while unknown
+}
+
+// Totals are counted over the whole fleet, whatever a reader filters.
+type Totals struct {
+	Proxies       int
+	Phases        map[events.Phase]int
+	Healthy       int
+	Unhealthy     int
+	HealthUnknown int
+	ProbeOverdue  int
+	// Leases is every held slot, also one whose proxy was deleted while its lease runs: the
+	// rows' Leases may sum to less.
+	Leases        int
+	LeaseCapacity int // maxLeases summed over Ready proxies
+}

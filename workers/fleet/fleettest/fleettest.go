@@ -1,0 +1,162 @@
+// Package fleettest writes fleets into real buckets for the tests and benchmarks of every
+// reader of the read model (workers/fleet): the same KV state for status, the status page
+// and the metrics.
+package fleettest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Put writes v (JSON, or raw bytes) under key.
+func Put(tb testing.TB, kv jetstream.KeyValue, key string, v any) {
+	tb.Helper()
+	b, ok := v.([]byte)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(v); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		tb.Fatalf("put %s/%s: %v", kv.Bucket(), key, err)
+	}
+}
+
+// Want is what the readers must agree on for Mixed.
+type Want struct {
+	Phases       map[events.Phase]int
+	Healthy      int
+	Unhealthy    int
+	ProbeOverdue int
+	Leases       int            // every held slot
+	RowLeases    map[string]int // per proxy
+}
+
+// Mixed writes a small fleet as of now: every phase the probers care about, verdicts at the
+// current address, at an old one and stale, overdue probes, leases (one of a deleted proxy),
+// and proxies without a status or without a spec. It returns what a reader must count.
+func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
+	tb.Helper()
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	type proxy struct {
+		spec   string // empty: no spec
+		status *events.ProxyStatus
+		health *events.ProxyHealth
+	}
+	running := func(phase events.Phase, ip string, addressAt time.Time, reason string) *events.ProxyStatus {
+		return &events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local", IP: ip, Port: 3128,
+			Reason: reason, AddressAt: addressAt, CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Second)}
+	}
+	verdict := func(addr string, healthy bool, probed time.Time) *events.ProxyHealth {
+		h := &events.ProxyHealth{V: 1, Address: addr, Healthy: healthy, SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: probed}
+		if healthy {
+			h.ConsecutiveSuccesses = 5
+		} else {
+			h.ConsecutiveFailures, h.LastError = 3, "connection refused"
+		}
+		return h
+	}
+	proxies := map[string]proxy{
+		"ready-de": {`{"provider":"local","maxLeases":2,"attributes":{"geo":"de"},"auth":{"username":"u","password":"SENTINEL-PASSWORD-77aa"}}`,
+			running(events.PhaseReady, "127.0.0.2", ago(time.Hour), ""), verdict("127.0.0.2:3128", true, ago(5*time.Second))},
+		"ready-fr": {`{"provider":"local","attributes":{"geo":"fr"}}`,
+			running(events.PhaseReady, "127.0.0.3", ago(time.Hour), ""), verdict("127.0.0.3:3128", true, ago(10*time.Second))},
+		// Its last probe is five minutes old: stale, so no verdict, and overdue.
+		"ready-stale": {`{"provider":"local","attributes":{"geo":"de"}}`,
+			running(events.PhaseReady, "127.0.0.4", ago(time.Hour), ""), verdict("127.0.0.4:3128", true, ago(5*time.Minute))},
+		"sick": {`{"provider":"local"}`,
+			running(events.PhaseUnhealthy, "127.0.0.5", ago(time.Hour), "ProbeFailing"), verdict("127.0.0.5:3128", false, ago(3*time.Second))},
+		// A healthy verdict, but about the address it had before: unknown, and overdue since
+		// its new address appeared two minutes ago.
+		"moved": {`{"provider":"local"}`,
+			running(events.PhaseRunning, "127.0.0.6", ago(2*time.Minute), ""), verdict("127.0.0.99:3128", true, ago(time.Second))},
+		// New: no probe yet, within the bound. (Every bound leaves a minute or more of slack,
+		// so a slow test run does not change a verdict.)
+		"new": {`{"provider":"local"}`,
+			running(events.PhaseRunning, "127.0.0.7", ago(10*time.Second), ""), nil},
+		// A longer interval: a two-minute-old probe is current.
+		"slow": {`{"provider":"local","healthCheck":{"intervalSeconds":120,"timeoutSeconds":5}}`,
+			running(events.PhaseReady, "127.0.0.8", ago(time.Hour), ""), verdict("127.0.0.8:3128", true, ago(2*time.Minute))},
+		"office": {`{"mode":"external","endpoint":{"host":"127.0.0.50","port":8080},"maxLeases":3}`,
+			&events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "external", IP: "127.0.0.50", Port: 8080, Reason: "ExternalEndpoint",
+				AddressAt: ago(time.Hour), CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Minute)},
+			verdict("127.0.0.50:8080", true, ago(3*time.Minute))},
+		"pending": {`{"provider":"local"}`, nil, nil},
+		"bad":     {`{"provider":"local","port":0.5}`, &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: "InvalidSpec", Message: "port: must be an integer"}, nil},
+		"broken": {`{"provider":"local"}`, &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Mode: "managed", Provider: "local",
+			Reason: "PermanentError", Message: "create failed"}, nil},
+		// Being replaced: an address, but its teardown is under way, so not overdue.
+		"swap": {`{"provider":"local","port":8080}`, &events.ProxyStatus{V: 1, Phase: events.PhaseReplacing, Mode: "managed", Provider: "local",
+			IP: "127.0.0.9", Port: 3128, Teardown: "SpecChanged", Reason: "SpecChanged", AddressAt: ago(time.Hour)}, nil},
+		// Deleted: no spec any more.
+		"gone": {"", &events.ProxyStatus{V: 1, Phase: events.PhaseDeleting, Mode: "managed", Provider: "local", Reason: "ProxyDeleted"}, nil},
+	}
+	for name, p := range proxies {
+		if p.spec != "" {
+			Put(tb, st.Proxies, name, []byte(p.spec))
+		}
+		if p.status != nil {
+			Put(tb, st.Status, name, p.status)
+		}
+		if p.health != nil {
+			p.health.Proxy = name
+			Put(tb, st.Health, name, p.health)
+		}
+	}
+	leases := []string{"ready-de.0", "ready-de.1", "office.0", "gone.0", "deleted-long-ago.0"}
+	for _, key := range leases {
+		Put(tb, st.Leases, key, events.Lease{V: 1, Proxy: key[:len(key)-2], Holder: "crawler-7", ExpiresAt: now.Add(time.Minute)})
+	}
+	return Want{
+		Phases: map[events.Phase]int{events.PhaseReady: 5, events.PhaseRunning: 2, events.PhaseUnhealthy: 1, events.PhasePending: 1,
+			events.PhaseInvalid: 1, events.PhaseFailed: 1, events.PhaseReplacing: 1, events.PhaseDeleting: 1},
+		Healthy: 3, Unhealthy: 1, ProbeOverdue: 3, Leases: 5,
+		RowLeases: map[string]int{"ready-de": 2, "office": 1, "gone": 1},
+	}
+}
+
+// Large writes n proxies as a busy fleet would hold them: a spec, a status and a health
+// record each (every tenth Unhealthy; probes spread over the last 90 s, so some are
+// overdue), and a lease on every third. Writes go four at a time, as a seed need not wait
+// on each acknowledgement in turn.
+func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for i := range n {
+		name := fmt.Sprintf("p-%05d", i)
+		ip := fmt.Sprintf("127.%d.%d.%d", 1+i>>16, (i>>8)&0xff, i&0xff)
+		addr := ip + ":3128"
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			Put(tb, st.Proxies, name, []byte(`{"provider":"local","maxLeases":2,"attributes":{"geo":"g`+strconv.Itoa(i%7)+`","tier":"general"}}`))
+			phase, failures := events.PhaseReady, 0
+			if i%10 == 0 {
+				phase, failures = events.PhaseUnhealthy, 3
+			}
+			Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local",
+				UID: name + "-uid", InstanceName: "egressd-" + name, InstanceID: "id-" + name, IP: ip, Port: 3128, SpecHash: "h",
+				AddressAt: now.Add(-time.Hour), CreatedAt: now.Add(-time.Hour), ReadyAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Minute)})
+			Put(tb, st.Health, name, events.ProxyHealth{V: 1, Proxy: name, Address: addr, Healthy: failures == 0, ConsecutiveFailures: failures,
+				SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 3.2, CheckURL: "http://127.0.0.1:1/echo", Prober: "prober-1",
+				LastProbeAt: now.Add(-time.Duration(i%90) * time.Second)})
+			if i%3 == 0 {
+				Put(tb, st.Leases, name+".0", events.Lease{V: 1, Proxy: name, Holder: "crawler", ExpiresAt: now.Add(time.Hour)})
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -1,0 +1,82 @@
+package fleet
+
+import (
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// reasonExternal is the reason the reconciler gives every external proxy
+// (workers/reconciler.ReasonExternal, which a read model may not import; a test in
+// cmd/egressd pins the two together). It only restates the mode, so it does not hide
+// ProbeOverdue.
+const reasonExternal = "ExternalEndpoint"
+
+// judge sets a row's health, overdue judgement and reason from its health record.
+//
+// Precedence of REASON: the reason the reconciler recorded explains the phase (ProbeFailing,
+// AddressLost, …) and is kept; ProbeOverdue is shown only where the row has no other reason,
+// or only ExternalEndpoint. Overdue or not, the row's ProbeOverdue field says so.
+func judge(r *Row, h *events.ProxyHealth, now time.Time) {
+	if h != nil && r.Address != "" && h.Address == r.Address {
+		r.LastProbeAt = h.LastProbeAt
+	} else {
+		h = nil // a record about another address says nothing about this one
+	}
+	r.Healthy = verdict(h, r.interval, now)
+	r.ProbeOverdue = probeOverdue(r.Status, r.Address, h, r.interval, now)
+	if r.ProbeOverdue && (r.Reason == "" || r.Reason == reasonExternal) {
+		r.Reason = events.ReasonProbeOverdue
+	}
+}
+
+// verdict is the health a record at the current address (nil: none) gives. With the probe
+// interval known, a record whose last probe is older than events.ProbeOverdueAfter is
+// stale: nobody is keeping it current, so it is no verdict. The bucket's TTL of about three
+// intervals removes such records too, but later, and only if probers set it.
+func verdict(h *events.ProxyHealth, interval time.Duration, now time.Time) Health {
+	if h == nil || !h.Judged() {
+		return HealthUnknown
+	}
+	if interval > 0 && now.Sub(h.LastProbeAt) > events.ProbeOverdueAfter(interval) {
+		return HealthUnknown
+	}
+	if h.Healthy {
+		return HealthTrue
+	}
+	return HealthFalse
+}
+
+// probeOverdue reports whether a proxy the probers should be checking has gone unchecked too
+// long: its phase is Running, Ready or Unhealthy, it has an address and no teardown, and its
+// last probe at that address (h, nil if none) or, before the first, the time the address
+// appeared (AddressAt, else UpdatedAt) is older than events.ProbeOverdueAfter(interval). A
+// probe older than AddressAt does not count: it was of the address's previous instance.
+// Without the spec's interval (no spec, an invalid one, or no right to read specs) it is
+// not judged.
+func probeOverdue(st *events.ProxyStatus, address string, h *events.ProxyHealth, interval time.Duration, now time.Time) bool {
+	if st == nil || address == "" || st.Teardown != "" || interval <= 0 {
+		return false
+	}
+	switch st.Phase {
+	case events.PhaseRunning, events.PhaseReady, events.PhaseUnhealthy:
+	default:
+		return false
+	}
+	var since time.Time
+	if h != nil {
+		since = h.LastProbeAt
+	}
+	switch {
+	case since.Before(st.AddressAt):
+		// A probe from before the address last appeared (A, then B, then A again) was of
+		// another instance: the clock runs from the address.
+		since = st.AddressAt
+	case since.IsZero():
+		since = st.UpdatedAt // a status written before AddressAt existed
+	}
+	if since.IsZero() {
+		return false // nothing to measure from; the reconciler always sets UpdatedAt
+	}
+	return now.Sub(since) > events.ProbeOverdueAfter(interval)
+}

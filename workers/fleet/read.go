@@ -1,0 +1,96 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Buckets are the handles the model reads. A nil handle reads as empty: a bucket not
+// declared yet, or proxies for a reader not allowed to see specs (the viewer of deploy/nats),
+// whose rows then come from the statuses alone.
+type Buckets struct {
+	Proxies, Status, Health, Leases jetstream.KeyValue
+}
+
+// FromStore is the four buckets of an open store.
+func FromStore(s *kvstore.Store) Buckets {
+	return Buckets{Proxies: s.Proxies, Status: s.Status, Health: s.Health, Leases: s.Leases}
+}
+
+// ReadError is a bucket that could not be read; its part of the model is empty.
+type ReadError struct {
+	Bucket string
+	Err    error
+}
+
+// Error is the read's own error, which already names the bucket (kvstore.Latest).
+func (e ReadError) Error() string { return e.Err.Error() }
+
+func (e ReadError) Unwrap() error { return e.Err }
+
+// decoded is what the buckets hold, decoded, by proxy name (leases: held slots per proxy).
+type decoded struct {
+	specs    map[string]specFields
+	statuses map[string]*events.ProxyStatus
+	health   map[string]*events.ProxyHealth
+	leases   map[string]int
+}
+
+// Load reads the buckets in parallel and builds the fleet as of now. Each bucket is decoded
+// in the goroutine that read it, so the decoding of 10,000 specs, statuses and health records
+// spreads over the cores instead of following the reads. It always returns a fleet: a bucket
+// that could not be read is in Errors and leaves its part empty, so a reader can show what it
+// has beside the error.
+func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
+	var (
+		in   decoded
+		mu   sync.Mutex
+		errs []ReadError
+		wg   sync.WaitGroup
+	)
+	read := func(name string, kv jetstream.KeyValue, decode func(map[string]jetstream.KeyValueEntry)) {
+		if kv == nil {
+			return
+		}
+		wg.Go(func() {
+			m, err := kvstore.Latest(ctx, kv)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, ReadError{Bucket: name, Err: err})
+				mu.Unlock()
+			}
+			decode(m)
+		})
+	}
+	read(events.BucketProxies, b.Proxies, func(m map[string]jetstream.KeyValueEntry) { in.specs = decodeSpecs(m) })
+	read(events.BucketStatus, b.Status, func(m map[string]jetstream.KeyValueEntry) { in.statuses = decodeAll[events.ProxyStatus](m) })
+	read(events.BucketHealth, b.Health, func(m map[string]jetstream.KeyValueEntry) { in.health = decodeAll[events.ProxyHealth](m) })
+	read(events.BucketLeases, b.Leases, func(m map[string]jetstream.KeyValueEntry) { in.leases = activeLeases(m) })
+	wg.Wait()
+	// The reads finish in any order; a reader's error list should not reshuffle.
+	slices.SortFunc(errs, func(a, b ReadError) int { return strings.Compare(a.Bucket, b.Bucket) })
+	f := build(now, in)
+	f.Errors = errs
+	return f
+}
+
+// decodeAll decodes every entry as a T; one that does not decode is left out (the bucket's
+// writer is egressd itself, so that is a newer or damaged record, not user input).
+func decodeAll[T any](m map[string]jetstream.KeyValueEntry) map[string]*T {
+	out := make(map[string]*T, len(m))
+	for key, e := range m {
+		v := new(T)
+		if json.Unmarshal(e.Value(), v) == nil {
+			out[key] = v
+		}
+	}
+	return out
+}
