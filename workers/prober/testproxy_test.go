@@ -129,9 +129,9 @@ func statusHandler(code int) http.Handler {
 // and never answers them (a probe through it runs into its timeout); once fast, it serves.
 type switchable struct {
 	net.Listener
-	slow  atomic.Bool
-	mu    sync.Mutex
-	held  []net.Conn
+	slow atomic.Bool
+	mu   sync.Mutex
+	held []net.Conn
 }
 
 func (s *switchable) Accept() (net.Conn, error) {
