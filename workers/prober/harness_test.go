@@ -24,14 +24,14 @@ import (
 
 // env is one embedded NATS server with egressd's buckets and an echo endpoint.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *server.Server
 	store   *kvstore.Store
 	echoURL string
 	logs    *syncBuffer
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv := kvstoretest.StartServer(t)
 	e := &env{t: t, srv: srv, logs: &syncBuffer{}}
@@ -59,7 +59,7 @@ func (e *env) connect() *kvstore.Store {
 }
 
 // serve runs fn until the test ends, and checks that it returns nil promptly once cancelled.
-func serve(t *testing.T, fn func(ctx context.Context) error) (stop func()) {
+func serve(t testing.TB, fn func(ctx context.Context) error) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -96,7 +96,9 @@ func (e *env) prober(store *kvstore.Store, cfg Config) *Prober {
 	if cfg.DefaultCheckURL == "" {
 		cfg.DefaultCheckURL = e.echoURL
 	}
-	cfg.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	p, err := New(cfg)
 	if err != nil {
 		e.t.Fatal(err)
@@ -257,7 +259,7 @@ func reasons(evs []events.Event) []string {
 
 // startForwardProxy runs egressd's forward proxy on addr ("127.0.0.2:0" for any port), with
 // basic auth when user is set. It returns the address and a stop function.
-func startForwardProxy(t *testing.T, addr, user, password string) (string, func()) {
+func startForwardProxy(t testing.TB, addr, user, password string) (string, func()) {
 	t.Helper()
 	cfg := forwardproxy.Config{}
 	if user != "" {
