@@ -102,7 +102,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("wake = %v, want drift poll", d.Wake)
 			}
 		}}},
-		{"provisioning instance is polled every 10s", func(t *testing.T) Input {
+		{"provisioning instance is read when its poll is due", func(t *testing.T) Input {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt, st.NextPollAt = "", events.PhaseProvisioning, t0.Add(-time.Minute), t0
 			return input(t, spec(t, base), st, t0)
@@ -114,8 +114,8 @@ func TestDecide(t *testing.T) {
 			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
 		}, want{phase: events.PhaseProvisioning, reason: ReasonWaitingForAddress, check: func(t *testing.T, d Decision) {
-			if !d.Wake.Equal(t0.Add(p.ProvisioningPoll)) {
-				t.Errorf("wake = %v, want +10s", d.Wake)
+			if !d.Wake.Equal(t0.Add(p.FirstAddrPoll)) || d.Status.AddrPolls != 1 {
+				t.Errorf("wake = %v, addrPolls %d, want +1s and 1", d.Wake, d.Status.AddrPolls)
 			}
 		}}},
 		{"running instance waits for the drift poll", func(t *testing.T) Input {
@@ -500,5 +500,119 @@ func TestRendezvousIsStable(t *testing.T) {
 	}
 	if moved != 0 {
 		t.Errorf("%d keys moved between old hosts when a host was added", moved)
+	}
+}
+
+// TestAddressPollBacksOff: while an instance has no address it is read again after 1 s, then
+// 2, 4, 8 and 10 s; the count lives in status, so any leader continues it.
+func TestAddressPollBacksOff(t *testing.T) {
+	p := DefaultPolicy()
+	base := `{"provider":"local"}`
+	noAddr := &events.Instance{ID: "local/x", State: "Provisioning"}
+	// provisioning is a status waiting for an address after polls reads without one.
+	provisioning := func(t *testing.T, polls int) *events.ProxyStatus {
+		st := running(spec(t, base))
+		st.IP, st.Phase, st.ProvisionAt, st.AddrPolls = "", events.PhaseProvisioning, t0.Add(-time.Minute), polls
+		return st
+	}
+	cases := []struct {
+		name      string
+		policy    func(Policy) Policy
+		in        func(t *testing.T) Input
+		wantWake  time.Duration // from t0
+		wantPolls int
+		wantIP    string
+	}{
+		{"a create that reports no address is read after 1s", nil, func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, Mode: "managed", UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
+			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
+			in.Result = result(events.OpCreate, "", noAddr)
+			return in
+		}, time.Second, 1, ""},
+		{"second read without an address: 2s", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 1), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 2 * time.Second, 2, ""},
+		{"third: 4s", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 2), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 4 * time.Second, 3, ""},
+		{"fourth: 8s", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 3), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 8 * time.Second, 4, ""},
+		{"fifth and later: capped at the provisioning poll", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 4), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 10 * time.Second, 5, ""},
+		{"a large count stays capped", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 80), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 10 * time.Second, 81, ""},
+		{"the address appearing resets the count and starts the drift poll", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 3), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", runningInst)
+			return in
+		}, 2 * time.Minute, 0, "127.0.0.2"},
+		{"a new create resets the count", nil, func(t *testing.T) Input {
+			st := provisioning(t, 4)
+			st.Teardown = ReasonSpecChanged
+			in := input(t, spec(t, base), withOp(st, events.OpDelete, t0), t0)
+			in.Result = result(events.OpDelete, "NotFound", nil)
+			return in
+		}, p.OpTimeout, 0, ""},
+		{"one miss of a known address keeps the 10s poll (hysteresis)", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 10 * time.Second, 0, "127.0.0.2"},
+		{"a lost address is waited for like a new one", nil, func(t *testing.T) Input {
+			st := withOp(running(spec(t, base)), events.OpGet, t0)
+			st.AddrMisses = p.AddrMissLimit - 1
+			in := input(t, spec(t, base), st, t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, time.Second, 1, ""},
+		{"no first poll set: fixed provisioning poll", func(p Policy) Policy { p.FirstAddrPoll = 0; return p }, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(provisioning(t, 0), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 10 * time.Second, 1, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := p
+			if tc.policy != nil {
+				pol = tc.policy(p)
+			}
+			in := tc.in(t)
+			d := Decide(pol, in)
+			if d.Status == nil {
+				t.Fatal("status removed")
+			}
+			if want := t0.Add(tc.wantWake); !d.Wake.Equal(want) {
+				t.Errorf("wake = +%v, want +%v", d.Wake.Sub(t0), tc.wantWake)
+			}
+			if d.Status.AddrPolls != tc.wantPolls || d.Status.IP != tc.wantIP {
+				t.Errorf("addrPolls %d ip %q, want %d %q", d.Status.AddrPolls, d.Status.IP, tc.wantPolls, tc.wantIP)
+			}
+			if len(d.Ops) == 0 && !d.Status.NextPollAt.Equal(d.Wake) {
+				t.Errorf("nextPollAt %v, wake %v: the poll is what wakes it", d.Status.NextPollAt, d.Wake)
+			}
+			// Deciding again at the wake issues the read, from the status alone (a new leader
+			// has nothing else).
+			if len(d.Ops) == 0 {
+				st := *d.Status
+				again := Decide(pol, input(t, spec(t, base), &st, d.Wake))
+				if len(again.Ops) != 1 || again.Ops[0].Kind != events.OpGet {
+					t.Errorf("at the wake: ops %+v, want one get", again.Ops)
+				}
+			}
+		})
 	}
 }
