@@ -42,7 +42,6 @@ type ProxyStatus struct {
 	Failures     int        `json:"failures,omitempty"`  // consecutive transient failures
 	Deadlines    int        `json:"deadlines,omitempty"` // provisioning deadlines missed
 	AddrMisses   int        `json:"addrMisses,omitempty"`
-	AddrPolls    int        `json:"addrPolls,omitempty"` // reads without an address since provisionAt
 	RetryAt      time.Time  `json:"retryAt,omitzero"`
 	NextPollAt   time.Time  `json:"nextPollAt,omitzero"`
 	ProvisionAt  time.Time  `json:"provisionAt,omitzero"` // when the current create began

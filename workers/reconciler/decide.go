@@ -241,7 +241,7 @@ func (d *decider) managed() {
 	switch {
 	case d.st.InstanceID == "":
 		if d.st.ProvisionAt.IsZero() {
-			d.st.ProvisionAt, d.st.AddrPolls = d.now, 0
+			d.st.ProvisionAt = d.now
 		}
 		d.st.SpecHash, d.st.AuthHash = hash, auth
 		d.st.Reason, d.st.Message = ReasonCreating, ""
@@ -410,7 +410,7 @@ func (d *decider) backoff(msg string) {
 func (d *decider) gone() {
 	st := d.st
 	st.InstanceID, st.IP, st.Port, st.SpecHash = "", "", 0, ""
-	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddrPolls, st.AddressAt = time.Time{}, time.Time{}, 0, 0, time.Time{}
+	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
 }
 
 // setAddress records the proxy's address, and when it changed, so that readers can tell a
@@ -437,16 +437,15 @@ func (d *decider) observe(inst *events.Instance) {
 	switch providers.State(inst.State) {
 	case providers.StateRunning:
 		d.setAddress(inst.Address, inst.Port)
-		st.AddrMisses, st.AddrPolls, st.Deadlines = 0, 0, 0
+		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
 		if st.Reason == ReasonCreating || st.Reason == ReasonWaitingForAddress || st.Reason == ReasonTransient || st.Reason == ReasonInstanceLost || st.Reason == ReasonAddressLost {
 			st.Reason, st.Message = "", ""
 		}
 	case providers.StateProvisioning:
 		if st.IP == "" {
-			// Counted in status, not in memory, so a new leader keeps the backoff where it was.
-			st.AddrPolls++
-			st.NextPollAt = d.now.Add(d.p.addrPoll(st.AddrPolls))
+			// From provisionAt, which is in status: a new leader polls on the same schedule.
+			st.NextPollAt = d.now.Add(d.p.addrPoll(d.now.Sub(st.ProvisionAt)))
 			st.Reason = ReasonWaitingForAddress
 			return
 		}
@@ -454,10 +453,10 @@ func (d *decider) observe(inst *events.Instance) {
 		st.NextPollAt = d.now.Add(d.p.ProvisioningPoll)
 		st.AddrMisses++
 		if st.AddrMisses >= d.p.AddrMissLimit {
-			// From here it waits for an address again, as after a create: this read is the
-			// first without one, and the next comes FirstAddrPoll later, not ProvisioningPoll.
-			st.AddrMisses, st.AddrPolls, st.ProvisionAt = 0, 1, d.now
-			st.NextPollAt = d.now.Add(d.p.addrPoll(1))
+			// From here it waits for an address again, as after a create: the next read comes
+			// FirstAddrPoll later, not ProvisioningPoll.
+			st.AddrMisses, st.ProvisionAt = 0, d.now
+			st.NextPollAt = d.now.Add(d.p.addrPoll(0))
 			d.setAddress("", st.Port)
 			st.Reason, st.Message = ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
 		}
