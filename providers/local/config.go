@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"strings"
 )
 
 // Config configures a local provider. Field errors from Validate name the fields as the
@@ -14,7 +13,8 @@ type Config struct {
 	// StateDir holds one directory per instance; required. It is created on first use.
 	StateDir string `json:"stateDir"`
 	// Addresses is the pool instances take their listen address from, one address per
-	// instance: single IPs ("10.0.0.5") or inclusive ranges ("127.0.0.2-127.0.0.254").
+	// instance: single IPs ("10.0.0.5"), inclusive ranges ("127.0.1.1-127.0.4.250") or
+	// CIDRs ("127.0.1.0/24", its host addresses); at most 65,536 in all (see addresses.go).
 	// Default: 127.0.0.2-127.0.0.254.
 	Addresses []string `json:"addresses,omitempty"`
 	// BindSource makes each proxy leave from its own address, so that it has its own egress
@@ -78,67 +78,4 @@ func (c Config) bindSource(addr netip.Addr) bool {
 		return *c.BindSource
 	}
 	return !addr.IsLoopback()
-}
-
-// pool expands Addresses into the ordered list of addresses instances may take.
-func (c Config) pool() ([]netip.Addr, error) {
-	entries := c.Addresses
-	if len(entries) == 0 {
-		entries = []string{DefaultAddresses}
-	}
-	var pool []netip.Addr
-	seen := map[netip.Addr]bool{}
-	for i, e := range entries {
-		field := fmt.Sprintf("addresses[%d]", i)
-		first, last, err := parseRange(e)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", field, err)
-		}
-		for a := first; ; a = a.Next() {
-			if seen[a] {
-				return nil, fmt.Errorf("%s: %s is already in the pool", field, a)
-			}
-			if len(pool) == maxPoolSize {
-				return nil, fmt.Errorf("%s: the pool would hold more than %d addresses", field, maxPoolSize)
-			}
-			seen[a] = true
-			pool = append(pool, a)
-			if a == last {
-				break
-			}
-		}
-	}
-	return pool, nil
-}
-
-func parseRange(s string) (first, last netip.Addr, err error) {
-	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	first, err = parseAddr(lo)
-	if err != nil {
-		return first, last, err
-	}
-	if !isRange {
-		return first, first, nil
-	}
-	last, err = parseAddr(hi)
-	switch {
-	case err != nil:
-		return first, last, err
-	case first.Is4() != last.Is4():
-		return first, last, fmt.Errorf("range %q mixes IPv4 and IPv6", s)
-	case last.Less(first):
-		return first, last, fmt.Errorf("range %q ends before it starts", s)
-	}
-	return first, last, nil
-}
-
-func parseAddr(s string) (netip.Addr, error) {
-	a, err := netip.ParseAddr(strings.TrimSpace(s))
-	if err != nil {
-		return a, fmt.Errorf("%q is not an IP address", s)
-	}
-	if a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() {
-		return a, fmt.Errorf("%s cannot be a listen address", a)
-	}
-	return a.Unmap(), nil
 }

@@ -443,15 +443,20 @@ func (d *decider) observe(inst *events.Instance) {
 			st.Reason, st.Message = "", ""
 		}
 	case providers.StateProvisioning:
-		st.NextPollAt = d.now.Add(d.p.ProvisioningPoll)
 		if st.IP == "" {
+			// From provisionAt, which is in status: a new leader polls on the same schedule.
+			st.NextPollAt = d.now.Add(d.p.addrPoll(d.now.Sub(st.ProvisionAt)))
 			st.Reason = ReasonWaitingForAddress
 			return
 		}
 		// Hysteresis: one read without an address does not drop a working proxy.
+		st.NextPollAt = d.now.Add(d.p.ProvisioningPoll)
 		st.AddrMisses++
 		if st.AddrMisses >= d.p.AddrMissLimit {
+			// From here it waits for an address again, as after a create: the next read comes
+			// FirstAddrPoll later, not ProvisioningPoll.
 			st.AddrMisses, st.ProvisionAt = 0, d.now
+			st.NextPollAt = d.now.Add(d.p.addrPoll(0))
 			d.setAddress("", st.Port)
 			st.Reason, st.Message = ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
 		}

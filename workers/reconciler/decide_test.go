@@ -102,7 +102,7 @@ func TestDecide(t *testing.T) {
 				t.Errorf("wake = %v, want drift poll", d.Wake)
 			}
 		}}},
-		{"provisioning instance is polled every 10s", func(t *testing.T) Input {
+		{"provisioning instance is read when its poll is due", func(t *testing.T) Input {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt, st.NextPollAt = "", events.PhaseProvisioning, t0.Add(-time.Minute), t0
 			return input(t, spec(t, base), st, t0)
@@ -115,7 +115,7 @@ func TestDecide(t *testing.T) {
 			return in
 		}, want{phase: events.PhaseProvisioning, reason: ReasonWaitingForAddress, check: func(t *testing.T, d Decision) {
 			if !d.Wake.Equal(t0.Add(p.ProvisioningPoll)) {
-				t.Errorf("wake = %v, want +10s", d.Wake)
+				t.Errorf("wake = %v, want +10s (a quarter of the minute it has waited, capped)", d.Wake)
 			}
 		}}},
 		{"running instance waits for the drift poll", func(t *testing.T) Input {
@@ -500,5 +500,148 @@ func TestRendezvousIsStable(t *testing.T) {
 	}
 	if moved != 0 {
 		t.Errorf("%d keys moved between old hosts when a host was added", moved)
+	}
+}
+
+// TestAddressPoll: while an instance has no address it is read again after a quarter of the
+// time it has waited since its create began, at least 1 s and at most 10 s, so an address is
+// read at most 25% of its own wait late. provisionAt is in status, so any leader continues it.
+func TestAddressPoll(t *testing.T) {
+	p := DefaultPolicy()
+	base := `{"provider":"local"}`
+	noAddr := &events.Instance{ID: "local/x", State: "Provisioning"}
+	// waiting is a status whose create began waited ago and that has no address yet.
+	waiting := func(t *testing.T, waited time.Duration) *events.ProxyStatus {
+		st := running(spec(t, base))
+		st.IP, st.Phase, st.ProvisionAt = "", events.PhaseProvisioning, t0.Add(-waited)
+		return st
+	}
+	getResult := func(waited time.Duration) func(t *testing.T) Input {
+		return func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(waiting(t, waited), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}
+	}
+	cases := []struct {
+		name     string
+		policy   func(Policy) Policy
+		in       func(t *testing.T) Input
+		wantWake time.Duration // from t0
+		wantIP   string
+	}{
+		{"a create that reports no address is read after 1s", nil, func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, Mode: "managed", UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0.Add(-500 * time.Millisecond)}
+			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
+			in.Result = result(events.OpCreate, "", noAddr)
+			return in
+		}, time.Second, ""},
+		{"after 3s: still 1s", nil, getResult(3 * time.Second), time.Second, ""},
+		{"after 8s: 2s", nil, getResult(8 * time.Second), 2 * time.Second, ""},
+		{"after 16s: 4s", nil, getResult(16 * time.Second), 4 * time.Second, ""},
+		{"after 30s: 7.5s", nil, getResult(30 * time.Second), 7500 * time.Millisecond, ""},
+		{"after 40s: the 10s provisioning poll", nil, getResult(40 * time.Second), 10 * time.Second, ""},
+		{"after 10 minutes: still 10s", nil, getResult(10 * time.Minute), 10 * time.Second, ""},
+		{"the address appearing starts the drift poll", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(waiting(t, 16*time.Second), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", runningInst)
+			return in
+		}, 2 * time.Minute, "127.0.0.2"},
+		{"a new create starts from 1s again", nil, func(t *testing.T) Input {
+			st := waiting(t, 5*time.Minute)
+			st.Teardown = ReasonSpecChanged
+			in := input(t, spec(t, base), withOp(st, events.OpDelete, t0), t0)
+			in.Result = result(events.OpDelete, "NotFound", nil)
+			return in
+		}, p.OpTimeout, ""}, // the create is in flight; its result is the first case
+		{"one miss of a known address keeps the 10s poll (hysteresis)", nil, func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, 10 * time.Second, "127.0.0.2"},
+		{"a lost address is waited for like a new one", nil, func(t *testing.T) Input {
+			st := withOp(running(spec(t, base)), events.OpGet, t0)
+			st.AddrMisses = p.AddrMissLimit - 1
+			in := input(t, spec(t, base), st, t0)
+			in.Result = result(events.OpGet, "", noAddr)
+			return in
+		}, time.Second, ""},
+		{"no first poll set: the fixed provisioning poll", func(p Policy) Policy { p.FirstAddrPoll = 0; return p }, getResult(0), 10 * time.Second, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := p
+			if tc.policy != nil {
+				pol = tc.policy(p)
+			}
+			d := Decide(pol, tc.in(t))
+			if d.Status == nil {
+				t.Fatal("status removed")
+			}
+			if want := t0.Add(tc.wantWake); !d.Wake.Equal(want) {
+				t.Errorf("wake = +%v, want +%v", d.Wake.Sub(t0), tc.wantWake)
+			}
+			if d.Status.IP != tc.wantIP {
+				t.Errorf("ip %q, want %q", d.Status.IP, tc.wantIP)
+			}
+			if len(d.Ops) > 0 {
+				if d.Ops[0].Kind != events.OpCreate || !d.Status.ProvisionAt.Equal(t0) {
+					t.Errorf("ops %+v provisionAt %v, want a create begun now", d.Ops, d.Status.ProvisionAt)
+				}
+				return
+			}
+			if !d.Status.NextPollAt.Equal(d.Wake) {
+				t.Errorf("nextPollAt %v, wake %v: the poll is what wakes it", d.Status.NextPollAt, d.Wake)
+			}
+			// Deciding again at the wake from the status alone (all a new leader has) reads.
+			st := *d.Status
+			again := Decide(pol, input(t, spec(t, base), &st, d.Wake))
+			if len(again.Ops) != 1 || again.Ops[0].Kind != events.OpGet {
+				t.Errorf("at the wake: ops %+v, want one get", again.Ops)
+			}
+		})
+	}
+}
+
+// TestAddressIsReadWithinAQuarterOfItsWait walks a create through its reads: whenever the
+// address appears, it is read within 25% of the time since the create (or 1 s).
+func TestAddressIsReadWithinAQuarterOfItsWait(t *testing.T) {
+	p := DefaultPolicy()
+	for _, appears := range []time.Duration{300 * time.Millisecond, 2 * time.Second, 7 * time.Second, 17800 * time.Millisecond, 45 * time.Second, 3 * time.Minute} {
+		t.Run(appears.String(), func(t *testing.T) {
+			sp := spec(t, `{"provider":"local"}`)
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, Mode: "managed", UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
+			now, reads := t0.Add(200*time.Millisecond), 0 // the create's result
+			withOp(st, events.OpCreate, t0)
+			kind := events.OpCreate
+			for {
+				inst := &events.Instance{ID: "local/x", State: "Provisioning"}
+				if now.Sub(t0) >= appears {
+					inst = runningInst
+				}
+				in := input(t, sp, st, now)
+				in.Result = result(kind, "", inst)
+				d := Decide(p, in)
+				if d.Status.IP != "" {
+					late := now.Sub(t0) - appears
+					if limit := max(time.Second, appears/4); late > limit {
+						t.Errorf("address of +%v read at +%v: %v late, more than %v", appears, now.Sub(t0), late, limit)
+					}
+					t.Logf("address of +%v read at +%v after %d reads", appears, now.Sub(t0), reads)
+					return
+				}
+				reads++
+				if reads > 100 {
+					t.Fatal("never read")
+				}
+				now = d.Wake
+				d = Decide(p, input(t, sp, d.Status, now))
+				if len(d.Ops) != 1 || d.Ops[0].Kind != events.OpGet {
+					t.Fatalf("at +%v: ops %+v, want a get", now.Sub(t0), d.Ops)
+				}
+				st, kind = d.Status, events.OpGet
+				st.Op.ID = "op1"
+			}
+		})
 	}
 }

@@ -4,7 +4,8 @@ import "time"
 
 // Policy holds the lifecycle timings (DESIGN §5.1).
 type Policy struct {
-	ProvisioningPoll  time.Duration // Get while an instance has no address
+	FirstAddrPoll     time.Duration // Get while an instance has no address, at the soonest (see addrPoll)
+	ProvisioningPoll  time.Duration // Get while an instance has no address, at the longest
 	DriftPoll         time.Duration // Get while it runs
 	DeletionPoll      time.Duration // Delete again while it is still there
 	QuotaRetry        time.Duration // Waiting after a quota error
@@ -19,6 +20,7 @@ type Policy struct {
 // DefaultPolicy is the policy of DESIGN §5.1.
 func DefaultPolicy() Policy {
 	return Policy{
+		FirstAddrPoll:     time.Second,
 		ProvisioningPoll:  10 * time.Second,
 		DriftPoll:         2 * time.Minute,
 		DeletionPoll:      10 * time.Second,
@@ -31,3 +33,22 @@ func DefaultPolicy() Policy {
 		AddrMissLimit:     3,
 	}
 }
+
+// addrPoll is the wait before the next Get of an instance that has had no address for waited
+// since its create began: a quarter of waited, at least FirstAddrPoll and at most
+// ProvisioningPoll. An address is then read at most a quarter of its own wait after it
+// appeared, so kv put -> Running stays within 1.25x of the guest's own time to an address
+// however long it boots; a fixed 10 s poll added up to 10 s to a 15 s boot. Reads are
+// ~4 in the first 4 s, ~10 more up to 40 s, then one per ProvisioningPoll: a host whose
+// guests are slow pays for that with a read every 10 s, as before. Doubling (1, 2, 4, 8 s)
+// would read a guest whose address appears at 16 s only at 25 s.
+// Without FirstAddrPoll the poll is fixed, as before.
+func (p Policy) addrPoll(waited time.Duration) time.Duration {
+	if p.FirstAddrPoll <= 0 || p.FirstAddrPoll >= p.ProvisioningPoll {
+		return p.ProvisioningPoll
+	}
+	return min(max(waited/addrPollShare, p.FirstAddrPoll), p.ProvisioningPoll)
+}
+
+// addrPollShare: the address poll is waited/addrPollShare.
+const addrPollShare = 4
