@@ -268,10 +268,27 @@ func (l *loop) refresh(t *target, now time.Time) {
 		}
 		l.schedule(t, due)
 	case t.due.IsZero():
-		l.schedule(t, after(t.name, iv, now)) // just probed
+		l.schedule(t, next(t, addr, iv, now)) // just probed
 	case t.due.After(now.Add(iv + iv/2)):
 		l.schedule(t, after(t.name, iv, now)) // the interval was shortened
 	}
+}
+
+// next is when a proxy probed just now is due again. Until the probes have a verdict on its
+// address they retry after 1, 2, 4 … s (at most the interval): a VM's address often appears
+// a moment before its proxy listens, and that first failure should not cost a whole interval
+// of a proxy that is about to be Ready. With a verdict, the proxy keeps its phase.
+func next(t *target, addr string, iv time.Duration, now time.Time) time.Time {
+	if h := t.health; h == nil || h.Address != addr || !h.Judged() {
+		k := 0
+		if h != nil && h.Address == addr {
+			k = min(h.ConsecutiveFailures, 16)
+		}
+		if d := time.Second << k; d < iv {
+			return now.Add(d)
+		}
+	}
+	return after(t.name, iv, now)
 }
 
 func (l *loop) schedule(t *target, due time.Time) {

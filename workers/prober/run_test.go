@@ -281,3 +281,19 @@ func TestConcurrentRecordsLoseNothing(t *testing.T) {
 	}
 	t.Logf("%d of 40 writes won", ok.Load())
 }
+
+// A proxy whose address appears before it listens (a booting VM) is retried within seconds
+// until the probes have a verdict, not an interval later.
+func TestFirstVerdictComesQuickly(t *testing.T) {
+	e := newEnv(t)
+	addr := closedAddr(t)
+	e.putSpec("vm", spec{check: map[string]any{"intervalSeconds": 300, "failureThreshold": 5}})
+	e.putStatus("vm", "local", "h1", addr)
+	e.run(e.prober(nil, Config{}))
+	eventually(t, 5*time.Second, "a first failed probe", func() bool { h, ok := e.health("vm"); return ok && h.ConsecutiveFailures > 0 })
+	startForwardProxy(t, addr, "", "") // the proxy starts listening
+	eventually(t, 10*time.Second, "healthy well within the 300 s interval", func() bool {
+		h, ok := e.health("vm")
+		return ok && h.Healthy
+	})
+}
