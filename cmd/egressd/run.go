@@ -40,6 +40,7 @@ type runFlags struct {
 	probe      string
 	echoListen string
 	checkURL   string
+	probeConc  int
 	metrics    string
 	uiListen   string
 	declare    bool
@@ -63,6 +64,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&f.gc.MinAge, "gc-min-age", provisioner.DefaultGC().MinAge, "an orphan younger than this is left alone")
 	fs.StringVar(&f.probe, "probe", "", "providers or provider.host pairs this prober serves (comma list; default all)")
 	fs.StringVar(&f.echoListen, "echo-listen", "127.0.0.1:0", "where the prober serves the echo endpoint probes reach through the proxies")
+	fs.IntVar(&f.probeConc, "probe-concurrency", prober.DefaultConcurrency, "probes this prober runs at once at most")
 	fs.StringVar(&f.checkURL, "probe-check-url", "", "default check URL for probes (default: this process's echo endpoint); must be reachable from the proxies")
 	fs.StringVar(&f.uiListen, "ui-listen", "127.0.0.1:8080", "where the all-in-one serves its read-only status page (empty disables; no login: keep it on loopback)")
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
@@ -77,6 +79,10 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if f.checks.Interval != 0 && f.checks.Interval < provisioner.MinCheckInterval {
 		fmt.Fprintf(stderr, "egressd run: --check-interval %s: must be at least %s\n", f.checks.Interval, provisioner.MinCheckInterval)
+		return 2
+	}
+	if f.probeConc < 1 {
+		fmt.Fprintf(stderr, "egressd run: --probe-concurrency %d: must be at least 1\n", f.probeConc)
 		return 2
 	}
 	if err := run(ctx, f, log); err != nil {
@@ -254,7 +260,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 			g.Go(func() error { return prober.ServeEcho(gctx, ln) })
 		}
 		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: holder, Filters: splitList(f.probe),
-			DefaultCheckURL: checkURL, Log: log, Observer: obs})
+			DefaultCheckURL: checkURL, Concurrency: f.probeConc, Log: log, Observer: obs})
 		if err != nil {
 			return err
 		}
