@@ -59,7 +59,7 @@ func findNats() string {
 	return ""
 }
 
-func needNats(t *testing.T) {
+func needNats(t testing.TB) {
 	t.Helper()
 	if natsBin == "" {
 		t.Fatal("the nats CLI is required: run `make tools` (go install github.com/nats-io/natscli/nats@v0.5.0)")
@@ -68,7 +68,7 @@ func needNats(t *testing.T) {
 
 // node is one `egressd run` process.
 type node struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	url    string
 	listen string
@@ -81,7 +81,7 @@ type node struct {
 }
 
 // freeAddr reserves a loopback port for a server the test starts next.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,7 +93,7 @@ func freeAddr(t *testing.T) string {
 
 // writeConfig writes a config whose local provider hands out addresses from 127.0.<net>.x,
 // so tests running side by side never compete for an address.
-func writeConfig(t *testing.T, dir string, net int) string {
+func writeConfig(t testing.TB, dir string, net int) string {
 	t.Helper()
 	p := filepath.Join(dir, "egressd.yaml")
 	cfg := fmt.Sprintf("providers:\n  - name: local\n    type: local\n    local:\n      addresses: [127.0.%d.2-127.0.%d.250]\n      bindSource: true\n", net, net)
@@ -103,7 +103,7 @@ func writeConfig(t *testing.T, dir string, net int) string {
 	return p
 }
 
-func startNode(t *testing.T, dir string, extra ...string) *node {
+func startNode(t testing.TB, dir string, extra ...string) *node {
 	t.Helper()
 	n := &node{t: t, dir: dir, listen: freeAddr(t)}
 	n.url = "nats://" + n.listen
@@ -227,7 +227,7 @@ func summary(rows map[string]fleet.Row) string {
 	return b.String()
 }
 
-func waitUntil(t *testing.T, what string, budget time.Duration, cond func() (bool, string)) {
+func waitUntil(t testing.TB, what string, budget time.Duration, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(budget)
 	var last string
