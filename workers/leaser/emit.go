@@ -38,19 +38,29 @@ func (e *emitter) emit(ev events.Event) {
 	}
 }
 
-// run publishes until ctx ends, then flushes what is queued within emitBudget.
+// emitWindow bounds the events published and not yet acknowledged: enough to keep the stream
+// busy without a round trip per event, few enough that a stalled stream is noticed.
+const emitWindow = 256
+
+// run publishes until ctx ends, then flushes what is queued within emitBudget. Publishes are
+// asynchronous (the server acknowledges them in order); one goroutine owned here checks the
+// acknowledgements and logs failures, so a lease cycle never waits on its events.
 func (e *emitter) run(ctx context.Context) {
+	acks := make(chan ack, emitWindow)
+	done := make(chan struct{})
+	go func() { defer close(done); e.check(acks) }()
+	defer func() { close(acks); <-done }()
 	for {
 		select {
 		case ev := <-e.ch:
-			e.publish(ctx, ev)
+			e.publish(ctx, ev, acks)
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitBudget)
 			defer cancel()
 			for fctx.Err() == nil {
 				select {
 				case ev := <-e.ch:
-					e.publish(fctx, ev)
+					e.publish(fctx, ev, acks)
 				default:
 					return
 				}
@@ -60,15 +70,37 @@ func (e *emitter) run(ctx context.Context) {
 	}
 }
 
-func (e *emitter) publish(ctx context.Context, ev events.Event) {
+// ack is one published event waiting for the stream's acknowledgement.
+type ack struct {
+	f  jetstream.PubAckFuture
+	ev events.Event
+}
+
+func (e *emitter) check(acks <-chan ack) {
+	for a := range acks {
+		select {
+		case <-a.f.Ok():
+		case err := <-a.f.Err():
+			e.log.Warn("publish event", "kind", a.ev.Kind, "reason", a.ev.Reason, "proxy", a.ev.Proxy, "err", err)
+		case <-time.After(emitBudget):
+			e.log.Warn("publish event: no acknowledgement", "kind", a.ev.Kind, "reason", a.ev.Reason, "proxy", a.ev.Proxy)
+		}
+	}
+}
+
+func (e *emitter) publish(ctx context.Context, ev events.Event, acks chan<- ack) {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		e.log.Error("encode event", "err", err)
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, emitBudget)
-	defer cancel()
-	if _, err := e.js.Publish(pctx, events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+	f, err := e.js.PublishAsync(events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID))
+	if err != nil {
 		e.log.Warn("publish event", "kind", ev.Kind, "reason", ev.Reason, "proxy", ev.Proxy, "err", err)
+		return
+	}
+	select {
+	case acks <- ack{f: f, ev: ev}:
+	case <-ctx.Done():
 	}
 }
