@@ -203,7 +203,6 @@ type received struct {
 	none   bool // poll: nothing buffered
 	done   bool // ctx ended
 	from   string
-	apply  func(jetstream.KeyValueEntry) []string
 	entry  jetstream.KeyValueEntry
 	closed bool
 	msg    jetstream.Msg
@@ -260,9 +259,18 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 	case got.msg != nil:
 		l.takeResult(b, got.msg)
 	default:
-		apply := map[string]func(jetstream.KeyValueEntry) []string{events.BucketProxies: l.applySpec,
-			events.BucketCloudInit: l.applyCloudInit, events.BucketCatalog: l.applyCatalog, events.BucketHealth: l.applyHealth}[got.from]
-		l.enqueue(apply(got.entry))
+		var affected []string
+		switch got.from {
+		case events.BucketProxies:
+			affected = l.applySpec(got.entry)
+		case events.BucketCloudInit:
+			affected = l.applyCloudInit(got.entry)
+		case events.BucketCatalog:
+			affected = l.applyCatalog(got.entry)
+		case events.BucketHealth:
+			affected = l.applyHealth(got.entry)
+		}
+		l.enqueue(affected)
 		l.takeBacklog(b)
 	}
 	return nil
@@ -433,10 +441,20 @@ func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
 		return nil
 	}
 	var h events.ProxyHealth
+	var was *events.ProxyHealth
+	if old, ok := l.health[e.Key()]; ok {
+		was = &old
+	}
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil {
 		delete(l.health, e.Key()) // expired: nobody probes it, so its health is unknown
-	} else {
-		l.health[e.Key()] = h
+		if was == nil {
+			return nil
+		}
+		return []string{e.Key()}
+	}
+	l.health[e.Key()] = h
+	if sameVerdict(was, &h) {
+		return nil // a probe like the last one: nothing to decide again
 	}
 	return []string{e.Key()}
 }
