@@ -28,6 +28,42 @@ func (h *harness) serveUntilCleanup(fn func(ctx context.Context) error) {
 	h.t.Cleanup(func() { cancel(); wg.Wait() })
 }
 
+// fleet starts four real forward proxies on 127.0.0.20–23, an echo server to check through
+// them, and two real probers; it returns the forward proxies' addresses.
+func (h *harness) fleet() []string {
+	var backends []string
+	for i := range 4 {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", 20+i))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		backends = append(backends, ln.Addr().String())
+		h.serveUntilCleanup(func(ctx context.Context) error { return forwardproxy.Serve(ctx, ln, forwardproxy.Config{}) })
+	}
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.serveUntilCleanup(func(ctx context.Context) error { return prober.ServeEcho(ctx, echo) })
+	for i := range 2 {
+		nc, store := h.connectNC()
+		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: fmt.Sprintf("prober-%d", i),
+			DefaultCheckURL: "http://" + echo.Addr().String() + "/", Log: h.log})
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.serveUntilCleanup(p.Run)
+	}
+	return backends
+}
+
+// externalSpec is an external proxy on one of the fleet's forward proxies.
+func externalSpec(backend string, interval time.Duration) []byte {
+	host, port, _ := net.SplitHostPort(backend)
+	return fmt.Appendf(nil, `{"mode":"external","endpoint":{"host":%q,"port":%s},"healthCheck":{"intervalSeconds":%d}}`,
+		host, port, int(interval.Seconds()))
+}
+
 // 2,000 external proxies over four real forward proxies, a 5 s interval and two probers:
 // every one is Ready within two intervals, and over the next three intervals no proxy's last
 // probe is older than two intervals.
@@ -40,37 +76,12 @@ func TestFleetIsProbedEveryInterval(t *testing.T) {
 		interval = 5 * time.Second
 	)
 	h := newHarness(t)
-	var backends []string
-	for i := range 4 {
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", 20+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		backends = append(backends, ln.Addr().String())
-		h.serveUntilCleanup(func(ctx context.Context) error { return forwardproxy.Serve(ctx, ln, forwardproxy.Config{}) })
-	}
-	echo, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.serveUntilCleanup(func(ctx context.Context) error { return prober.ServeEcho(ctx, echo) })
+	backends := h.fleet()
 	h.reconciler("r1")
-	for i := range 2 {
-		nc, store := h.connectNC()
-		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: fmt.Sprintf("prober-%d", i),
-			DefaultCheckURL: "http://" + echo.Addr().String() + "/", Log: h.log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.serveUntilCleanup(p.Run)
-	}
 
 	start := time.Now()
 	for i := range n {
-		host, port, _ := net.SplitHostPort(backends[i%len(backends)])
-		spec := fmt.Sprintf(`{"mode":"external","endpoint":{"host":%q,"port":%s},"healthCheck":{"intervalSeconds":%d}}`,
-			host, port, int(interval.Seconds()))
-		if _, err := h.store.Proxies.Put(h.ctx, fmt.Sprintf("ext-%04d", i), []byte(spec)); err != nil {
+		if _, err := h.store.Proxies.Put(h.ctx, fmt.Sprintf("ext-%04d", i), externalSpec(backends[i%len(backends)], interval)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -46,50 +46,104 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	return in
 }
 
-// reconcile decides for one proxy and carries the decision out: the status first (so an op
-// is never running without a record of it), then the ops, then the events.
-func (l *loop) reconcile(ctx context.Context, name string, result *events.OpResult) error {
-	in := l.input(name, result)
-	d := Decide(l.r.cfg.Policy, in)
-	if err := l.writeStatus(ctx, name, in.Status, d.Status); err != nil {
-		l.log.Error("write status", "proxy", name, "err", err)
-		l.due[name] = time.Now().Add(time.Second)
-		return err
-	}
-	for _, op := range d.Ops {
-		l.publishOp(ctx, op)
-	}
-	for _, ev := range d.Events {
-		l.publishEvent(ctx, ev)
-	}
-	if d.Wake.IsZero() {
-		delete(l.due, name)
-	} else {
-		l.due[name] = d.Wake
-	}
-	return nil
+// step is one proxy's way through a pass.
+type step struct {
+	name  string
+	d     Decision
+	write *kvstore.Pending // its status write in flight, if it has one
+	err   error
 }
 
-func (l *loop) writeStatus(ctx context.Context, name string, old, st *events.ProxyStatus) error {
+// run decides for every proxy of the batch and carries the decisions out in three waves, each
+// one round trip for the whole batch instead of one per proxy: the status writes (CAS, each
+// at the revision the leader knows), then, for each proxy whose status is stored, its ops and
+// events. So an op is never running without a record of it, and a leader that lost its lease
+// writes nothing: its CAS fails and its ops are never sent.
+func (l *loop) run(ctx context.Context, b *batch) {
+	steps := make([]step, len(b.names))
+	for i, name := range b.names {
+		in := l.input(name, b.results[i])
+		s := &steps[i]
+		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
+		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
+	}
+	var ops []pendingOp
+	for i := range steps {
+		s := &steps[i]
+		if s.err == nil && s.write != nil {
+			s.err = l.finishStatus(ctx, s)
+		}
+		if s.err != nil {
+			l.log.Error("write status", "proxy", s.name, "err", s.err)
+			l.due[s.name] = time.Now().Add(time.Second)
+			if m := b.msgs[i]; m != nil {
+				_ = m.NakWithDelay(time.Second)
+			}
+			continue
+		}
+		for _, op := range s.d.Ops {
+			ops = append(ops, l.startOp(op))
+		}
+		for _, ev := range s.d.Events {
+			l.events.publish(ctx, ev)
+		}
+		if s.d.Wake.IsZero() {
+			delete(l.due, s.name)
+		} else {
+			l.due[s.name] = s.d.Wake
+		}
+	}
+	for _, p := range ops {
+		l.finishOp(ctx, p)
+	}
+	// A result is acked once its fold is stored and the ops it led to are sent (or queued
+	// for the tick to send again), as before batching.
+	for i, m := range b.msgs {
+		if m != nil && steps[i].err == nil {
+			_ = m.Ack()
+		}
+	}
+}
+
+// startStatus starts the status write of a decision: nothing when the status is unchanged,
+// a synchronous delete when it goes (rare: the end of a proxy), an async CAS otherwise.
+func (l *loop) startStatus(ctx context.Context, name string, old, st *events.ProxyStatus) (*kvstore.Pending, error) {
 	kv := l.r.cfg.Store.Status
 	cur, had := l.statuses[name]
 	switch {
 	case st == nil && !had:
-		return nil
+		return nil, nil
 	case st == nil:
-		if err := kvstore.DeleteAt(ctx, kv, name, cur.rev); err != nil && !errors.Is(err, kvstore.ErrNotFound) {
-			return l.conflict(ctx, name, err)
+		dctx, cancel := context.WithTimeout(ctx, ackBudget)
+		defer cancel()
+		if err := kvstore.DeleteAt(dctx, kv, name, cur.rev); err != nil && !errors.Is(err, kvstore.ErrNotFound) {
+			return nil, l.conflict(ctx, name, err)
 		}
 		delete(l.statuses, name)
-		return nil
+		return nil, nil
 	case had && old != nil && st.UpdatedAt.Equal(old.UpdatedAt):
-		return nil // unchanged
+		return nil, nil // unchanged
 	}
-	rev, err := kvstore.WriteJSON(ctx, kv, name, st, cur.rev)
+	v, err := json.Marshal(st)
 	if err != nil {
-		return l.conflict(ctx, name, err)
+		return nil, fmt.Errorf("encode status %s: %w", name, err)
 	}
-	l.statuses[name] = statusEntry{st: *st, rev: rev}
+	p, err := kvstore.WriteAsync(l.r.cfg.Store.JS, kv, name, v, cur.rev)
+	if err != nil {
+		return nil, l.conflict(ctx, name, err)
+	}
+	return p, nil
+}
+
+// finishStatus waits for a status write and records the revision it got.
+func (l *loop) finishStatus(ctx context.Context, s *step) error {
+	wctx, cancel := context.WithTimeout(ctx, ackBudget)
+	defer cancel()
+	rev, err := s.write.Wait(wctx)
+	if err != nil {
+		return l.conflict(ctx, s.name, err)
+	}
+	l.statuses[s.name] = statusEntry{st: *s.d.Status, rev: rev}
 	return nil
 }
 
@@ -100,7 +154,9 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 		return err
 	}
 	var st events.ProxyStatus
-	rev, gerr := kvstore.GetJSON(ctx, l.r.cfg.Store.Status, name, &st)
+	gctx, cancel := context.WithTimeout(ctx, ackBudget)
+	defer cancel()
+	rev, gerr := kvstore.GetJSON(gctx, l.r.cfg.Store.Status, name, &st)
 	switch {
 	case errors.Is(gerr, kvstore.ErrNotFound):
 		delete(l.statuses, name)
@@ -110,6 +166,37 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 	return err
 }
 
+// pendingOp is an op publish in flight.
+type pendingOp struct {
+	op  events.Op
+	f   jetstream.PubAckFuture
+	err error
+}
+
+// startOp publishes an op without waiting; its Nats-Msg-Id makes a second publish of it
+// within the stream's duplicate window a no-op, so retrying one is safe.
+func (l *loop) startOp(op events.Op) pendingOp {
+	b, _ := json.Marshal(op)
+	f, err := l.r.cfg.Store.JS.PublishAsync(events.OpSubject(op.Provider, op.Host, op.Proxy), b, jetstream.WithMsgID(op.MsgID()))
+	return pendingOp{op: op, f: f, err: err}
+}
+
+// finishOp reads an op's ack; one that failed is published again on the next tick.
+func (l *loop) finishOp(ctx context.Context, p pendingOp) {
+	if p.err == nil {
+		actx, cancel := context.WithTimeout(ctx, ackBudget)
+		_, p.err = kvstore.Await(actx, p.f)
+		cancel()
+	}
+	if p.err != nil {
+		l.log.Warn("publish op; will retry", "proxy", p.op.Proxy, "op", p.op.Kind, "err", p.err)
+		l.unpublished[p.op.Proxy] = p.op
+		return
+	}
+	l.log.Debug("op issued", "proxy", p.op.Proxy, "op", p.op.Kind, "opId", p.op.ID, "host", p.op.Host)
+}
+
+// publishOp publishes an op and waits for its ack: for the few the leader sends again.
 func (l *loop) publishOp(ctx context.Context, op events.Op) {
 	b, _ := json.Marshal(op)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -121,19 +208,6 @@ func (l *loop) publishOp(ctx context.Context, op events.Op) {
 		return
 	}
 	l.log.Debug("op issued", "proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "host", op.Host)
-}
-
-func (l *loop) publishEvent(ctx context.Context, ev events.Event) {
-	ev.ID = newID()
-	b, _ := json.Marshal(ev)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := l.r.cfg.Store.JS.Publish(pctx, events.EventSubject(ev.Kind, eventToken(ev.Proxy)), b, jetstream.WithMsgID(ev.ID)); err != nil {
-		l.log.Warn("publish event", "proxy", ev.Proxy, "kind", ev.Kind, "err", err)
-	}
-	if ev.Kind == events.KindPhase {
-		l.log.Info("phase", "proxy", ev.Proxy, "from", ev.From, "to", ev.Phase, "reason", ev.Reason, "message", ev.Message)
-	}
 }
 
 // eventToken keeps a proxy name usable as one subject token (invalid names can hold dots).

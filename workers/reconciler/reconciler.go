@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +88,10 @@ type loop struct {
 	health      map[string]events.ProxyHealth
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
+	events      *eventPublisher
+	backlog     []string        // proxies to decide that did not fit in a batch, in order
+	queued      map[string]bool // the names in backlog
+	carry       jetstream.Msg   // an op result that waits for the next batch
 }
 
 // consumerName is the durable the leader folds op results from; a new leader resumes it.
@@ -95,7 +101,8 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
 	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
-		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}}
+		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
+		events: newEventPublisher(s.JS, r.cfg.Log)}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
@@ -136,46 +143,158 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	defer wg.Wait()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	wg.Go(func() { l.events.run(cctx) })
+	defer close(l.events.pending) // runs first: the loop publishes no more events
 	if err := l.consumeResults(cctx, &wg, results); err != nil {
 		return err
 	}
 	l.republishInFlight(ctx)
-	for name := range l.names() {
-		l.reconcile(ctx, name, nil)
-	}
+	l.enqueue(slices.Sorted(maps.Keys(l.names())))
 	l.log.Info("reconciler leading", "proxies", len(l.specs), "statuses", len(l.statuses))
 
 	tick := time.NewTicker(r.cfg.Tick)
 	defer tick.Stop()
+	src := sources{spec: specW, cloudInit: ciW, catalog: catW, health: healthW, results: results, tick: tick.C}
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-specW.Updates():
-			if !ok {
-				return errors.New("proxies watch closed")
+		b, err := l.gather(ctx, src)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
 			}
-			l.handle(ctx, l.applySpec(e))
-		case e, ok := <-ciW.Updates():
-			if !ok {
-				return errors.New("cloud_init watch closed")
-			}
-			l.handle(ctx, l.applyCloudInit(e))
-		case e, ok := <-catW.Updates():
-			if !ok {
-				return errors.New("provider_catalog watch closed")
-			}
-			l.handle(ctx, l.applyCatalog(e))
-		case e, ok := <-healthW.Updates():
-			if !ok {
-				return errors.New("proxy_health watch closed")
-			}
-			l.handle(ctx, l.applyHealth(e))
-		case m := <-results:
-			l.fold(ctx, m)
-		case <-tick.C:
-			l.tick(ctx)
+			return err
 		}
+		l.run(ctx, b)
+	}
+}
+
+// sources is what the leader waits on.
+type sources struct {
+	spec, cloudInit, catalog, health jetstream.KeyWatcher
+	results                          <-chan jetstream.Msg
+	tick                             <-chan time.Time
+}
+
+// gather waits for work unless some is left over, then takes whatever else is already
+// buffered, up to a full batch: under load the leader decides and writes many proxies per
+// round trip; when idle a single change is handled at once.
+func (l *loop) gather(ctx context.Context, src sources) (*batch, error) {
+	b := newBatch()
+	if m := l.carry; m != nil {
+		l.carry = nil
+		l.takeResult(b, m)
+	}
+	l.takeBacklog(b)
+	for !b.full() && l.carry == nil {
+		var got received
+		if len(b.names) == 0 {
+			got = wait(ctx, src)
+		} else if got = poll(src); got.none {
+			break
+		}
+		if err := l.take(ctx, b, got); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// received is one thing a source delivered.
+type received struct {
+	none   bool // poll: nothing buffered
+	done   bool // ctx ended
+	from   string
+	entry  jetstream.KeyValueEntry
+	closed bool
+	msg    jetstream.Msg
+	tick   bool
+}
+
+func wait(ctx context.Context, src sources) received {
+	select {
+	case <-ctx.Done():
+		return received{done: true}
+	case e, ok := <-src.spec.Updates():
+		return received{from: events.BucketProxies, entry: e, closed: !ok}
+	case e, ok := <-src.cloudInit.Updates():
+		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+	case e, ok := <-src.catalog.Updates():
+		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+	case e, ok := <-src.health.Updates():
+		return received{from: events.BucketHealth, entry: e, closed: !ok}
+	case m := <-src.results:
+		return received{msg: m}
+	case <-src.tick:
+		return received{tick: true}
+	}
+}
+
+func poll(src sources) received {
+	select {
+	case e, ok := <-src.spec.Updates():
+		return received{from: events.BucketProxies, entry: e, closed: !ok}
+	case e, ok := <-src.cloudInit.Updates():
+		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+	case e, ok := <-src.catalog.Updates():
+		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+	case e, ok := <-src.health.Updates():
+		return received{from: events.BucketHealth, entry: e, closed: !ok}
+	case m := <-src.results:
+		return received{msg: m}
+	case <-src.tick:
+		return received{tick: true}
+	default:
+		return received{none: true}
+	}
+}
+
+// take applies what was received to the leader's view and adds the proxies it affects.
+func (l *loop) take(ctx context.Context, b *batch, got received) error {
+	switch {
+	case got.done:
+		return ctx.Err()
+	case got.closed:
+		return fmt.Errorf("%s watch closed", got.from)
+	case got.tick:
+		l.tick(ctx, b)
+	case got.msg != nil:
+		l.takeResult(b, got.msg)
+	default:
+		var affected []string
+		switch got.from {
+		case events.BucketProxies:
+			affected = l.applySpec(got.entry)
+		case events.BucketCloudInit:
+			affected = l.applyCloudInit(got.entry)
+		case events.BucketCatalog:
+			affected = l.applyCatalog(got.entry)
+		case events.BucketHealth:
+			affected = l.applyHealth(got.entry)
+		}
+		l.enqueue(affected)
+		l.takeBacklog(b)
+	}
+	return nil
+}
+
+// enqueue queues proxies to decide; the batch takes them from the front.
+func (l *loop) enqueue(names []string) {
+	for _, n := range names {
+		if !l.queued[n] {
+			l.queued[n] = true
+			l.backlog = append(l.backlog, n)
+		}
+	}
+}
+
+func (l *loop) takeBacklog(b *batch) {
+	k := 0
+	for k < len(l.backlog) && b.add(l.backlog[k]) {
+		delete(l.queued, l.backlog[k])
+		k++
+	}
+	l.backlog = l.backlog[k:]
+	if len(l.backlog) == 0 {
+		l.backlog = nil // let a long one's array go
 	}
 }
 
@@ -278,12 +397,6 @@ func (l *loop) names() map[string]struct{} {
 	return n
 }
 
-func (l *loop) handle(ctx context.Context, names []string) {
-	for _, n := range names {
-		l.reconcile(ctx, n, nil)
-	}
-}
-
 func (l *loop) applySpec(e jetstream.KeyValueEntry) []string {
 	if e == nil {
 		return nil
@@ -328,10 +441,20 @@ func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
 		return nil
 	}
 	var h events.ProxyHealth
+	var was *events.ProxyHealth
+	if old, ok := l.health[e.Key()]; ok {
+		was = &old
+	}
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil {
 		delete(l.health, e.Key()) // expired: nobody probes it, so its health is unknown
-	} else {
-		l.health[e.Key()] = h
+		if was == nil {
+			return nil
+		}
+		return []string{e.Key()}
+	}
+	l.health[e.Key()] = h
+	if sameVerdict(was, &h) {
+		return nil // a probe like the last one: nothing to decide again
 	}
 	return []string{e.Key()}
 }
@@ -365,30 +488,30 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 	return all
 }
 
-func (l *loop) fold(ctx context.Context, m jetstream.Msg) {
+// takeResult adds an op result to fold, or keeps it for the next batch when this one
+// already folds one for the same proxy or is full.
+func (l *loop) takeResult(b *batch, m jetstream.Msg) {
 	var ev events.Event
 	if err := json.Unmarshal(m.Data(), &ev); err != nil || ev.Op == nil || ev.Op.Proxy == "" {
 		l.log.Warn("ignoring unreadable op result", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return
 	}
-	if err := l.reconcile(ctx, ev.Op.Proxy, ev.Op); err != nil {
-		_ = m.NakWithDelay(time.Second)
-		return
+	if !b.addResult(ev.Op.Proxy, ev.Op, m) {
+		l.carry = m
 	}
-	_ = m.Ack()
 }
 
-func (l *loop) tick(ctx context.Context) {
+// tick publishes again the ops whose publish failed and adds the proxies that are due.
+func (l *loop) tick(ctx context.Context, b *batch) {
 	for name, op := range l.unpublished {
 		delete(l.unpublished, name)
 		l.publishOp(ctx, op)
 	}
 	now := time.Now()
 	for name, t := range l.due {
-		if !now.Before(t) {
+		if !now.Before(t) && b.add(name) {
 			delete(l.due, name)
-			l.reconcile(ctx, name, nil)
 		}
 	}
 }
