@@ -1,9 +1,11 @@
-// Package prober checks proxies through themselves. It takes the probe requests the
-// reconciler's scheduler publishes (core NATS, queue group "probers", optionally only for some
-// providers or hosts), opens a real CONNECT tunnel through the proxy to the check URL, and
-// writes the verdict with the spec's thresholds applied to proxy_health, each record with a
+// Package prober checks proxies through themselves. Probers divide the fleet among themselves
+// (presence records in egress_probers, rendezvous hashing over the probers whose filters take
+// a proxy) and each schedules its share, every proxy once per interval at a phase derived
+// from its name, with a bounded pool of workers that never drops a due probe. A probe opens a
+// real CONNECT tunnel through the proxy to the check URL and writes the verdict with the spec's thresholds applied to proxy_health, each record with a
 // TTL of three probe intervals so that a proxy nobody probes reads as unknown. Health
-// transitions are published on EGRESS_EVENTS.
+// transitions are published on EGRESS_EVENTS, and so is a prober falling behind its
+// schedule. Probe-now requests (core NATS, queue group "probers") probe a proxy at once.
 //
 // It also holds the echo endpoint egressd serves as the default check URL: it answers with
 // the address the request came from and the headers it received, so a probe learns the
