@@ -34,15 +34,15 @@ type completion struct {
 }
 
 func (p *Prober) newJob(t *target) job {
-	j := job{proxy: t.name, addr: t.addr, check: t.spec.HealthCheck, target: p.defaultURL, auth: t.spec.Auth,
+	j := job{proxy: t.name, addr: t.addr, check: t.spec.check, target: p.defaultURL, auth: t.spec.auth,
 		rev: t.rev, known: true}
 	if t.health != nil {
 		h := *t.health
 		j.prev = &h
 	}
-	if t.spec.HealthCheck.URL != "" {
+	if t.spec.check.URL != "" {
 		// The spec validated it; should it not parse now, the probe reports that.
-		j.target, _ = parseCheckURL(t.spec.HealthCheck.URL)
+		j.target, _ = parseCheckURL(t.spec.check.URL)
 	}
 	return j
 }

@@ -18,8 +18,8 @@ import (
 // probing needs, and its place in the schedule.
 type target struct {
 	name   string
-	spec   *schemas.ProxySpec // nil: no valid spec
-	st     *events.ProxyStatus
+	spec   *probeSpec // nil: no valid spec
+	st     *where     // nil: no status
 	health *events.ProxyHealth
 	rev    uint64 // revision of health; 0 when there is none
 
@@ -29,6 +29,30 @@ type target struct {
 	due     time.Time // zero while not scheduled
 	running bool
 	nudged  bool // a probe-now request waits for it
+}
+
+// probeSpec is the part of a spec that probing needs. The rest (user-data, attributes …)
+// would only cost memory in every prober, ten thousand times over.
+type probeSpec struct {
+	check schemas.HealthCheck
+	auth  *schemas.Auth
+}
+
+// where is the part of a status that probing needs: the address to probe ("" when there is
+// none, or the instance is going away) and the provider and host it counts on.
+type where struct {
+	addr, provider, host string
+}
+
+func whereOf(st events.ProxyStatus) *where {
+	w := &where{provider: st.Provider, host: st.Host}
+	if st.Mode == schemas.ModeExternal {
+		w.provider, w.host = events.External, events.External
+	}
+	if st.IP != "" && st.Port != 0 && st.Teardown == "" {
+		w.addr = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
+	}
+	return w
 }
 
 // loop owns the schedule. One goroutine (run) reads and writes all of it; workers get jobs
@@ -182,7 +206,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t.spec = nil
 		if put {
 			if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
-				t.spec = &s
+				t.spec = &probeSpec{check: s.HealthCheck, auth: s.Auth}
 			}
 		}
 	case l.statusW:
@@ -190,7 +214,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		if put {
 			var st events.ProxyStatus
 			if decodeJSON(e.Value(), &st) == nil {
-				t.st = &st
+				t.st = whereOf(st)
 			}
 		}
 	case l.healthW:
@@ -214,17 +238,13 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 // probeAddr is where target is to be probed and on which provider and host it counts, or ""
 // when it is not to be probed: no valid spec, no address, or its instance is going away.
 func probeAddr(t *target) (addr, provider, host string) {
-	if t.spec == nil || t.st == nil || t.st.IP == "" || t.st.Port == 0 || t.st.Teardown != "" {
+	if t.spec == nil || t.st == nil || t.st.addr == "" {
 		return "", "", ""
 	}
-	provider, host = t.st.Provider, t.st.Host
-	if t.st.Mode == schemas.ModeExternal {
-		provider, host = events.External, events.External
-	}
-	return net.JoinHostPort(t.st.IP, strconv.Itoa(t.st.Port)), provider, host
+	return t.st.addr, t.st.provider, t.st.host
 }
 
-func interval(t *target) time.Duration { return seconds(t.spec.HealthCheck.IntervalSeconds) }
+func interval(t *target) time.Duration { return seconds(t.spec.check.IntervalSeconds) }
 
 // refresh brings target's ownership and schedule in line with what is known of it.
 func (l *loop) refresh(t *target, now time.Time) {
