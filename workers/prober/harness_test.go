@@ -218,10 +218,15 @@ func (e *env) health(proxy string) (events.ProxyHealth, bool) {
 
 // healthEvents returns the health events about proxy on EGRESS_EVENTS, oldest first.
 func (e *env) healthEvents(proxy string) []events.Event {
+	return e.eventsOn(events.EventSubject(events.KindHealth, proxy))
+}
+
+// eventsOn returns the events on EGRESS_EVENTS under subject (a filter), oldest first.
+func (e *env) eventsOn(subject string) []events.Event {
 	e.t.Helper()
 	ctx := context.Background()
 	c, err := e.store.JS.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventSubject(events.KindHealth, proxy)}})
+		FilterSubjects: []string{subject}})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -1,15 +1,12 @@
 package prober
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // loadObserver keeps the highest backlog and lag the prober reported.
@@ -34,36 +31,6 @@ func (o *loadObserver) get() (maxBacklog int, maxLag time.Duration, backlog int)
 	return o.maxBacklog, o.maxLag, o.lastBacklog
 }
 
-// proberEvents returns the prober events on EGRESS_EVENTS so far.
-func (e *env) proberEvents() []events.Event {
-	e.t.Helper()
-	ctx := context.Background()
-	c, err := e.store.JS.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventSubject(events.KindProber, "*")}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []events.Event
-	for {
-		batch, err := c.FetchNoWait(100)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var ev events.Event
-			if err := json.Unmarshal(m.Data(), &ev); err != nil {
-				e.t.Fatal(err)
-			}
-			out = append(out, ev)
-		}
-		if n == 0 {
-			return out
-		}
-	}
-}
-
 // A prober that cannot keep up drops nothing: it says it is behind (event, metrics), its late
 // proxies are visibly overdue, and once capacity returns every proxy is probed and it says
 // it caught up.
@@ -83,7 +50,7 @@ func TestOverloadIsVisibleAndRecovers(t *testing.T) {
 	e.run(e.prober(nil, Config{Concurrency: 1, Observer: obs}))
 
 	has := func(reason string) bool {
-		for _, ev := range e.proberEvents() {
+		for _, ev := range e.eventsOn(events.EventSubject(events.KindProber, "*")) {
 			if ev.Reason == reason {
 				return true
 			}
