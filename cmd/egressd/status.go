@@ -34,8 +34,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		what, args = args[0], args[1:]
 	}
-	if what != "proxies" && what != "providers" {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies or providers)\n", what)
+	if what != "proxies" && what != "providers" && what != "probers" {
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, providers or probers)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -50,7 +50,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies or providers, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, providers or probers, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -62,12 +62,30 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "egressd status: --%v\n", err)
 		return 2
 	}
-	if what == "providers" && !filter.Empty() {
-		fmt.Fprintln(stderr, "egressd status providers: --phase, --provider and --selector select proxies; they do not apply here")
+	if what != "proxies" && !filter.Empty() {
+		fmt.Fprintf(stderr, "egressd status %s: --phase, --provider and --selector select proxies; they do not apply here\n", what)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
+	if what == "probers" {
+		members, err := loadProbers(ctx, *natsURL)
+		if err != nil {
+			fmt.Fprintln(stderr, "egressd status:", err)
+			return 1
+		}
+		if *output == "json" {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			if members == nil {
+				members = []events.ProberMember{}
+			}
+			_ = enc.Encode(members)
+			return 0
+		}
+		printProbers(stdout, members)
+		return 0
+	}
 	if what == "providers" {
 		targets, err := loadTargets(ctx, *natsURL)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,16 @@ import (
 
 // loadTargets reads every provider target's latest check, in config order.
 func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error) {
+	return readBucket(ctx, url, events.BucketProviderHealth, fleet.Targets)
+}
+
+// loadProbers reads every live prober's presence record.
+func loadProbers(ctx context.Context, url string) ([]events.ProberMember, error) {
+	return readBucket(ctx, url, events.BucketProbers, fleet.Probers)
+}
+
+// readBucket opens one bucket on a connection of its own and reads it with read.
+func readBucket[T any](ctx context.Context, url, bucket string, read func(context.Context, jetstream.KeyValue) ([]T, error)) ([]T, error) {
 	nc, err := dial(url, "egressd status", 5*time.Second)
 	if err != nil {
 		return nil, err
@@ -23,11 +34,27 @@ func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := openBucket(ctx, js, events.BucketProviderHealth)
+	kv, err := openBucket(ctx, js, bucket)
 	if err != nil {
 		return nil, err
 	}
-	return fleet.Targets(ctx, kv)
+	return read(ctx, kv)
+}
+
+// printProbers shows each live prober: its share of the fleet and whether it keeps up.
+func printProbers(w io.Writer, members []events.ProberMember) {
+	if len(members) == 0 {
+		fmt.Fprintln(w, "No probers running: no proxy is being probed (they show ProbeOverdue).")
+		return
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "WORKER	MEMBER	FILTERS	OWNED	WAITING	LAG	CONCURRENCY	UP")
+	for _, m := range members {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.1fs\t%d\t%s\n", m.Worker, m.ID, dash(strings.Join(m.Filters, ",")), m.Owned, m.Backlog,
+			m.LagSeconds, m.Concurrency, events.Age(now, m.StartedAt))
+	}
+	tw.Flush()
 }
 
 func printTargets(w io.Writer, targets []events.TargetHealth) {

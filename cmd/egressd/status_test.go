@@ -164,3 +164,29 @@ func TestOverdueReplacesTheReconcilersExternalReason(t *testing.T) {
 	}
 	t.Errorf("ext-2 does not show ProbeOverdue: %+v", rows)
 }
+
+// `egressd status probers` lists the live probers from egress_probers, with their shares.
+func TestStatusProbers(t *testing.T) {
+	url, store, _, _ := mixedFleet(t)
+	if code, out, _ := runStatus(t, "probers", "--nats-url", url); code != 0 || !strings.Contains(out, "No probers running") {
+		t.Fatalf("no probers: code %d, %q", code, out)
+	}
+	rec := events.ProberMember{V: 1, ID: "0a1b2c3d4e5f6a7b", Worker: "host-1", Filters: []string{"local"}, Concurrency: 256,
+		StartedAt: time.Now().Add(-time.Minute), Owned: 4000, Backlog: 12, LagSeconds: 2.5}
+	b, _ := json.Marshal(rec)
+	if _, err := store.Probers.Put(context.Background(), rec.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runStatus(t, "probers", "--nats-url", url)
+	if code != 0 || !strings.Contains(spaced(out), "\nhost-1 0a1b2c3d4e5f6a7b local 4000 12 2.5s 256 1m") {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, out, errs)
+	}
+	code, out, _ = runStatus(t, "probers", "-o", "json", "--nats-url", url)
+	var got []events.ProberMember
+	if err := json.Unmarshal([]byte(out), &got); code != 0 || err != nil || len(got) != 1 || got[0].Owned != 4000 {
+		t.Fatalf("json: code %d, %v, %s", code, err, out)
+	}
+	if code, _, errs := runStatus(t, "probers", "--phase", "Ready", "--nats-url", url); code != 2 || !strings.Contains(errs, "do not apply") {
+		t.Fatalf("a proxy filter on probers: code %d, %q", code, errs)
+	}
+}
