@@ -16,6 +16,10 @@ const (
 	KindProber   = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
 )
 
+// Kinds is every event kind, in the order the constants list them.
+var Kinds = []string{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
+	KindProgress, KindProber}
+
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
 // the OpResult in Op.
 type Event struct {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"testing"
 	"time"
 )
@@ -114,4 +116,21 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Kinds lists every Kind constant of event.go, so `egressd events --kind` accepts each.
+func TestKindsListsEveryKind(t *testing.T) {
+	src, err := os.ReadFile("event.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := regexp.MustCompile(`(?m)^\s+Kind\w+\s+= "(\w+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(declared) == 0 || len(declared) != len(Kinds) {
+		t.Fatalf("%d kinds declared, Kinds has %d: %v", len(declared), len(Kinds), Kinds)
+	}
+	for _, d := range declared {
+		if !slices.Contains(Kinds, d[1]) {
+			t.Errorf("kind %q is not in Kinds", d[1])
+		}
+	}
 }

@@ -89,8 +89,7 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 }
 
-var eventKinds = []string{events.KindPhase, events.KindOpResult, events.KindDeleted, events.KindHealth, events.KindLease,
-	events.KindReport, events.KindGC, events.KindProvider, events.KindProgress}
+var eventKinds = events.Kinds
 
 func eventFilters(kinds, proxy string) []string {
 	tok := "*"
