@@ -178,7 +178,10 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	// Async publishes (events, the reconciler's pipelined writes) whose ack never comes are
+	// dropped from the client's pending set after the ack budget, so lost acks cannot pile up
+	// to the client's limit and stall every writer sharing it.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(kvstore.PublishAckBudget))
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func TestHealthDrivesThePhase(t *testing.T) {
 
 	verdict := func(proxy, address string, healthy bool, failures int) {
 		rec := events.ProxyHealth{V: 1, Proxy: proxy, Address: address, Healthy: healthy, ConsecutiveFailures: failures,
-			SuccessThreshold: 1, FailureThreshold: 3, LastError: "connection refused"}
+			SuccessThreshold: 1, FailureThreshold: 3, LastError: "connection refused", LastProbeAt: time.Now().UTC()}
 		b, _ := json.Marshal(rec)
 		if _, err := kvstore.PutTTL(h.ctx, h.store.JS, h.store.Health, proxy, b, 0, time.Minute); err != nil {
 			t.Fatal(err)

@@ -36,9 +36,11 @@ type completion struct {
 func (p *Prober) newJob(t *target) job {
 	j := job{proxy: t.name, addr: t.addr, check: t.spec.check, target: p.defaultURL, auth: t.spec.auth,
 		rev: t.rev, known: true}
-	if t.health != nil {
-		h := *t.health
-		j.prev = &h
+	if h := t.current(); h != nil {
+		// A record about another address, or from before this one appeared, describes a
+		// predecessor: the fold starts afresh (at the record's revision, for the write).
+		c := *h
+		j.prev = &c
 	}
 	if t.spec.check.URL != "" {
 		// The spec validated it; should it not parse now, the probe reports that.

@@ -42,10 +42,11 @@ type probeSpec struct {
 // none, or the instance is going away) and the provider and host it counts on.
 type where struct {
 	addr, provider, host string
+	since                time.Time // when the address appeared (ProxyStatus.AddressAt)
 }
 
 func whereOf(st events.ProxyStatus) *where {
-	w := &where{provider: st.Provider, host: st.Host}
+	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt}
 	if st.Mode == schemas.ModeExternal {
 		w.provider, w.host = events.External, events.External
 	}
@@ -125,6 +126,7 @@ func (l *loop) run(ctx context.Context) error {
 				l.refresh(t, now)
 			}
 			close(p.ready)
+			l.takeNudges(now)
 			p.log.Info("prober started", "subjects", p.subjects, "concurrency", p.cfg.Concurrency,
 				"probers", len(l.mem.others)+1, "owned", l.owned, "proxies", len(l.targets))
 		}
@@ -152,8 +154,8 @@ func (l *loop) run(ctx context.Context) error {
 			l.complete(c, p.cfg.Now())
 			continue
 		case <-l.nudges.signal:
-			for _, name := range l.nudges.take() {
-				l.nudge(name, p.cfg.Now())
+			if started { // before, they wait in the set for the start
+				l.takeNudges(p.cfg.Now())
 			}
 			continue
 		case <-timer.C:
@@ -228,6 +230,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 				t.health, t.rev = &h, e.Revision()
 			}
 		}
+		l.forget(t)
 		return // health from elsewhere moves no schedule
 	}
 	if started {
@@ -242,6 +245,17 @@ func probeAddr(t *target) (addr, provider, host string) {
 		return "", "", ""
 	}
 	return t.st.addr, t.st.provider, t.st.host
+}
+
+// current is the target's health record if it is about the instance at its address now: the
+// same ip:port, probed since the address appeared (a replacement often gets its
+// predecessor's address), or nil.
+func (t *target) current() *events.ProxyHealth {
+	h := t.health
+	if h == nil || t.st == nil || h.Address != t.st.addr || h.LastProbeAt.Before(t.st.since) {
+		return nil
+	}
+	return h
 }
 
 func interval(t *target) time.Duration { return seconds(t.spec.check.IntervalSeconds) }
@@ -261,9 +275,7 @@ func (l *loop) refresh(t *target, now time.Time) {
 	}
 	if !mine && !(t.nudged && addr != "") {
 		t.gen, t.due, t.addr, t.nudged = t.gen+1, time.Time{}, "", false
-		if t.spec == nil && t.st == nil && t.health == nil && !t.running {
-			delete(l.targets, t.name)
-		}
+		l.forget(t)
 		return
 	}
 	if t.running {
@@ -281,14 +293,14 @@ func (l *loop) refresh(t *target, now time.Time) {
 		// address is recent, then keep its cadence.
 		t.addr = addr
 		due := now
-		if h := t.health; h != nil && h.Address == addr && !h.LastProbeAt.IsZero() {
+		if h := t.current(); h != nil && !h.LastProbeAt.IsZero() {
 			if next := after(t.name, iv, h.LastProbeAt); next.After(now) {
 				due = next
 			}
 		}
 		l.schedule(t, due)
 	case t.due.IsZero():
-		l.schedule(t, next(t, addr, iv, now)) // just probed
+		l.schedule(t, next(t, iv, now)) // just probed
 	case t.due.After(now.Add(iv + iv/2)):
 		l.schedule(t, after(t.name, iv, now)) // the interval was shortened
 	}
@@ -298,10 +310,10 @@ func (l *loop) refresh(t *target, now time.Time) {
 // address they retry after 1, 2, 4 … s (at most the interval): a VM's address often appears
 // a moment before its proxy listens, and that first failure should not cost a whole interval
 // of a proxy that is about to be Ready. With a verdict, the proxy keeps its phase.
-func next(t *target, addr string, iv time.Duration, now time.Time) time.Time {
-	if h := t.health; h == nil || h.Address != addr || !h.Judged() {
+func next(t *target, iv time.Duration, now time.Time) time.Time {
+	if h := t.current(); h == nil || !h.Judged() {
 		k := 0
-		if h != nil && h.Address == addr {
+		if h != nil {
 			k = min(h.ConsecutiveFailures, 16)
 		}
 		if d := time.Second << k; d < iv {
@@ -309,6 +321,14 @@ func next(t *target, addr string, iv time.Duration, now time.Time) time.Time {
 		}
 	}
 	return after(t.name, iv, now)
+}
+
+// forget drops a target nothing is known of any more (its spec, status and health are all
+// gone), so a fleet's churn does not accumulate.
+func (l *loop) forget(t *target) {
+	if t.spec == nil && t.st == nil && t.health == nil && !t.running && !t.owned {
+		delete(l.targets, t.name)
+	}
 }
 
 func (l *loop) schedule(t *target, due time.Time) {
@@ -344,6 +364,12 @@ func (l *loop) complete(c completion, now time.Time) {
 		t.health, t.rev = c.health, c.rev
 	}
 	l.refresh(t, now)
+}
+
+func (l *loop) takeNudges(now time.Time) {
+	for _, name := range l.nudges.take() {
+		l.nudge(name, now)
+	}
 }
 
 // nudge asks for a probe of name now (a probe-now request).

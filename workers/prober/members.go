@@ -130,6 +130,12 @@ func (p *Prober) keepPresent(ctx context.Context, current func() load) error {
 		}
 		rev = r
 	}
+	// Present only once it can probe: the others drop its share the moment they see it.
+	select {
+	case <-p.ready:
+	case <-ctx.Done():
+		return nil
+	}
 	write()
 	t := time.NewTicker(p.cfg.Heartbeat)
 	defer t.Stop()

@@ -297,3 +297,23 @@ func TestFirstVerdictComesQuickly(t *testing.T) {
 		return ok && h.Healthy
 	})
 }
+
+// A replacement that got its predecessor's ip:port is probed at once and judged afresh: the
+// record from before its address appeared is about the predecessor.
+func TestReplacementAtTheSameAddressIsProbedAtOnce(t *testing.T) {
+	e := newEnv(t)
+	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
+	e.putSpec("p1", spec{check: map[string]any{"intervalSeconds": 300}})
+	old := events.ProxyHealth{V: 1, Proxy: "p1", Address: addr, Healthy: true, ConsecutiveSuccesses: 9, SuccessThreshold: 1,
+		FailureThreshold: 3, LastProbeAt: time.Now().Add(-2 * time.Second).UTC()}
+	b, _ := json.Marshal(old)
+	if _, err := e.store.Health.Put(context.Background(), "p1", b); err != nil {
+		t.Fatal(err)
+	}
+	e.putStatus("p1", "local", "h1", addr) // addressAt: now, after the old record's probe
+	e.run(e.prober(nil, Config{}))
+	eventually(t, 5*time.Second, "probed afresh", func() bool {
+		h, ok := e.health("p1")
+		return ok && h.ConsecutiveSuccesses == 1 && h.LastProbeAt.After(old.LastProbeAt)
+	})
+}

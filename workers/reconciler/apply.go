@@ -85,7 +85,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 			ops = append(ops, l.startOp(op))
 		}
 		for _, ev := range s.d.Events {
-			l.events.publish(ctx, ev)
+			l.publishEvent(ctx, ev)
 		}
 		if s.d.Wake.IsZero() {
 			delete(l.due, s.name)
@@ -114,7 +114,7 @@ func (l *loop) startStatus(ctx context.Context, name string, old, st *events.Pro
 	case st == nil && !had:
 		return nil, nil
 	case st == nil:
-		dctx, cancel := context.WithTimeout(ctx, ackBudget)
+		dctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 		defer cancel()
 		if err := kvstore.DeleteAt(dctx, kv, name, cur.rev); err != nil && !errors.Is(err, kvstore.ErrNotFound) {
 			return nil, l.conflict(ctx, name, err)
@@ -137,7 +137,7 @@ func (l *loop) startStatus(ctx context.Context, name string, old, st *events.Pro
 
 // finishStatus waits for a status write and records the revision it got.
 func (l *loop) finishStatus(ctx context.Context, s *step) error {
-	wctx, cancel := context.WithTimeout(ctx, ackBudget)
+	wctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 	defer cancel()
 	rev, err := s.write.Wait(wctx)
 	if err != nil {
@@ -154,7 +154,7 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 		return err
 	}
 	var st events.ProxyStatus
-	gctx, cancel := context.WithTimeout(ctx, ackBudget)
+	gctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 	defer cancel()
 	rev, gerr := kvstore.GetJSON(gctx, l.r.cfg.Store.Status, name, &st)
 	switch {
@@ -184,7 +184,7 @@ func (l *loop) startOp(op events.Op) pendingOp {
 // finishOp reads an op's ack; one that failed is published again on the next tick.
 func (l *loop) finishOp(ctx context.Context, p pendingOp) {
 	if p.err == nil {
-		actx, cancel := context.WithTimeout(ctx, ackBudget)
+		actx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 		_, p.err = kvstore.Await(actx, p.f)
 		cancel()
 	}

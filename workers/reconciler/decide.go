@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -417,11 +418,15 @@ func (d *decider) gone() {
 // proxy nobody has probed since its address appeared (ProbeOverdue) from a new one.
 func (d *decider) setAddress(ip string, port int) {
 	st := d.st
-	if st.IP != ip || st.Port != port || st.AddressAt.IsZero() {
+	switch {
+	case ip == "":
+		st.AddressAt = time.Time{}
+	case st.IP != ip || st.Port != port:
 		st.AddressAt = d.now
-		if ip == "" {
-			st.AddressAt = time.Time{}
-		}
+	case st.AddressAt.IsZero():
+		// A status from before addressAt existed: the address is older than anything known
+		// of it, and its probes must keep counting, so take the start of the current create.
+		st.AddressAt = cmp.Or(st.ProvisionAt, st.CreatedAt, d.now)
 	}
 	st.IP, st.Port = ip, port
 }
@@ -540,10 +545,13 @@ func (d *decider) healthPhase() events.Phase {
 	return events.PhaseUnhealthy
 }
 
-// verdict is the probers' verdict on the proxy's current address, if they have one.
+// verdict is the probers' verdict on the proxy's current address, if they have one. A
+// verdict made before the address last appeared is about a predecessor that had the same
+// ip:port (a replacement often gets its predecessor's address), so it is none.
 func (d *decider) verdict() (healthy, judged bool) {
 	h := d.in.Health
-	if h == nil || d.st.IP == "" || h.Address != net.JoinHostPort(d.st.IP, strconv.Itoa(d.st.Port)) || !h.Judged() {
+	if h == nil || d.st.IP == "" || h.Address != net.JoinHostPort(d.st.IP, strconv.Itoa(d.st.Port)) || !h.Judged() ||
+		h.LastProbeAt.Before(d.st.AddressAt) {
 		return false, false
 	}
 	return h.Healthy, true

@@ -3,6 +3,8 @@ package reconciler
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -403,7 +405,24 @@ func TestDecide(t *testing.T) {
 		}, want{phase: events.PhaseRunning}},
 		{"a healthy external proxy is Ready", func(t *testing.T) Input {
 			in := input(t, spec(t, `{"mode":"external","endpoint":{"host":"10.0.0.5","port":8080}}`), nil, t0)
-			in.Health = &events.ProxyHealth{Address: "10.0.0.5:8080", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3}
+			in.Health = &events.ProxyHealth{Address: "10.0.0.5:8080", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3,
+				LastProbeAt: t0}
+			return in
+		}, want{phase: events.PhaseReady}},
+		{"a verdict from before the address appeared is a predecessor's: Running", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.Phase, st.AddressAt = events.PhaseRunning, t0.Add(-time.Second)
+			in := input(t, spec(t, base), st, t0)
+			in.Health = &events.ProxyHealth{Address: net.JoinHostPort(st.IP, strconv.Itoa(st.Port)), Healthy: true, ConsecutiveSuccesses: 5,
+				SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: t0.Add(-20 * time.Second)}
+			return in
+		}, want{phase: events.PhaseRunning}},
+		{"a status from before addressAt keeps its verdict", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.Phase, st.AddressAt = events.PhaseReady, time.Time{}
+			in := input(t, spec(t, base), st, t0)
+			in.Health = &events.ProxyHealth{Address: net.JoinHostPort(st.IP, strconv.Itoa(st.Port)), Healthy: true, ConsecutiveSuccesses: 5,
+				SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: t0.Add(-20 * time.Second)}
 			return in
 		}, want{phase: events.PhaseReady}},
 		{"new credentials are delivered to the running instance, not replaced", func(t *testing.T) Input {

@@ -88,7 +88,7 @@ type loop struct {
 	health      map[string]events.ProxyHealth
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
-	events      *eventPublisher
+	events      *kvstore.Publisher
 	backlog     []string        // proxies to decide that did not fit in a batch, in order
 	queued      map[string]bool // the names in backlog
 	carry       jetstream.Msg   // an op result that waits for the next batch
@@ -102,7 +102,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
 		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
-		events: newEventPublisher(s.JS, r.cfg.Log)}
+		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
@@ -143,8 +143,8 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	defer wg.Wait()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	wg.Go(func() { l.events.run(cctx) })
-	defer close(l.events.pending) // runs first: the loop publishes no more events
+	wg.Go(func() { l.events.Run(cctx) })
+	defer l.events.Close() // runs first: the loop publishes no more events
 	if err := l.consumeResults(cctx, &wg, results); err != nil {
 		return err
 	}
@@ -182,6 +182,21 @@ func (l *loop) gather(ctx context.Context, src sources) (*batch, error) {
 	if m := l.carry; m != nil {
 		l.carry = nil
 		l.takeResult(b, m)
+	}
+	// Fresh work first, up to a quarter of the batch, then the backlog: a long backlog (a
+	// leader's start, a catalog change naming every proxy) must not starve ticks, op results
+	// (redelivered after their AckWait) or the watches for dozens of passes.
+	for range maxBatch / 4 {
+		if b.full() || l.carry != nil {
+			break
+		}
+		got := poll(src)
+		if got.none {
+			break
+		}
+		if err := l.take(ctx, b, got); err != nil {
+			return nil, err
+		}
 	}
 	l.takeBacklog(b)
 	for !b.full() && l.carry == nil {
