@@ -1,6 +1,7 @@
 package prober
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -392,6 +393,7 @@ func (l *loop) nudge(name string, now time.Time) {
 // spread is lost) or catches up again (nothing waits more than a tenth of an interval).
 func (l *loop) sample(ctx context.Context, now time.Time) {
 	l.dispatch(now) // what is due now and has a worker is not backlog
+	l.compact()
 	backlog, lag := 0, time.Duration(0)
 	var lagIv time.Duration
 	for _, s := range l.heap {
@@ -416,6 +418,23 @@ func (l *loop) sample(ctx context.Context, now time.Time) {
 		l.behind = false
 		l.p.announceLag(ctx, events.ReasonProberCaughtUp, l.last)
 	}
+}
+
+// compact drops stale slots once they outnumber the live ones: every reschedule leaves one
+// behind until it comes due, and ownership that moves back and forth leaves many.
+func (l *loop) compact() {
+	if len(l.heap) <= 2*l.owned+64 {
+		return
+	}
+	live := l.heap[:0]
+	for _, s := range l.heap {
+		if t := l.targets[s.name]; t != nil && s.gen == t.gen && !t.due.IsZero() {
+			live = append(live, s)
+		}
+	}
+	clear(l.heap[len(live):])
+	l.heap = live
+	heap.Init(&l.heap)
 }
 
 // currentLoad is the last sample, for the presence record.

@@ -73,3 +73,29 @@ func TestDueHeapIsMostOverdueFirst(t *testing.T) {
 		prev = s.due
 	}
 }
+
+// Compaction keeps exactly the live slots, in heap order.
+func TestCompactKeepsLiveSlots(t *testing.T) {
+	l := &loop{targets: map[string]*target{}}
+	base := time.Now()
+	for i := range 100 {
+		tg := &target{name: fmt.Sprint(i), owned: true}
+		l.targets[tg.name] = tg
+		l.owned++
+		for k := range 5 { // four stale slots, then the live one
+			l.schedule(tg, base.Add(time.Duration(100*k+i)*time.Millisecond))
+		}
+	}
+	l.compact()
+	if len(l.heap) != 100 {
+		t.Fatalf("%d slots after compaction, want the 100 live ones", len(l.heap))
+	}
+	prev := time.Time{}
+	for len(l.heap) > 0 {
+		s := l.heap.pop()
+		if tg := l.targets[s.name]; s.gen != tg.gen || s.due.Before(prev) {
+			t.Fatalf("slot %+v stale or out of order", s)
+		}
+		prev = s.due
+	}
+}
