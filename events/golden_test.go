@@ -95,7 +95,8 @@ func TestSubjects(t *testing.T) {
 // Records from a newer minor version carry fields this version does not know: our own
 // records are decoded leniently, so those are ignored rather than fatal.
 func FuzzDecodeRecords(f *testing.F) {
-	for _, name := range []string{"op.v1.json", "op_result.v1.json", "event_op.v1.json", "proxy_status.v1.json"} {
+	for _, name := range []string{"op.v1.json", "op_result.v1.json", "event_op.v1.json", "proxy_status.v1.json",
+		"prober_member.v1.json", "event_prober.v1.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", name))
 		if err == nil {
 			f.Add(b)
@@ -103,7 +104,7 @@ func FuzzDecodeRecords(f *testing.F) {
 	}
 	f.Add([]byte(`{"v":1,"future":{"x":[1,2,3]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, v := range []any{&Op{}, &OpResult{}, &Event{}, &ProxyStatus{}} {
+		for _, v := range []any{&Op{}, &OpResult{}, &Event{}, &ProxyStatus{}, &ProberMember{}, &ProbeRequest{}} {
 			if json.Unmarshal(b, v) != nil {
 				continue
 			}
