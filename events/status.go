@@ -19,6 +19,10 @@ const (
 	PhaseFailed       Phase = "Failed"
 )
 
+// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates
+// the mode, and readers of the fleet show a reason that explains more (ProbeOverdue) over it.
+const ReasonExternalEndpoint = "ExternalEndpoint"
+
 // ProxyStatus is what the reconciler (its only writer) records for a proxy in proxy_status.
 type ProxyStatus struct {
 	V            int        `json:"v"`

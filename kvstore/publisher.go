@@ -60,16 +60,15 @@ func (p *Publisher) Close() { close(p.pending) }
 // Run checks the acks in order until Close. Once ctx has ended, the acks still due get
 // PublishDrainBudget in all, so a stream that stopped acknowledging cannot hold a shutdown.
 func (p *Publisher) Run(ctx context.Context) {
-	actx := ctx
+	// actx outlives ctx by PublishDrainBudget: the acks still due when ctx ends share it.
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(PublishDrainBudget, cancel) })
+	defer stop()
 	for pp := range p.pending {
-		if ctx.Err() != nil && actx == ctx {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), PublishDrainBudget)
-			defer cancel()
-			actx = dctx
-		}
-		cctx, cancel := context.WithTimeout(actx, PublishAckBudget)
+		cctx, cancelAck := context.WithTimeout(actx, PublishAckBudget)
 		_, err := Await(cctx, pp.f)
-		cancel()
+		cancelAck()
 		if err != nil {
 			p.log.Warn("publish", append(pp.attrs, "subject", pp.f.Msg().Subject, "err", err)...)
 		}

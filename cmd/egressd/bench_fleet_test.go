@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -77,23 +78,15 @@ func BenchmarkRunHolding10k(b *testing.B) {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	var futs []jetstream.PubAckFuture
-	for i := range n {
-		host, port, _ := net.SplitHostPort(backends[i%len(backends)])
-		spec := fmt.Sprintf(`{"mode":"external","endpoint":{"host":%q,"port":%s}}`, host, port)
-		f, err := js.PublishAsync(fmt.Sprintf("$KV.%s.ext-%05d", events.BucketProxies, i), []byte(spec))
-		if err != nil {
-			b.Fatal(err)
+	kvstoretest.PutMany(b, js, func(yield func(kvstoretest.Record) bool) {
+		for i := range n {
+			host, port, _ := net.SplitHostPort(backends[i%len(backends)])
+			spec := fmt.Sprintf(`{"mode":"external","endpoint":{"host":%q,"port":%s}}`, host, port)
+			if !yield(kvstoretest.Record{Bucket: events.BucketProxies, Key: fmt.Sprintf("ext-%05d", i), Value: []byte(spec)}) {
+				return
+			}
 		}
-		futs = append(futs, f)
-	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			b.Fatal(err)
-		}
-	}
+	})
 	seeded := time.Since(start)
 	ready := 0
 	for deadline := time.Now().Add(5 * time.Minute); ready < n; time.Sleep(time.Second) {

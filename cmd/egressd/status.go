@@ -29,6 +29,16 @@ func (l *listFlag) Set(s string) error {
 	return nil
 }
 
+// writeJSON prints list as indented JSON; an empty list is [], not null.
+func writeJSON[T any](w io.Writer, list []T) {
+	if list == nil {
+		list = []T{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(list)
+}
+
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	what := "proxies"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -68,41 +78,11 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	if what == "probers" {
-		members, err := loadProbers(ctx, *natsURL)
-		if err != nil {
-			fmt.Fprintln(stderr, "egressd status:", err)
-			return 1
-		}
-		if *output == "json" {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if members == nil {
-				members = []events.ProberMember{}
-			}
-			_ = enc.Encode(members)
-			return 0
-		}
-		printProbers(stdout, members)
-		return 0
-	}
-	if what == "providers" {
-		targets, err := loadTargets(ctx, *natsURL)
-		if err != nil {
-			fmt.Fprintln(stderr, "egressd status:", err)
-			return 1
-		}
-		if *output == "json" {
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			if targets == nil {
-				targets = []events.TargetHealth{}
-			}
-			_ = enc.Encode(targets)
-			return 0
-		}
-		printTargets(stdout, targets)
-		return 0
+	switch what {
+	case "probers":
+		return showList(ctx, *natsURL, events.BucketProbers, fleet.Probers, *output == "json", printProbers, stdout, stderr)
+	case "providers":
+		return showList(ctx, *natsURL, events.BucketProviderHealth, fleet.Targets, *output == "json", printTargets, stdout, stderr)
 	}
 	fl, err := loadFleet(ctx, *natsURL)
 	if err != nil {
@@ -111,12 +91,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	rows := fl.Select(filter)
 	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if rows == nil {
-			rows = []fleet.Row{}
-		}
-		_ = enc.Encode(rows)
+		writeJSON(stdout, rows)
 		return 0
 	}
 	if len(rows) == 0 && len(fl.Rows) > 0 {

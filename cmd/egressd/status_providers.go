@@ -9,18 +9,24 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// loadTargets reads every provider target's latest check, in config order.
-func loadTargets(ctx context.Context, url string) ([]events.TargetHealth, error) {
-	return readBucket(ctx, url, events.BucketProviderHealth, fleet.Targets)
-}
-
-// loadProbers reads every live prober's presence record.
-func loadProbers(ctx context.Context, url string) ([]events.ProberMember, error) {
-	return readBucket(ctx, url, events.BucketProbers, fleet.Probers)
+// showList is a status view of one bucket's records (providers, probers): read on a
+// connection of its own, printed as JSON or as the view's table.
+func showList[T any](ctx context.Context, url, bucket string, read func(context.Context, jetstream.KeyValue) ([]T, error),
+	asJSON bool, table func(io.Writer, []T), stdout, stderr io.Writer) int {
+	list, err := readBucket(ctx, url, bucket, read)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd status:", err)
+		return 1
+	}
+	if asJSON {
+		writeJSON(stdout, list)
+	} else {
+		table(stdout, list)
+	}
+	return 0
 }
 
 // readBucket opens one bucket on a connection of its own and reads it with read.

@@ -144,8 +144,8 @@ func TestStatusCommandBadInput(t *testing.T) {
 	}
 }
 
-// workers/fleet keeps its own copy of the reconciler's ExternalEndpoint reason (a read model
-// may not import a role): an overdue external proxy must still show ProbeOverdue.
+// The reconciler's ExternalEndpoint reason only restates the mode: an overdue external proxy
+// still shows ProbeOverdue.
 func TestOverdueReplacesTheReconcilersExternalReason(t *testing.T) {
 	url, store, _, _ := mixedFleet(t)
 	now := time.Now()

@@ -6,12 +6,6 @@ import (
 	"github.com/egressd/egressd/events"
 )
 
-// reasonExternal is the reason the reconciler gives every external proxy
-// (workers/reconciler.ReasonExternal, which a read model may not import; a test in
-// cmd/egressd pins the two together). It only restates the mode, so it does not hide
-// ProbeOverdue.
-const reasonExternal = "ExternalEndpoint"
-
 // judge sets a row's health, overdue judgement and reason from its health record.
 //
 // Precedence of REASON: the reason the reconciler recorded explains the phase (ProbeFailing,
@@ -25,7 +19,7 @@ func judge(r *Row, h *events.ProxyHealth, now time.Time) {
 	}
 	r.Healthy = verdict(h, r.interval, now)
 	r.ProbeOverdue = probeOverdue(r.Status, r.Address, h, r.interval, now)
-	if r.ProbeOverdue && (r.Reason == "" || r.Reason == reasonExternal) {
+	if r.ProbeOverdue && (r.Reason == "" || r.Reason == events.ReasonExternalEndpoint) {
 		r.Reason = events.ReasonProbeOverdue
 	}
 }

@@ -57,7 +57,7 @@ func TestJudge(t *testing.T) {
 		{name: "a probe before the address reappeared is of the old instance", st: status(events.PhaseReady, ago(10*time.Second)), address: addr,
 			h: healthy(addr, ago(80*time.Second)), interval: interval, healthy: HealthUnknown},
 		{name: "external: overdue replaces ExternalEndpoint", st: status(events.PhaseReady, ago(time.Hour)), address: addr,
-			h: healthy(addr, ago(5*time.Minute)), interval: interval, reason: reasonExternal, healthy: HealthUnknown, overdue: true, wantReason: events.ReasonProbeOverdue},
+			h: healthy(addr, ago(5*time.Minute)), interval: interval, reason: events.ReasonExternalEndpoint, healthy: HealthUnknown, overdue: true, wantReason: events.ReasonProbeOverdue},
 		{name: "spec not readable: not judged", st: status(events.PhaseReady, ago(time.Hour)), address: addr,
 			h: healthy(addr, ago(5*time.Minute)), healthy: HealthTrue},
 		{name: "teardown: not judged", st: &events.ProxyStatus{Phase: events.PhaseRunning, IP: "127.0.0.2", Port: 3128, Teardown: "SpecChanged", AddressAt: ago(time.Hour)},

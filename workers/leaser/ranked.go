@@ -46,7 +46,6 @@ func (a rank) tie(b rank) int {
 // what lets an acquire read the few best candidates instead of sorting the fleet.
 type ranked struct {
 	root *rankNode
-	n    int
 }
 
 type rankNode struct {
@@ -56,12 +55,9 @@ type rankNode struct {
 	left, right *rankNode
 }
 
-func (t *ranked) len() int { return t.n }
-
 // insert adds p at key; key must not be in the set.
 func (t *ranked) insert(key rank, p *proxyView) {
 	t.root = insertNode(t.root, &rankNode{key: key, p: p, prio: rand.Uint64()})
-	t.n++
 }
 
 func insertNode(root, n *rankNode) *rankNode {
@@ -119,7 +115,6 @@ func (t *ranked) delete(key rank) bool {
 			link = &n.right
 		default:
 			*link = merge(n.left, n.right)
-			t.n--
 			return true
 		}
 	}

@@ -40,7 +40,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	seedFleet(ctx, b, js, scaleProxies)
+	seedFleet(b, js, scaleProxies)
 	clients := make([]*nats.Conn, scaleClients)
 	for i := range clients {
 		clients[i], _ = kvstoretest.Connect(b, srv)
@@ -106,27 +106,23 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 
 // seedFleet writes n managed proxies (spec and a Ready status) with async publishes, since
 // one synchronous put at a time would take much of the benchmark's budget.
-func seedFleet(ctx context.Context, b *testing.B, js jetstream.JetStream, n int) {
+func seedFleet(b *testing.B, js jetstream.JetStream, n int) {
 	b.Helper()
-	for i := range n {
-		name := fmt.Sprintf("px-%05d", i)
-		spec := []byte(`{"provider":"local","maxLeases":3,"attributes":{"geo":"g` + strconv.Itoa(i%8) + `"}}`)
-		st, err := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local",
-			Host: "local", IP: fmt.Sprintf("127.1.%d.%d", i/250, 1+i%250), Port: 3128})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for subj, v := range map[string][]byte{"$KV." + events.BucketProxies + "." + name: spec, "$KV." + events.BucketStatus + "." + name: st} {
-			if _, err := js.PublishAsync(subj, v); err != nil {
+	kvstoretest.PutMany(b, js, func(yield func(kvstoretest.Record) bool) {
+		for i := range n {
+			name := fmt.Sprintf("px-%05d", i)
+			spec := []byte(`{"provider":"local","maxLeases":3,"attributes":{"geo":"g` + strconv.Itoa(i%8) + `"}}`)
+			st, err := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local",
+				Host: "local", IP: fmt.Sprintf("127.1.%d.%d", i/250, 1+i%250), Port: 3128})
+			if err != nil {
 				b.Fatal(err)
 			}
+			if !yield(kvstoretest.Record{Bucket: events.BucketProxies, Key: name, Value: spec}) ||
+				!yield(kvstoretest.Record{Bucket: events.BucketStatus, Key: name, Value: st}) {
+				return
+			}
 		}
-	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-ctx.Done():
-		b.Fatal("seeding the fleet: ", ctx.Err())
-	}
+	})
 }
 
 // latencies summarises one run of runClients.

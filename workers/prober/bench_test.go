@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -163,33 +165,18 @@ window:
 }
 
 func (e *env) seed(b *testing.B, n int, proxies []string, intervalSeconds int) {
-	var futs []jetstream.PubAckFuture
-	for i := range n {
-		name := fmt.Sprintf("px-%05d", i)
-		spec := fmt.Sprintf(`{"provider":"local","healthCheck":{"intervalSeconds":%d}}`, intervalSeconds)
-		host, port, _ := net.SplitHostPort(proxies[i%len(proxies)])
-		var pn int
-		fmt.Sscan(port, &pn)
-		st, _ := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "managed", Provider: "local", Host: "h1",
-			IP: host, Port: pn, AddressAt: time.Now().UTC()})
-		for _, m := range []struct {
-			bucket string
-			data   []byte
-		}{{events.BucketProxies, []byte(spec)}, {events.BucketStatus, st}} {
-			f, err := e.store.JS.PublishAsync("$KV."+m.bucket+"."+name, m.data)
-			if err != nil {
-				b.Fatal(err)
+	spec := []byte(fmt.Sprintf(`{"provider":"local","healthCheck":{"intervalSeconds":%d}}`, intervalSeconds))
+	kvstoretest.PutMany(b, e.store.JS, func(yield func(kvstoretest.Record) bool) {
+		for i := range n {
+			name := fmt.Sprintf("px-%05d", i)
+			host, port, _ := net.SplitHostPort(proxies[i%len(proxies)])
+			pn, _ := strconv.Atoi(port)
+			st, _ := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "managed", Provider: "local", Host: "h1",
+				IP: host, Port: pn, AddressAt: time.Now().UTC()})
+			if !yield(kvstoretest.Record{Bucket: events.BucketProxies, Key: name, Value: spec}) ||
+				!yield(kvstoretest.Record{Bucket: events.BucketStatus, Key: name, Value: st}) {
+				return
 			}
-			futs = append(futs, f)
 		}
-	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			b.Fatal(err)
-		case <-time.After(30 * time.Second):
-			b.Fatal("seed timed out")
-		}
-	}
+	})
 }

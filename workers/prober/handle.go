@@ -133,7 +133,4 @@ func decodeRequest(subject string, data []byte) (events.ProbeRequest, error) {
 	return req, nil
 }
 
-// decodeJSON decodes one of egressd's own records.
-func decodeJSON(b []byte, v any) error { return json.Unmarshal(b, v) }
-
 func seconds(n int) time.Duration { return time.Duration(n) * time.Second }

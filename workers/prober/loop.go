@@ -3,6 +3,7 @@ package prober
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -216,7 +217,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t.st = nil
 		if put {
 			var st events.ProxyStatus
-			if decodeJSON(e.Value(), &st) == nil {
+			if json.Unmarshal(e.Value(), &st) == nil {
 				t.st = whereOf(st)
 			}
 		}
@@ -227,7 +228,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t.health, t.rev = nil, 0
 		if put {
 			var h events.ProxyHealth
-			if decodeJSON(e.Value(), &h) == nil {
+			if json.Unmarshal(e.Value(), &h) == nil {
 				t.health, t.rev = &h, e.Revision()
 			}
 		}

@@ -198,16 +198,7 @@ func (l *loop) finishOp(ctx context.Context, p pendingOp) {
 
 // publishOp publishes an op and waits for its ack: for the few the leader sends again.
 func (l *loop) publishOp(ctx context.Context, op events.Op) {
-	b, _ := json.Marshal(op)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := l.r.cfg.Store.JS.Publish(pctx, events.OpSubject(op.Provider, op.Host, op.Proxy), b, jetstream.WithMsgID(op.MsgID()))
-	if err != nil {
-		l.log.Warn("publish op; will retry", "proxy", op.Proxy, "op", op.Kind, "err", err)
-		l.unpublished[op.Proxy] = op
-		return
-	}
-	l.log.Debug("op issued", "proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "host", op.Host)
+	l.finishOp(ctx, l.startOp(op))
 }
 
 // eventToken keeps a proxy name usable as one subject token (invalid names can hold dots).

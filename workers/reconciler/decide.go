@@ -64,7 +64,7 @@ const (
 	ReasonInstanceLost      = "InstanceLost"
 	ReasonAddressLost       = "AddressLost"
 	ReasonProxyDeleted      = "ProxyDeleted"
-	ReasonExternal          = "ExternalEndpoint"
+	ReasonExternal          = events.ReasonExternalEndpoint
 	ReasonCreating          = "Creating"
 	ReasonWaitingForAddress = "WaitingForAddress"
 	ReasonOpTimeout         = "OpTimeout"
