@@ -19,10 +19,10 @@ func (ev Event) Summary() string {
 		r := ev.Op
 		what = fmt.Sprintf("%s on %s/%s attempt %d", r.Kind, r.Provider, r.Host, r.Attempt)
 		switch {
-		case r.Kind == OpDelete && r.ErrorClass == "NotFound":
+		case r.Kind == OpDelete && r.ErrorClass == ClassNotFound:
 			what += ": gone"
-		case r.ErrorClass != "":
-			what += ": " + r.ErrorClass
+		case r.ErrorClass != ClassNone:
+			what += ": " + string(r.ErrorClass)
 		default:
 			what += ": ok"
 		}

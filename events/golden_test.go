@@ -38,7 +38,7 @@ func TestGolden(t *testing.T) {
 		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
 			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
 			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
-			LastError:   &LastError{Class: "Transient", Message: "local get: transient error: timeout", At: at},
+			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
 			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
 	}
 	for name, v := range cases {

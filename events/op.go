@@ -46,22 +46,19 @@ type Instance struct {
 
 // OpResult is what a provisioner reports after running an op (an event of kind op).
 type OpResult struct {
-	V          int       `json:"v"`
-	OpID       string    `json:"opId"`
-	Kind       OpKind    `json:"kind"`
-	Proxy      string    `json:"proxy"`
-	Provider   string    `json:"provider"`
-	Host       string    `json:"host"`
-	Attempt    int       `json:"attempt"`
-	Final      bool      `json:"final"` // false: the provisioner retries this op itself
-	Instance   *Instance `json:"instance,omitempty"`
-	ErrorClass string    `json:"errorClass,omitempty"` // NotFound, Quota, Transient, Permanent, Stale
-	Error      string    `json:"error,omitempty"`
-	SpecHash   string    `json:"specHash,omitempty"` // create: the hash of what was created
-	Worker     string    `json:"worker"`
-	StartedAt  time.Time `json:"startedAt"`
-	At         time.Time `json:"at"`
+	V          int        `json:"v"`
+	OpID       string     `json:"opId"`
+	Kind       OpKind     `json:"kind"`
+	Proxy      string     `json:"proxy"`
+	Provider   string     `json:"provider"`
+	Host       string     `json:"host"`
+	Attempt    int        `json:"attempt"`
+	Final      bool       `json:"final"` // false: the provisioner retries this op itself
+	Instance   *Instance  `json:"instance,omitempty"`
+	ErrorClass ErrorClass `json:"errorClass,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	SpecHash   string     `json:"specHash,omitempty"` // create: the hash of what was created
+	Worker     string     `json:"worker"`
+	StartedAt  time.Time  `json:"startedAt"`
+	At         time.Time  `json:"at"`
 }
-
-// ClassStale marks an op a provisioner dropped because the spec moved on.
-const ClassStale = "Stale"

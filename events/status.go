@@ -66,7 +66,7 @@ type OpRef struct {
 
 // LastError is the most recent provider error, visible to users whatever its class.
 type LastError struct {
-	Class   string    `json:"class"`
-	Message string    `json:"message"`
-	At      time.Time `json:"at"`
+	Class   ErrorClass `json:"class"`
+	Message string     `json:"message"`
+	At      time.Time  `json:"at"`
 }

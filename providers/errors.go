@@ -76,19 +76,3 @@ func ClassOf(err error) error {
 		return ErrTransient
 	}
 }
-
-// ClassName is the wire name of a class: "NotFound", "Quota", "Transient", "Permanent", or "".
-func ClassName(err error) string {
-	switch ClassOf(err) {
-	case nil:
-		return ""
-	case ErrNotFound:
-		return "NotFound"
-	case ErrQuota:
-		return "Quota"
-	case ErrPermanent:
-		return "Permanent"
-	default:
-		return "Transient"
-	}
-}

@@ -28,14 +28,14 @@ type Settlement struct {
 	Final  bool // the reconciler should treat the op as finished
 }
 
-// Settle maps the class of an op's error (nil for success, or a providers class, or the
-// events.ClassStale marker) and the delivery count to how the message is settled. It is the
-// only place this mapping lives.
-func Settle(class string, delivered, maxDeliver int) Settlement {
+// Settle maps the class of an op's error (none for success, a provider's class, or
+// events.ClassStale) and the delivery count to how the message is settled. It is the only
+// place this mapping lives.
+func Settle(class events.ErrorClass, delivered, maxDeliver int) Settlement {
 	switch class {
-	case "", "NotFound", "Quota", events.ClassStale:
+	case events.ClassNone, events.ClassNotFound, events.ClassQuota, events.ClassStale:
 		return Settlement{Action: Ack, Final: true}
-	case "Permanent":
+	case events.ClassPermanent:
 		return Settlement{Action: Term, Final: true}
 	}
 	if delivered >= maxDeliver {
@@ -44,8 +44,24 @@ func Settle(class string, delivered, maxDeliver int) Settlement {
 	return Settlement{Action: NakDelay, Delay: Backoff(delivered, time.Second, 30*time.Second)}
 }
 
-// ClassOf is providers.ClassName, re-exported so roles need one import for settling.
-func ClassOf(err error) string { return providers.ClassName(err) }
+// ClassOf is the wire class of a provider's error: none for nil, and for anything
+// unclassified Transient, as providers.ClassOf reads it. It is the one place a providers
+// class becomes an events.ErrorClass (providers and events import only the standard library,
+// so neither can hold it).
+func ClassOf(err error) events.ErrorClass {
+	switch providers.ClassOf(err) {
+	case nil:
+		return events.ClassNone
+	case providers.ErrNotFound:
+		return events.ClassNotFound
+	case providers.ErrQuota:
+		return events.ClassQuota
+	case providers.ErrPermanent:
+		return events.ClassPermanent
+	default:
+		return events.ClassTransient
+	}
+}
 
 // Backoff is base·2^(n-1), capped at limit; n < 1 counts as 1.
 func Backoff(n int, base, limit time.Duration) time.Duration {

@@ -1,30 +1,57 @@
 package workers
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/providers"
 )
 
 func TestSettle(t *testing.T) {
 	cases := []struct {
-		class     string
+		class     events.ErrorClass
 		delivered int
 		want      Settlement
 	}{
-		{"", 1, Settlement{Action: Ack, Final: true}},
-		{"NotFound", 1, Settlement{Action: Ack, Final: true}},
-		{"Quota", 3, Settlement{Action: Ack, Final: true}},
-		{"Stale", 1, Settlement{Action: Ack, Final: true}},
-		{"Permanent", 1, Settlement{Action: Term, Final: true}},
-		{"Transient", 1, Settlement{Action: NakDelay, Delay: time.Second}},
-		{"Transient", 3, Settlement{Action: NakDelay, Delay: 4 * time.Second}},
-		{"Transient", 5, Settlement{Action: NakDelay, Delay: 16 * time.Second}},
-		{"Transient", 6, Settlement{Action: Term, Final: true}},
+		{events.ClassNone, 1, Settlement{Action: Ack, Final: true}},
+		{events.ClassNotFound, 1, Settlement{Action: Ack, Final: true}},
+		{events.ClassQuota, 3, Settlement{Action: Ack, Final: true}},
+		{events.ClassStale, 1, Settlement{Action: Ack, Final: true}},
+		{events.ClassPermanent, 1, Settlement{Action: Term, Final: true}},
+		{events.ClassTransient, 1, Settlement{Action: NakDelay, Delay: time.Second}},
+		{events.ClassTransient, 3, Settlement{Action: NakDelay, Delay: 4 * time.Second}},
+		{events.ClassTransient, 5, Settlement{Action: NakDelay, Delay: 16 * time.Second}},
+		{events.ClassTransient, 6, Settlement{Action: Term, Final: true}},
 		{"SomethingNew", 1, Settlement{Action: NakDelay, Delay: time.Second}},
 	}
 	for _, c := range cases {
 		if got := Settle(c.class, c.delivered, 6); got != c.want {
 			t.Errorf("Settle(%q, %d) = %+v, want %+v", c.class, c.delivered, got, c.want)
+		}
+	}
+}
+
+func TestClassOf(t *testing.T) {
+	cases := []struct {
+		err  error
+		want events.ErrorClass
+	}{
+		{nil, events.ClassNone},
+		{providers.Errorf(providers.ErrNotFound, "get", "p", "id", "gone"), events.ClassNotFound},
+		{providers.Errorf(providers.ErrQuota, "create", "p", "", "full"), events.ClassQuota},
+		{providers.Errorf(providers.ErrPermanent, "get", "p", "id", "bad"), events.ClassPermanent},
+		{providers.Errorf(providers.ErrTransient, "get", "p", "id", "busy"), events.ClassTransient},
+		{errors.New("unclassified"), events.ClassTransient},
+		{context.Canceled, events.ClassTransient},
+		{fmt.Errorf("outer: %w", providers.Errorf(providers.ErrQuota, "create", "p", "", "pool full")), events.ClassQuota},
+	}
+	for _, c := range cases {
+		if got := ClassOf(c.err); got != c.want {
+			t.Errorf("ClassOf(%v) = %q, want %q", c.err, got, c.want)
 		}
 	}
 }

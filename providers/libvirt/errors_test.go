@@ -81,7 +81,7 @@ func TestClassify(t *testing.T) {
 	} {
 		got := p.classify(c.op, "hosts/h1/domains/x", c.err)
 		if !errors.Is(got, c.want) || !errors.Is(got, c.err) {
-			t.Errorf("classify(%s, %v) = %v, want class %s with the cause kept", c.op, c.err, got, providers.ClassName(c.want))
+			t.Errorf("classify(%s, %v) = %v, want class %q with the cause kept", c.op, c.err, got, c.want)
 		}
 	}
 	if p.classify(opGet, "x", nil) != nil {

@@ -126,7 +126,7 @@ func mustCreate(t *testing.T, p *Provider, req providers.CreateRequest) provider
 func wantClass(t *testing.T, what string, err, class error) {
 	t.Helper()
 	if !errors.Is(err, class) {
-		t.Errorf("%s = %v, want class %s", what, err, providers.ClassName(class))
+		t.Errorf("%s = %v, want class %q", what, err, class)
 	}
 }
 

@@ -93,7 +93,7 @@ func testConcurrentCreateDeleteSameName(e *env) {
 // Contention may make a call fail for now, but nothing about a race is permanent.
 func tolerateTransient(e *env, op string, err error) {
 	if !errors.Is(err, providers.ErrTransient) {
-		e.t.Errorf("concurrent %s failed with %s, want success or ErrTransient: %v", op, providers.ClassName(err), err)
+		e.t.Errorf("concurrent %s failed with class %q, want success or ErrTransient: %v", op, providers.ClassOf(err), err)
 	}
 }
 

@@ -70,7 +70,7 @@ func build(now time.Time, in decoded) *Fleet {
 			r.Address = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
 		}
 		if st.LastError != nil {
-			r.LastError = st.LastError.Class + ": " + st.LastError.Message
+			r.LastError = string(st.LastError.Class) + ": " + st.LastError.Message
 		}
 		if !st.CreatedAt.IsZero() {
 			r.CreatedAt = st.CreatedAt

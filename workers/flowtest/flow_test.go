@@ -106,7 +106,7 @@ func TestErrorClasses(t *testing.T) {
 		h.put("tr", `{"provider":"fake"}`)
 		h.waitFor("a visible transient error", 30*time.Second, func() (bool, string) {
 			st, _ := h.status("tr")
-			return st.LastError != nil && st.LastError.Class == "Transient" && strings.Contains(st.LastError.Message, "hypervisor busy"), fmt.Sprintf("%+v", st.LastError)
+			return st.LastError != nil && st.LastError.Class == events.ClassTransient && strings.Contains(st.LastError.Message, "hypervisor busy"), fmt.Sprintf("%+v", st.LastError)
 		})
 		fake.Fail("create", nil, 0)
 		st := h.waitPhase("tr", events.PhaseRunning)

@@ -228,7 +228,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 	case workers.NakDelay:
 		_ = m.NakWithDelay(s.Delay)
 	case workers.Term:
-		_ = m.TermWithReason(res.ErrorClass)
+		_ = m.TermWithReason(string(res.ErrorClass))
 	}
 }
 
@@ -252,7 +252,7 @@ func (p *Provisioner) runLocked(ctx context.Context, m jetstream.Msg, lock *kvst
 
 func (p *Provisioner) publishResult(ctx context.Context, res events.OpResult) error {
 	ev := events.Event{V: 1, ID: fmt.Sprintf("%s:%s:%d", res.Proxy, res.OpID, res.Attempt), Kind: events.KindOpResult,
-		Proxy: res.Proxy, At: res.At, Op: &res, Reason: res.ErrorClass}
+		Proxy: res.Proxy, At: res.At, Op: &res, Reason: string(res.ErrorClass)}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -271,9 +271,9 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // metricResult is the result label of an op: a delete that reads back NotFound succeeded.
-func metricResult(kind events.OpKind, class string) string {
-	if kind == events.OpDelete && class == "NotFound" {
+func metricResult(kind events.OpKind, class events.ErrorClass) string {
+	if kind == events.OpDelete && class == events.ClassNotFound {
 		return ""
 	}
-	return class
+	return string(class)
 }

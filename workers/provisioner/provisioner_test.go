@@ -101,7 +101,7 @@ func TestCreateDeliversTheSpec(t *testing.T) {
 	op := createOp(r, "p1", `{"provider":"fake","port":8080,"cloudInit":"#!/bin/sh\necho hi\n","auth":{"username":"u","password":"pw"}}`)
 	r.publish(op)
 	res := r.result()
-	if res.ErrorClass != "" || !res.Final || res.Instance == nil || res.Instance.State != "Running" || res.OpID != op.ID {
+	if res.ErrorClass != events.ClassNone || !res.Final || res.Instance == nil || res.Instance.State != "Running" || res.OpID != op.ID {
 		t.Fatalf("result %+v", res)
 	}
 	req, ok := r.fake.Request(op.InstanceName)
@@ -162,7 +162,7 @@ func TestOpLockSerialisesAProxy(t *testing.T) {
 	if err := lock.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if res := r.result(); res.ErrorClass != "" {
+	if res := r.result(); res.ErrorClass != events.ClassNone {
 		t.Fatalf("result %+v", res)
 	}
 }
@@ -177,7 +177,7 @@ func TestDeleteWithoutIDFindsTheInstance(t *testing.T) {
 	del := op
 	del.ID, del.Kind, del.InstanceID = "del-1", events.OpDelete, ""
 	r.publish(del)
-	if res := r.result(); res.ErrorClass != "NotFound" || res.Kind != events.OpDelete {
+	if res := r.result(); res.ErrorClass != events.ClassNotFound || res.Kind != events.OpDelete {
 		t.Fatalf("result %+v", res)
 	}
 	if list, _ := r.fake.List(context.Background()); len(list) != 0 {
@@ -192,11 +192,11 @@ func TestTransientErrorsAreRetried(t *testing.T) {
 	r.publish(createOp(r, "p1", `{"provider":"fake"}`))
 	for i := 1; i <= 2; i++ {
 		res := r.result()
-		if res.ErrorClass != "Transient" || res.Final || res.Attempt != i {
+		if res.ErrorClass != events.ClassTransient || res.Final || res.Attempt != i {
 			t.Fatalf("attempt %d: %+v", i, res)
 		}
 	}
-	if res := r.result(); res.ErrorClass != "" || !res.Final || res.Attempt != 3 {
+	if res := r.result(); res.ErrorClass != events.ClassNone || !res.Final || res.Attempt != 3 {
 		t.Fatalf("final: %+v", res)
 	}
 }
@@ -206,7 +206,7 @@ func TestPermanentErrorsAreFinal(t *testing.T) {
 	r := newRig(t)
 	r.fake.Fail("create", providers.ErrPermanent, 1)
 	r.publish(createOp(r, "p1", `{"provider":"fake"}`))
-	if res := r.result(); res.ErrorClass != "Permanent" || !res.Final {
+	if res := r.result(); res.ErrorClass != events.ClassPermanent || !res.Final {
 		t.Fatalf("result %+v", res)
 	}
 	select {

@@ -9,6 +9,7 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/workers"
 )
 
 // run carries out one op and describes the outcome; it never returns user-data or
@@ -39,7 +40,7 @@ func (p *Provisioner) run(ctx context.Context, op events.Op) events.OpResult {
 		if errors.As(err, &stale) {
 			res.ErrorClass = events.ClassStale
 		} else {
-			res.ErrorClass = providers.ClassName(err)
+			res.ErrorClass = workers.ClassOf(err)
 		}
 		res.Error = err.Error()
 	}

@@ -307,7 +307,7 @@ func (d *decider) waitForOp() bool {
 		d.wakeAt(deadline)
 		return true
 	}
-	d.st.LastError = &events.LastError{Class: "Transient", At: d.now,
+	d.st.LastError = &events.LastError{Class: events.ClassTransient, At: d.now,
 		Message: fmt.Sprintf("%s op %s got no result within %s; issuing a new one", d.st.Op.Kind, d.st.Op.ID, d.p.OpTimeout)}
 	d.st.Op = nil
 	return false
@@ -364,11 +364,11 @@ func (d *decider) fold(r *events.OpResult) {
 	}
 	st.Op = nil
 	class := r.ErrorClass
-	if class == "NotFound" && r.Kind == events.OpCreate {
-		class = "Transient" // the contract forbids it; never read it as "gone"
+	if class == events.ClassNotFound && r.Kind == events.OpCreate {
+		class = events.ClassTransient // the contract forbids it; never read it as "gone"
 	}
 	switch class {
-	case "":
+	case events.ClassNone:
 		st.LastError, st.Failures = nil, 0
 		if r.Kind == events.OpDelete && r.Instance != nil {
 			st.RetryAt = d.now.Add(d.p.DeletionPoll) // still going away; delete again then
@@ -379,7 +379,7 @@ func (d *decider) fold(r *events.OpResult) {
 			return
 		}
 		d.observe(r.Instance)
-	case "NotFound":
+	case events.ClassNotFound:
 		st.LastError, st.Failures = nil, 0
 		if r.Kind == events.OpGet && st.Teardown == "" {
 			st.Reason, st.Message = ReasonInstanceLost, "the instance disappeared; creating it again"
@@ -387,10 +387,10 @@ func (d *decider) fold(r *events.OpResult) {
 		d.gone()
 	case events.ClassStale:
 		// The spec moved on under the op; deciding again issues one for the current spec.
-	case "Quota":
+	case events.ClassQuota:
 		st.RetryAt = d.now.Add(d.p.QuotaRetry)
 		st.Reason, st.Message = ReasonQuota, r.Error
-	case "Permanent":
+	case events.ClassPermanent:
 		if r.Kind == events.OpDelete {
 			d.backoff(r.Error) // deletion is never latched
 			return

@@ -48,10 +48,10 @@ func withOp(st *events.ProxyStatus, kind events.OpKind, at time.Time) *events.Pr
 	return st
 }
 
-func result(kind events.OpKind, class string, inst *events.Instance) *events.OpResult {
+func result(kind events.OpKind, class events.ErrorClass, inst *events.Instance) *events.OpResult {
 	r := &events.OpResult{V: 1, OpID: "op1", Kind: kind, Proxy: "p1", Final: true, Instance: inst, ErrorClass: class, At: t0}
-	if class != "" {
-		r.Error = "backend said " + class
+	if class != events.ClassNone {
+		r.Error = "backend said " + string(class)
 	}
 	return r
 }
@@ -94,7 +94,7 @@ func TestDecide(t *testing.T) {
 			st := running(spec(t, base))
 			st.InstanceID, st.IP, st.Phase = "", "", events.PhaseProvisioning
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "", runningInst)
+			in.Result = result(events.OpCreate, events.ClassNone, runningInst)
 			return in
 		}, want{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
 			if d.Status.IP != "127.0.0.2" || d.Status.InstanceID != "local/x" || d.Status.Op != nil {
@@ -113,7 +113,7 @@ func TestDecide(t *testing.T) {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt = "", events.PhaseProvisioning, t0.Add(-time.Minute)
 			in := input(t, spec(t, base), withOp(st, events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Provisioning"})
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
 		}, want{phase: events.PhaseProvisioning, reason: ReasonWaitingForAddress, check: func(t *testing.T, d Decision) {
 			if !d.Wake.Equal(t0.Add(p.ProvisioningPoll)) {
@@ -144,7 +144,7 @@ func TestDecide(t *testing.T) {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
 			st.Teardown = ReasonSpecChanged
 			in := input(t, spec(t, `{"provider":"local","port":8080}`), st, t0)
-			in.Result = result(events.OpDelete, "NotFound", nil)
+			in.Result = result(events.OpDelete, events.ClassNotFound, nil)
 			return in
 		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
 			if d.Ops[0].InstanceName != providers.InstanceName("inst", "u1") || d.Status.Teardown != "" {
@@ -155,7 +155,7 @@ func TestDecide(t *testing.T) {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
 			st.Teardown = ReasonSpecChanged
 			in := input(t, spec(t, `{"provider":"local","port":8080}`), st, t0)
-			in.Result = result(events.OpDelete, "", &events.Instance{ID: "local/x", State: "Running", Address: "127.0.0.2"})
+			in.Result = result(events.OpDelete, events.ClassNone, &events.Instance{ID: "local/x", State: "Running", Address: "127.0.0.2"})
 			return in
 		}, want{phase: events.PhaseReplacing, check: func(t *testing.T, d Decision) {
 			if !d.Wake.Equal(t0.Add(p.DeletionPoll)) {
@@ -164,23 +164,23 @@ func TestDecide(t *testing.T) {
 		}}},
 		{"stopped instance is deleted and recreated", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Stopped"})
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Stopped"})
 			return in
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, reason: "InstanceStopped"}},
 		{"terminated instance is deleted and recreated", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Terminated"})
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Terminated"})
 			return in
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, reason: "InstanceTerminated"}},
 		{"vanished instance is created again", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "NotFound", nil)
+			in.Result = result(events.OpGet, events.ClassNotFound, nil)
 			return in
 		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: ReasonCreating}},
 		{"quota waits five minutes", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "Quota", nil)
+			in.Result = result(events.OpCreate, events.ClassQuota, nil)
 			return in
 		}, want{phase: events.PhaseWaiting, reason: ReasonQuota, check: func(t *testing.T, d Decision) {
 			if !d.Status.RetryAt.Equal(t0.Add(5*time.Minute)) || d.Status.LastError == nil {
@@ -195,20 +195,20 @@ func TestDecide(t *testing.T) {
 		{"transient failure backs off with the error visible", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0, Failures: 2}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "Transient", nil)
+			in.Result = result(events.OpCreate, events.ClassTransient, nil)
 			return in
 		}, want{phase: events.PhaseProvisioning, reason: ReasonTransient, check: func(t *testing.T, d Decision) {
 			if d.Status.Failures != 3 || !d.Status.RetryAt.Equal(t0.Add(4*p.BackoffBase)) {
 				t.Errorf("failures %d retryAt %v", d.Status.Failures, d.Status.RetryAt)
 			}
-			if d.Status.LastError == nil || d.Status.LastError.Class != "Transient" || !strings.Contains(d.Status.Message, "backend said") {
+			if d.Status.LastError == nil || d.Status.LastError.Class != events.ClassTransient || !strings.Contains(d.Status.Message, "backend said") {
 				t.Errorf("lastError %+v message %q", d.Status.LastError, d.Status.Message)
 			}
 		}}},
 		{"a retried op shows its error and keeps the op in flight", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "Transient", nil)
+			in.Result = result(events.OpCreate, events.ClassTransient, nil)
 			in.Result.Final, in.Result.Attempt = false, 2
 			return in
 		}, want{phase: events.PhaseProvisioning, check: func(t *testing.T, d Decision) {
@@ -219,7 +219,7 @@ func TestDecide(t *testing.T) {
 		{"permanent failure latches Failed", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0, SpecRevision: 7}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "Permanent", nil)
+			in.Result = result(events.OpCreate, events.ClassPermanent, nil)
 			return in
 		}, want{phase: events.PhaseFailed, reason: ReasonPermanent}},
 		{"Failed stays latched for the same revision", func(t *testing.T) Input {
@@ -261,7 +261,7 @@ func TestDecide(t *testing.T) {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
 			st.Teardown = ReasonProxyDeleted
 			in := input(t, nil, st, t0)
-			in.Result = result(events.OpDelete, "", nil)
+			in.Result = result(events.OpDelete, events.ClassNone, nil)
 			return in
 		}, want{removed: true, check: func(t *testing.T, d Decision) {
 			if len(d.Events) != 1 || d.Events[0].Kind != events.KindDeleted {
@@ -279,7 +279,7 @@ func TestDecide(t *testing.T) {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
 			st.Teardown = ReasonProxyDeleted
 			in := input(t, nil, st, t0)
-			in.Result = result(events.OpDelete, "Permanent", nil)
+			in.Result = result(events.OpDelete, events.ClassPermanent, nil)
 			return in
 		}, want{phase: events.PhaseDeleting, reason: ReasonTransient}},
 		{"invalid spec: Invalid naming the problem, nothing done", func(t *testing.T) Input {
@@ -338,7 +338,7 @@ func TestDecide(t *testing.T) {
 		}}},
 		{"a result for another op is ignored", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "NotFound", nil)
+			in.Result = result(events.OpGet, events.ClassNotFound, nil)
 			in.Result.OpID = "other"
 			return in
 		}, want{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
@@ -354,7 +354,7 @@ func TestDecide(t *testing.T) {
 		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
 		{"one read without an address keeps the address", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Provisioning"})
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
 		}, want{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
 			if d.Status.IP == "" || d.Status.AddrMisses != 1 {
@@ -365,7 +365,7 @@ func TestDecide(t *testing.T) {
 			st := withOp(running(spec(t, base)), events.OpGet, t0)
 			st.AddrMisses = p.AddrMissLimit - 1
 			in := input(t, spec(t, base), st, t0)
-			in.Result = result(events.OpGet, "", &events.Instance{ID: "local/x", State: "Provisioning"})
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
 		}, want{phase: events.PhaseProvisioning, reason: ReasonAddressLost, check: func(t *testing.T, d Decision) {
 			if d.Status.IP != "" || !d.Status.ProvisionAt.Equal(t0) {
@@ -494,7 +494,7 @@ func TestDecideIsStableWhenNothingChanges(t *testing.T) {
 func TestDecideDoesNotMutateInput(t *testing.T) {
 	st := withOp(running(spec(t, `{"provider":"local"}`)), events.OpGet, t0)
 	in := input(t, spec(t, `{"provider":"local"}`), st, t0)
-	in.Result = result(events.OpGet, "NotFound", nil)
+	in.Result = result(events.OpGet, events.ClassNotFound, nil)
 	before := *st
 	before.Op = &events.OpRef{}
 	*before.Op = *st.Op
@@ -538,7 +538,7 @@ func TestAddressPoll(t *testing.T) {
 	getResult := func(waited time.Duration) func(t *testing.T) Input {
 		return func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(waiting(t, waited), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", noAddr)
+			in.Result = result(events.OpGet, events.ClassNone, noAddr)
 			return in
 		}
 	}
@@ -552,7 +552,7 @@ func TestAddressPoll(t *testing.T) {
 		{"a create that reports no address is read after 1s", nil, func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, Mode: "managed", UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0.Add(-500 * time.Millisecond)}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
-			in.Result = result(events.OpCreate, "", noAddr)
+			in.Result = result(events.OpCreate, events.ClassNone, noAddr)
 			return in
 		}, time.Second, ""},
 		{"after 3s: still 1s", nil, getResult(3 * time.Second), time.Second, ""},
@@ -563,26 +563,26 @@ func TestAddressPoll(t *testing.T) {
 		{"after 10 minutes: still 10s", nil, getResult(10 * time.Minute), 10 * time.Second, ""},
 		{"the address appearing starts the drift poll", nil, func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(waiting(t, 16*time.Second), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", runningInst)
+			in.Result = result(events.OpGet, events.ClassNone, runningInst)
 			return in
 		}, 2 * time.Minute, "127.0.0.2"},
 		{"a new create starts from 1s again", nil, func(t *testing.T) Input {
 			st := waiting(t, 5*time.Minute)
 			st.Teardown = ReasonSpecChanged
 			in := input(t, spec(t, base), withOp(st, events.OpDelete, t0), t0)
-			in.Result = result(events.OpDelete, "NotFound", nil)
+			in.Result = result(events.OpDelete, events.ClassNotFound, nil)
 			return in
 		}, p.OpTimeout, ""}, // the create is in flight; its result is the first case
 		{"one miss of a known address keeps the 10s poll (hysteresis)", nil, func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
-			in.Result = result(events.OpGet, "", noAddr)
+			in.Result = result(events.OpGet, events.ClassNone, noAddr)
 			return in
 		}, 10 * time.Second, "127.0.0.2"},
 		{"a lost address is waited for like a new one", nil, func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpGet, t0)
 			st.AddrMisses = p.AddrMissLimit - 1
 			in := input(t, spec(t, base), st, t0)
-			in.Result = result(events.OpGet, "", noAddr)
+			in.Result = result(events.OpGet, events.ClassNone, noAddr)
 			return in
 		}, time.Second, ""},
 		{"no first poll set: the fixed provisioning poll", func(p Policy) Policy { p.FirstAddrPoll = 0; return p }, getResult(0), 10 * time.Second, ""},
@@ -639,7 +639,7 @@ func TestAddressIsReadWithinAQuarterOfItsWait(t *testing.T) {
 					inst = runningInst
 				}
 				in := input(t, sp, st, now)
-				in.Result = result(kind, "", inst)
+				in.Result = result(kind, events.ClassNone, inst)
 				d := Decide(p, in)
 				if d.Status.IP != "" {
 					late := now.Sub(t0) - appears

@@ -116,7 +116,7 @@ func (r *rig) seedFleet(t *testing.T) {
 			Message: `provider "nosuch" is not configured (known: kvm-home, local)`, CreatedAt: ago(5 * time.Minute)},
 		"broken-1": {Phase: events.PhaseFailed, Mode: "managed", Provider: "kvm-home", Host: "hv2", Reason: "PermanentError",
 			Message:   "create failed: kvm-home create: permanent error: storage pool default is full",
-			LastError: &events.LastError{Class: "Permanent", Message: "storage pool default is full", At: ago(3 * time.Minute)},
+			LastError: &events.LastError{Class: events.ClassPermanent, Message: "storage pool default is full", At: ago(3 * time.Minute)},
 			CreatedAt: ago(20 * time.Minute)},
 	}
 	for name, st := range statuses {

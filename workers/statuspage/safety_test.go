@@ -36,7 +36,7 @@ func TestHostileTextIsInert(t *testing.T) {
 	r := newRig(t)
 	r.put(t, r.store.Proxies, "evil", []byte(`{"provider":"local","attributes":{"note":"`+strings.ReplaceAll(hostile, `"`, `\"`)+`"}}`))
 	r.put(t, r.store.Status, "evil", events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Reason: hostile, Message: hostile,
-		LastError: &events.LastError{Class: "Permanent", Message: hostile}, CreatedAt: r.now})
+		LastError: &events.LastError{Class: events.ClassPermanent, Message: hostile}, CreatedAt: r.now})
 	r.put(t, r.store.Providers, "local.local", events.TargetHealth{V: 1, Provider: "local", Target: "local", Reason: hostile,
 		Message: hostile, CheckedAt: r.now})
 	r.publish(t, events.Event{Kind: events.KindPhase, Proxy: "evil", At: r.now, From: events.PhasePending,
