@@ -69,8 +69,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 	// Provisioner: publishes its catalog (its half of today's Setup; admin declared the
 	// stream and host consumers), then pulls ops, checks targets and collects orphans.
 	_, ps := role("provisioner-local")
-	if _, err := kvstore.PutJSON(ctx, ps.Catalog, "local", provisioner.CatalogRecord{V: 1, Provider: "local",
-		Catalog: fake.Catalog(), UpdatedAt: time.Now().UTC()}); err != nil {
+	if _, err := kvstore.PutJSON(ctx, ps.Catalog, "local", provisioner.CatalogRecord("local", fake.Catalog(), time.Now().UTC())); err != nil {
 		t.Fatalf("provisioner-local publishes its catalog: %v", err)
 	}
 	// An orphan: this installation's instance that no proxy owns. The GC must delete it.

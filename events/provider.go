@@ -5,6 +5,33 @@ import "time"
 // BucketProviderHealth holds one TargetHealth per provider target, key <provider>.<target>.
 const BucketProviderHealth = "provider_health"
 
+// CatalogRecord is the value of a provider's key in provider_catalog: what the provider
+// offers, as its provisioners published it (never secrets). The reconciler places proxies on
+// its hosts; a provider without a record is unknown.
+type CatalogRecord struct {
+	V            int                    `json:"v"`
+	Provider     string                 `json:"provider"`
+	Type         string                 `json:"type"`
+	Hosts        []CatalogHost          `json:"hosts"`
+	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
+	Images       []string               `json:"images,omitempty"`
+	Limits       map[string]int         `json:"limits,omitempty"`
+	UpdatedAt    time.Time              `json:"updatedAt"`
+}
+
+// CatalogHost is one concurrency domain of a provider (a hypervisor, a node, a zone) and
+// the ops it takes at once.
+type CatalogHost struct {
+	Name             string `json:"name"`
+	MaxConcurrentOps int    `json:"maxConcurrentOps"`
+}
+
+// MachineType is a size a provider offers.
+type MachineType struct {
+	VCPUs     int `json:"vcpus"`
+	MemoryMiB int `json:"memoryMiB"`
+}
+
 // TargetHealth is the latest check of one provider target (a host, an API endpoint).
 type TargetHealth struct {
 	V                  int               `json:"v"`

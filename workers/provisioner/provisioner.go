@@ -94,12 +94,19 @@ func New(cfg Config) (*Provisioner, error) {
 	return &Provisioner{cfg: cfg}, nil
 }
 
-// CatalogRecord is the value of a provider's key in provider_catalog.
-type CatalogRecord struct {
-	V        int    `json:"v"`
-	Provider string `json:"provider"`
-	providers.Catalog
-	UpdatedAt time.Time `json:"updatedAt"`
+// CatalogRecord is provider's catalog as provider_catalog holds it.
+func CatalogRecord(provider string, c providers.Catalog, at time.Time) events.CatalogRecord {
+	rec := events.CatalogRecord{V: 1, Provider: provider, Type: c.Type, Images: c.Images, Limits: c.Limits, UpdatedAt: at}
+	for _, h := range c.Hosts {
+		rec.Hosts = append(rec.Hosts, events.CatalogHost{Name: h.Name, MaxConcurrentOps: h.MaxConcurrentOps})
+	}
+	for name, m := range c.MachineTypes {
+		if rec.MachineTypes == nil {
+			rec.MachineTypes = map[string]events.MachineType{}
+		}
+		rec.MachineTypes[name] = events.MachineType{VCPUs: m.VCPUs, MemoryMiB: m.MemoryMiB}
+	}
+	return rec
 }
 
 // Setup declares the provider's stream and host consumers, then publishes its catalog: what
@@ -123,7 +130,7 @@ func HostConfigs(c providers.Catalog) []kvstore.HostConfig {
 
 // PublishCatalog writes the provider's catalog (never secrets) to provider_catalog.
 func (p *Provisioner) PublishCatalog(ctx context.Context) error {
-	rec := CatalogRecord{V: 1, Provider: p.cfg.Provider, Catalog: p.cfg.Catalog, UpdatedAt: time.Now().UTC()}
+	rec := CatalogRecord(p.cfg.Provider, p.cfg.Catalog, time.Now().UTC())
 	if _, err := kvstore.PutJSON(ctx, p.cfg.Store.Catalog, p.cfg.Provider, rec); err != nil {
 		return fmt.Errorf("publish catalog of %s: %w", p.cfg.Provider, err)
 	}

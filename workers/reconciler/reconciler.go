@@ -481,11 +481,7 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(l.catalog, e.Key())
 	} else {
-		var rec struct {
-			Hosts []struct {
-				Name string `json:"name"`
-			} `json:"hosts"`
-		}
+		var rec events.CatalogRecord
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			l.log.Warn("unreadable catalog", "provider", e.Key(), "err", err)
 			return nil
