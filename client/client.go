@@ -79,7 +79,7 @@ func (c *Client) Release(ctx context.Context, id string) (bool, error) {
 }
 
 // Result is how a leased proxy did.
-type Result string
+type Result = events.ReportResult
 
 // Report results.
 const (
@@ -102,7 +102,7 @@ func AndRelease() ReportOption { return func(r *events.ReportRequest) { r.Releas
 
 // Report tells the service how the proxy of lease id did. target is required for Blocked.
 func (c *Client) Report(ctx context.Context, id string, result Result, target string, opts ...ReportOption) (events.ReportReply, error) {
-	req := events.ReportRequest{ID: id, Result: string(result), Target: target}
+	req := events.ReportRequest{ID: id, Result: result, Target: target}
 	for _, o := range opts {
 		o(&req)
 	}
@@ -136,7 +136,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) error 
 			return &Error{Code: er.Error.Code, Message: er.Error.Message, Field: er.Error.Field, Availability: er.Error.Availability}
 		}
 		n, _ := strconv.Atoi(code)
-		return &Error{Code: n, Message: m.Header.Get(errorHeader)}
+		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}
 	}
 	if err := json.Unmarshal(m.Data, resp); err != nil {
 		return fmt.Errorf("%s: decode reply: %w", subject, err)

@@ -19,7 +19,7 @@ var (
 	ErrExpired    = errors.New("lease expired: renewals failed") // local: the service was unreachable for a whole TTL
 )
 
-var byCode = map[int]error{
+var byCode = map[events.ErrorCode]error{
 	events.CodeBadRequest:  ErrBadRequest,
 	events.CodeNotFound:    ErrNotFound,
 	events.CodeConflict:    ErrLost,
@@ -29,13 +29,15 @@ var byCode = map[int]error{
 
 // Error is an error answer of the lease service.
 type Error struct {
-	Code         int                  // an events.Code* value
+	Code         events.ErrorCode
 	Message      string               // names the problem; never carries credentials
 	Field        string               // the request field at fault, if one is
 	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
 }
 
-func (e *Error) Error() string { return "lease service: " + strconv.Itoa(e.Code) + ": " + e.Message }
+func (e *Error) Error() string {
+	return "lease service: " + strconv.Itoa(int(e.Code)) + ": " + e.Message
+}
 
 // Is matches the sentinel of e's code.
 func (e *Error) Is(target error) bool { return byCode[e.Code] == target && target != nil }

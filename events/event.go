@@ -2,22 +2,25 @@ package events
 
 import "time"
 
-// Event kinds, the second token of egress.events.<kind>.<proxy>.
+// EventKind is what an event is about, the second token of egress.events.<kind>.<proxy>.
+type EventKind string
+
+// Event kinds.
 const (
-	KindPhase    = "phase"    // a proxy changed phase
-	KindOpResult = "op"       // a provisioner finished (or retried) an op
-	KindDeleted  = "deleted"  // a proxy and its instance are gone
-	KindHealth   = "health"   // a proxy turned healthy or unhealthy
-	KindLease    = "lease"    // a lease was granted, renewed, released or expired
-	KindReport   = "report"   // a crawler reported a proxy blocked, failed or ok
-	KindGC       = "gc"       // the orphan collector deleted something
-	KindProvider = "provider" // a provider target turned ready or not ready
-	KindProgress = "progress" // a long provider task moved on (image download, upload)
-	KindProber   = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
+	KindPhase    EventKind = "phase"    // a proxy changed phase
+	KindOpResult EventKind = "op"       // a provisioner finished (or retried) an op
+	KindDeleted  EventKind = "deleted"  // a proxy and its instance are gone
+	KindHealth   EventKind = "health"   // a proxy turned healthy or unhealthy
+	KindLease    EventKind = "lease"    // a lease was granted, renewed, released or expired
+	KindReport   EventKind = "report"   // a crawler reported a proxy blocked, failed or ok
+	KindGC       EventKind = "gc"       // the orphan collector deleted something
+	KindProvider EventKind = "provider" // a provider target turned ready or not ready
+	KindProgress EventKind = "progress" // a long provider task moved on (image download, upload)
+	KindProber   EventKind = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
 )
 
 // Kinds is every event kind, in the order the constants list them.
-var Kinds = []string{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
+var Kinds = []EventKind{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
 	KindProgress, KindProber}
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
@@ -25,12 +28,12 @@ var Kinds = []string{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease
 type Event struct {
 	V       int           `json:"v"`
 	ID      string        `json:"id"`
-	Kind    string        `json:"kind"`
+	Kind    EventKind     `json:"kind"`
 	Proxy   string        `json:"proxy"`
 	At      time.Time     `json:"at"`
 	Phase   Phase         `json:"phase,omitempty"`
 	From    Phase         `json:"from,omitempty"`
-	Reason  string        `json:"reason,omitempty"`
+	Reason  Reason        `json:"reason,omitempty"`
 	Message string        `json:"message,omitempty"`
 	Op      *OpResult     `json:"op,omitempty"`
 	Health  *ProxyHealth  `json:"health,omitempty"`
@@ -40,11 +43,22 @@ type Event struct {
 	Prober  *ProberLag    `json:"prober,omitempty"`
 }
 
-// LeaseEvent describes a lease event (Reason: granted, renewed, released, expired, reported).
+// Reasons of lease events. A report event's reason is its ReportResult.
+const (
+	ReasonGranted  Reason = "granted"
+	ReasonRenewed  Reason = "renewed"
+	ReasonReleased Reason = "released"
+	ReasonExpired  Reason = "expired"
+)
+
+// ReasonOrphanDeleted is the reason of a gc event.
+const ReasonOrphanDeleted Reason = "OrphanDeleted"
+
+// LeaseEvent describes a lease event.
 type LeaseEvent struct {
-	ID     string    `json:"id"`
-	Holder string    `json:"holder,omitempty"`
-	Target string    `json:"target,omitempty"`
-	Result string    `json:"result,omitempty"` // report result
-	Until  time.Time `json:"until,omitzero"`   // expiry or cooldown end
+	ID     string       `json:"id"`
+	Holder string       `json:"holder,omitempty"`
+	Target string       `json:"target,omitempty"`
+	Result ReportResult `json:"result,omitempty"` // report result
+	Until  time.Time    `json:"until,omitzero"`   // expiry or cooldown end
 }

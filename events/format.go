@@ -13,7 +13,7 @@ func (ev Event) Summary() string {
 	case ev.Kind == KindPhase:
 		what = fmt.Sprintf("%s → %s", orDash(string(ev.From)), ev.Phase)
 		if ev.Reason != "" {
-			what += " (" + ev.Reason + ")"
+			what += " (" + string(ev.Reason) + ")"
 		}
 	case ev.Op != nil:
 		r := ev.Op
@@ -52,7 +52,7 @@ func (ev Event) Summary() string {
 		what = fmt.Sprintf("prober %s %s: oldest waiting probe %.1fs late, %d of %d proxies waiting, concurrency %d",
 			p.Worker, ev.Reason, p.LagSeconds, p.Backlog, p.Owned, p.Concurrency)
 	default:
-		what = ev.Reason
+		what = string(ev.Reason)
 	}
 	// A gc event's message repeats its instance; every other message adds the why.
 	if ev.Message != "" && ev.Kind != KindGC {

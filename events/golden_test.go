@@ -125,12 +125,12 @@ func TestKindsListsEveryKind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	declared := regexp.MustCompile(`(?m)^\s+Kind\w+\s+= "(\w+)"`).FindAllStringSubmatch(string(src), -1)
+	declared := regexp.MustCompile(`(?m)^\s+Kind\w+\s+EventKind = "(\w+)"`).FindAllStringSubmatch(string(src), -1)
 	if len(declared) == 0 || len(declared) != len(Kinds) {
 		t.Fatalf("%d kinds declared, Kinds has %d: %v", len(declared), len(Kinds), Kinds)
 	}
 	for _, d := range declared {
-		if !slices.Contains(Kinds, d[1]) {
+		if !slices.Contains(Kinds, EventKind(d[1])) {
 			t.Errorf("kind %q is not in Kinds", d[1])
 		}
 	}

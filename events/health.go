@@ -35,7 +35,7 @@ type ProbeRequest struct {
 	Host     string    `json:"host"`
 	Address  string    `json:"address"` // the proxy's IP or host name
 	Port     int       `json:"port"`
-	Reason   string    `json:"reason,omitempty"` // "report"
+	Reason   Reason    `json:"reason,omitempty"` // ReasonReport
 	At       time.Time `json:"at"`
 }
 
@@ -71,7 +71,7 @@ func (h ProxyHealth) Judged() bool {
 // ReasonProbeOverdue is the reason a reader of the fleet (status, page, metrics) gives a
 // proxy that has an address but whose last probe there is older than ProbeOverdueAfter: no
 // prober is keeping up with it, so its health says nothing current.
-const ReasonProbeOverdue = "ProbeOverdue"
+const ReasonProbeOverdue Reason = "ProbeOverdue"
 
 // ProbeOverdueAfter is how old a proxy's last probe at its current address (or, before its
 // first, the time the address appeared) may be before it is overdue: two intervals, so one
@@ -109,6 +109,16 @@ type ProberLag struct {
 
 // Reasons of prober events.
 const (
-	ReasonProberBehind   = "ProberBehind"
-	ReasonProberCaughtUp = "ProberCaughtUp"
+	ReasonProberBehind   Reason = "ProberBehind"
+	ReasonProberCaughtUp Reason = "ProberCaughtUp"
 )
+
+// Reasons of health events: the probers' verdict on a proxy turned.
+const (
+	ReasonHealthy   Reason = "Healthy"
+	ReasonUnhealthy Reason = "Unhealthy"
+)
+
+// ReasonReport is the reason of a ProbeRequest the leaser sends when a crawler reports a
+// proxy failed.
+const ReasonReport Reason = "report"

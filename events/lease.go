@@ -31,12 +31,12 @@ type Lease struct {
 
 // Cooldown is the value of <proxy> (global) or <proxy>.<b64url(target)> in proxy_cooldowns.
 type Cooldown struct {
-	V      int       `json:"v"`
-	Proxy  string    `json:"proxy"`
-	Target string    `json:"target,omitempty"` // empty: every target
-	Result string    `json:"result"`           // blocked or failed
-	Holder string    `json:"holder,omitempty"`
-	Until  time.Time `json:"until"`
+	V      int          `json:"v"`
+	Proxy  string       `json:"proxy"`
+	Target string       `json:"target,omitempty"` // empty: every target
+	Result ReportResult `json:"result"`           // blocked or failed
+	Holder string       `json:"holder,omitempty"`
+	Until  time.Time    `json:"until"`
 }
 
 // AcquireRequest asks for a lease on a Ready proxy matching Selector.
@@ -82,21 +82,24 @@ type ReleaseReply struct {
 	Released bool `json:"released"`
 }
 
+// ReportResult is how a leased proxy did, as a crawler reports it.
+type ReportResult string
+
 // Report results.
 const (
-	ReportOK      = "ok"
-	ReportBlocked = "blocked"
-	ReportFailed  = "failed"
+	ReportOK      ReportResult = "ok"
+	ReportBlocked ReportResult = "blocked"
+	ReportFailed  ReportResult = "failed"
 )
 
 // ReportRequest tells how a leased proxy did: blocked cools it down for Target, failed for
 // every target (and asks for a probe now).
 type ReportRequest struct {
-	ID              string `json:"id"`
-	Result          string `json:"result"`
-	Target          string `json:"target,omitempty"`
-	CooldownSeconds int    `json:"cooldownSeconds,omitempty"`
-	Release         bool   `json:"release,omitempty"`
+	ID              string       `json:"id"`
+	Result          ReportResult `json:"result"`
+	Target          string       `json:"target,omitempty"`
+	CooldownSeconds int          `json:"cooldownSeconds,omitempty"`
+	Release         bool         `json:"release,omitempty"`
 }
 
 // ReportReply answers report.
@@ -105,13 +108,17 @@ type ReportReply struct {
 	Released      bool      `json:"released,omitempty"`
 }
 
-// Lease service error codes, in the Nats-Service-Error-Code header and in ErrorReply.
+// ErrorCode is a lease service error code, in the Nats-Service-Error-Code header and in
+// ErrorReply.
+type ErrorCode int
+
+// Lease service error codes.
 const (
-	CodeBadRequest  = 400
-	CodeNotFound    = 404 // unknown lease
-	CodeConflict    = 409 // the lease expired and its slot belongs to someone else now
-	CodeUnavailable = 503 // no proxy available; Availability says why
-	CodeInternal    = 500
+	CodeBadRequest  ErrorCode = 400
+	CodeNotFound    ErrorCode = 404 // unknown lease
+	CodeConflict    ErrorCode = 409 // the lease expired and its slot belongs to someone else now
+	CodeUnavailable ErrorCode = 503 // no proxy available; Availability says why
+	CodeInternal    ErrorCode = 500
 )
 
 // ErrorReply is the body of every lease service error.
@@ -121,7 +128,7 @@ type ErrorReply struct {
 
 // ErrorDetail names the problem; Field names the request field at fault, if one is.
 type ErrorDetail struct {
-	Code         int           `json:"code"`
+	Code         ErrorCode     `json:"code"`
 	Message      string        `json:"message"`
 	Field        string        `json:"field,omitempty"`
 	Availability *Availability `json:"availability,omitempty"`

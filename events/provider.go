@@ -49,6 +49,15 @@ type TargetHealth struct {
 	Checker            string            `json:"checker"`
 }
 
+// GCKind is what the orphan collector deleted.
+type GCKind string
+
+// GC kinds.
+const (
+	GCInstance GCKind = "instance" // an instance no proxy owns
+	GCLeftover GCKind = "leftover" // a resource of the provider's without an instance
+)
+
 // GCDeletion describes an orphan the collector deleted (an event of kind gc).
 type GCDeletion struct {
 	Provider  string    `json:"provider"`
@@ -56,6 +65,6 @@ type GCDeletion struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name,omitempty"`
 	UID       string    `json:"uid,omitempty"`
-	Kind      string    `json:"kind"` // instance, or the provider's name for a leftover resource
+	Kind      GCKind    `json:"kind"`
 	CreatedAt time.Time `json:"createdAt,omitzero"`
 }

@@ -19,9 +19,36 @@ const (
 	PhaseFailed       Phase = "Failed"
 )
 
-// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates
-// the mode, and readers of the fleet show a reason that explains more (ProbeOverdue) over it.
-const ReasonExternalEndpoint = "ExternalEndpoint"
+// Reason says why a proxy is where it is (ProxyStatus.Reason and Teardown) or why an event
+// happened (Event.Reason). Every reason egressd writes is one of the constants of this
+// package; Event.Reason of op, progress and report events carries the op's error class, the
+// provider's progress phase and the report result, converted.
+type Reason string
+
+// Reasons the reconciler records in proxy_status.
+const (
+	ReasonInvalidSpec       Reason = "InvalidSpec"
+	ReasonUnknownProvider   Reason = "UnknownProvider"
+	ReasonInvalidPlacement  Reason = "InvalidPlacement"
+	ReasonCloudInitNotFound Reason = "CloudInitNotFound"
+	ReasonQuota             Reason = "QuotaExceeded"
+	ReasonTransient         Reason = "TransientError"
+	ReasonPermanent         Reason = "PermanentError"
+	ReasonDeadline          Reason = "ProvisioningDeadline"
+	ReasonSpecChanged       Reason = "SpecChanged"
+	ReasonProviderChanged   Reason = "ProviderChanged"
+	ReasonModeChanged       Reason = "ModeChanged"
+	ReasonInstanceLost      Reason = "InstanceLost"
+	ReasonAddressLost       Reason = "AddressLost"
+	ReasonProxyDeleted      Reason = "ProxyDeleted"
+	ReasonCreating          Reason = "Creating"
+	ReasonWaitingForAddress Reason = "WaitingForAddress"
+	ReasonOpTimeout         Reason = "OpTimeout"
+	ReasonProbeFailing      Reason = "ProbeFailing"
+	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates
+	// the mode, and readers of the fleet show a reason that explains more (ProbeOverdue) over it.
+	ReasonExternalEndpoint Reason = "ExternalEndpoint"
+)
 
 // ProxyStatus is what the reconciler (its only writer) records for a proxy in proxy_status.
 type ProxyStatus struct {
@@ -38,10 +65,10 @@ type ProxyStatus struct {
 	SpecHash     string     `json:"specHash,omitempty"`     // hash of the instance that exists
 	AuthHash     string     `json:"authHash,omitempty"`     // salted hash of the auth last delivered
 	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
-	Teardown     string     `json:"teardown,omitempty"`     // why the current instance must go
+	Teardown     Reason     `json:"teardown,omitempty"`     // why the current instance must go
 	Op           *OpRef     `json:"op,omitempty"`
 	LastError    *LastError `json:"lastError,omitempty"`
-	Reason       string     `json:"reason,omitempty"`
+	Reason       Reason     `json:"reason,omitempty"`
 	Message      string     `json:"message,omitempty"`
 	Failures     int        `json:"failures,omitempty"`  // consecutive transient failures
 	Deadlines    int        `json:"deadlines,omitempty"` // provisioning deadlines missed

@@ -44,10 +44,12 @@ func HostConsumer(host string) string { return "host_" + host }
 func OpLockKey(proxy string) string { return "op." + proxy }
 
 // EventSubject is where an event of kind about proxy is published.
-func EventSubject(kind, proxy string) string { return eventsPrefix + kind + "." + proxy }
+func EventSubject(kind EventKind, proxy string) string {
+	return eventsPrefix + string(kind) + "." + proxy
+}
 
 // OpResultSubjects is the filter the reconciler folds op results from.
-const OpResultSubjects = eventsPrefix + KindOpResult + ".>"
+const OpResultSubjects = eventsPrefix + string(KindOpResult) + ".>"
 
 // GCLockKey is held by the one provisioner that sweeps a host for orphans this round.
 func GCLockKey(provider, host string) string { return "gc." + provider + "." + host }

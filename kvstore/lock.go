@@ -7,16 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// LockRecord is the value of a lock key.
-type LockRecord struct {
-	V        int       `json:"v"`
-	Holder   string    `json:"holder"`
-	Purpose  string    `json:"purpose,omitempty"`
-	Acquired time.Time `json:"acquired"`
-}
 
 // Lock is a held TTL lock in a History-1 bucket with limit markers. Its revision is the fencing
 // token: it changes on every renewal, and a renewal fails once someone else holds the key.
@@ -34,7 +27,7 @@ var ErrLockHeld = errors.New("kvstore: lock held by another holder")
 
 // AcquireLock creates key with a per-key TTL. ErrLockHeld if it exists.
 func AcquireLock(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key, holder, purpose string, ttl time.Duration) (*Lock, error) {
-	rec, err := json.Marshal(LockRecord{V: 1, Holder: holder, Purpose: purpose, Acquired: time.Now().UTC()})
+	rec, err := json.Marshal(events.LockRecord{V: 1, Holder: holder, Purpose: purpose, Acquired: time.Now().UTC()})
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,14 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 }
 
-var eventKinds = events.Kinds
+// eventKinds are the names --kind accepts.
+var eventKinds = func() []string {
+	var out []string
+	for _, k := range events.Kinds {
+		out = append(out, string(k))
+	}
+	return out
+}()
 
 func eventFilters(kinds, proxy string) []string {
 	tok := "*"
@@ -98,7 +105,7 @@ func eventFilters(kinds, proxy string) []string {
 	}
 	var out []string
 	for _, k := range splitList(kinds) {
-		out = append(out, events.EventSubject(k, tok))
+		out = append(out, events.EventSubject(events.EventKind(k), tok))
 	}
 	if len(out) == 0 {
 		out = []string{events.EventSubject("*", tok)}

@@ -99,7 +99,7 @@ func (h *providerHooks) progress(p progress) {
 		return
 	}
 	msg := fmt.Sprintf("%s of image %s on %s: %s", p.Phase, p.Image, p.Host, bytesOf(p.Done, p.Total))
-	ev := events.Event{V: 1, Kind: events.KindProgress, Proxy: p.Provider, At: time.Now().UTC(), Reason: p.Phase, Message: msg}
+	ev := events.Event{V: 1, Kind: events.KindProgress, Proxy: p.Provider, At: time.Now().UTC(), Reason: events.Reason(p.Phase), Message: msg}
 	ev.ID = fmt.Sprintf("progress:%s:%s:%s:%d", p.Provider, p.Host, p.Image, ev.At.UnixNano())
 	b, _ := json.Marshal(ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -165,7 +165,7 @@ func printTable(w io.Writer, rows []fleet.Row) {
 			max = strconv.Itoa(*r.MaxLeases)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
-			healthy, r.Leases, max, dash(r.Reason), r.Age)
+			healthy, r.Leases, max, dash(string(r.Reason)), r.Age)
 	}
 	tw.Flush()
 	for _, r := range rows {

@@ -14,7 +14,6 @@ import (
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/workers/fleet"
 	"github.com/egressd/egressd/workers/fleet/fleettest"
-	"github.com/egressd/egressd/workers/reconciler"
 	"github.com/nats-io/nats.go"
 )
 
@@ -151,7 +150,7 @@ func TestOverdueReplacesTheReconcilersExternalReason(t *testing.T) {
 	now := time.Now()
 	fleettest.Put(t, store.Proxies, "ext-2", []byte(`{"mode":"external","endpoint":{"host":"127.0.0.51"}}`))
 	fleettest.Put(t, store.Status, "ext-2", events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "external", IP: "127.0.0.51", Port: 3128,
-		Reason: reconciler.ReasonExternal, AddressAt: now.Add(-time.Hour)})
+		Reason: events.ReasonExternalEndpoint, AddressAt: now.Add(-time.Hour)})
 	_, out, _ := runStatus(t, "--nats-url", url, "-o", "json", "--provider", "external")
 	var rows []fleet.Row
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {

@@ -41,7 +41,7 @@ type Row struct {
 	ProbeOverdue bool              `json:"probeOverdue"`
 	Leases       int               `json:"leases"`    // slots held now
 	MaxLeases    *int              `json:"maxLeases"` // null when the spec is missing, invalid or not readable
-	Reason       string            `json:"reason,omitempty"`
+	Reason       events.Reason     `json:"reason,omitempty"`
 	Message      string            `json:"message,omitempty"`
 	LastError    string            `json:"lastError,omitempty"` // class: message of the last provider error
 	Attributes   map[string]string `json:"attributes,omitempty"`

@@ -24,11 +24,11 @@ func TestJudge(t *testing.T) {
 		address  string
 		h        *events.ProxyHealth
 		interval time.Duration
-		reason   string // recorded by the reconciler
+		reason   events.Reason // recorded by the reconciler
 
 		healthy    Health
 		overdue    bool
-		wantReason string
+		wantReason events.Reason
 	}{
 		{name: "fresh verdict at the current address", st: status(events.PhaseReady, ago(time.Hour)), address: addr,
 			h: healthy(addr, ago(10*time.Second)), interval: interval, healthy: HealthTrue},

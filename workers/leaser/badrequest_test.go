@@ -39,7 +39,7 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 
 	cases := []struct {
 		name, subject, body string
-		code                int
+		code                events.ErrorCode
 		field, says         string
 	}{
 		{"acquire: bad JSON", events.LeaseAcquireSubject, `{"target":`, 400, "(document)", "JSON"},

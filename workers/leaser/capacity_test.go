@@ -124,13 +124,13 @@ func TestLeaseCapacityIsExactAcrossReplicas(t *testing.T) {
 
 	// Each expiry is one event in the stream, though every replica published it.
 	eventually(t, 5*time.Second, "30 expired events in EGRESS_EVENTS", func() bool {
-		return countStored(t, r, "expired") == granted
+		return countStored(t, r, events.ReasonExpired) == granted
 	})
 }
 
 // countStored counts the lease events with reason in EGRESS_EVENTS (not the core NATS copies,
 // which the stream's duplicate window does not thin out).
-func countStored(t *testing.T, r *rig, reason string) int {
+func countStored(t *testing.T, r *rig, reason events.Reason) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

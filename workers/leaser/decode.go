@@ -147,7 +147,7 @@ func (l *Leaser) decodeReport(data []byte) (events.ReportRequest, leaseID, time.
 	case "":
 		return r, id, 0, badRequest("result", "result is required: ok, blocked or failed")
 	default:
-		return r, id, 0, badRequest("result", "result %q is unknown: use ok, blocked or failed", truncate(r.Result, 40))
+		return r, id, 0, badRequest("result", "result %q is unknown: use ok, blocked or failed", truncate(string(r.Result), 40))
 	}
 	if err := checkLen("target", r.Target, maxTargetLen); err != nil {
 		return r, id, 0, err

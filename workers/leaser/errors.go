@@ -14,13 +14,13 @@ import (
 // Nats-Service-Error-Code header, its message in Nats-Service-Error, and both (with the field
 // and the availability) in an events.ErrorReply body. Messages never carry credentials.
 type apiError struct {
-	code  int
+	code  events.ErrorCode
 	field string
 	msg   string
 	avail *events.Availability
 }
 
-func (e *apiError) Error() string { return strconv.Itoa(e.code) + " " + e.msg }
+func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
 
 func badRequest(field, format string, args ...any) *apiError {
 	return &apiError{code: events.CodeBadRequest, field: field, msg: fmt.Sprintf(format, args...)}
@@ -41,7 +41,7 @@ func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
 	if merr != nil {
 		body = nil
 	}
-	if rerr := req.Error(strconv.Itoa(ae.code), ae.msg, body); rerr != nil {
+	if rerr := req.Error(strconv.Itoa(int(ae.code)), ae.msg, body); rerr != nil {
 		l.log.Warn("reply", "endpoint", endpoint, "err", rerr)
 	}
 }

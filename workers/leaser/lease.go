@@ -49,7 +49,7 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 // (the same holder renewing from two places at once).
 const casRetries = 3
 
-func (l *Leaser) emitLease(reason, msgID string, lease events.Lease) {
+func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease) {
 	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitter.emit(events.Event{ID: msgID, Kind: events.KindLease, Proxy: lease.Proxy, At: l.now(), Reason: reason,
 		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
@@ -86,7 +86,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 		}
 		l.view.noteReleased(key, rev)
 		rec.ExpiresAt = l.now()
-		l.emitLease("released", "released:"+id.String(), rec)
+		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec)
 		l.log.Debug("lease released", "id", id.String())
 		return true, nil
 	}

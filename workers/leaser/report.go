@@ -49,7 +49,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		l.probeNow(id.Proxy, now)
 	}
 	l.emitter.emit(events.Event{ID: "report:" + id.String() + ":" + newToken(), Kind: events.KindReport, Proxy: id.Proxy,
-		At: now, Reason: r.Result, Lease: &events.LeaseEvent{ID: id.String(), Holder: rec.Holder, Target: r.Target,
+		At: now, Reason: events.Reason(r.Result), Lease: &events.LeaseEvent{ID: id.String(), Holder: rec.Holder, Target: r.Target,
 			Result: r.Result, Until: reply.CooldownUntil}})
 	l.log.Info("report", "id", id.String(), "result", r.Result, "target", r.Target, "cooldown", cooldown)
 	if r.Release {
@@ -71,7 +71,7 @@ func (l *Leaser) probeNow(proxy string, now time.Time) {
 		return
 	}
 	b, err := json.Marshal(events.ProbeRequest{V: 1, Proxy: proxy, Provider: t.provider, Host: t.host,
-		Address: t.ip, Port: t.port, Reason: "report", At: now})
+		Address: t.ip, Port: t.port, Reason: events.ReasonReport, At: now})
 	if err == nil {
 		err = l.cfg.NC.Publish(events.ProbeSubject(t.provider, t.host, proxy), b)
 	}

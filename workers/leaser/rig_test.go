@@ -189,7 +189,7 @@ func (r *rig) seed(ps ...proxy) {
 
 // reply is a decoded answer of the lease service.
 type reply struct {
-	code   int // 0 on success
+	code   events.ErrorCode // 0 on success
 	header string
 	body   []byte
 	err    events.ErrorDetail
@@ -214,7 +214,8 @@ func (r *rig) call(subject string, req any) reply {
 func decodeReply(t testing.TB, m *nats.Msg) reply {
 	rep := reply{body: m.Data}
 	if c := m.Header.Get("Nats-Service-Error-Code"); c != "" {
-		rep.code, _ = strconv.Atoi(c)
+		n, _ := strconv.Atoi(c)
+		rep.code = events.ErrorCode(n)
 		rep.header = m.Header.Get("Nats-Service-Error")
 		var er events.ErrorReply
 		if err := json.Unmarshal(m.Data, &er); err != nil {

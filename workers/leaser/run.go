@@ -115,7 +115,7 @@ func (l *Leaser) applyLease(e jetstream.KeyValueEntry) {
 	lease := old.lease
 	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitter.emit(events.Event{ID: fmt.Sprintf("expired:%s:%d", e.Key(), old.rev), Kind: events.KindLease,
-		Proxy: lease.Proxy, At: l.now(), Reason: "expired",
+		Proxy: lease.Proxy, At: l.now(), Reason: events.ReasonExpired,
 		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
 }
 

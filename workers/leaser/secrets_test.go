@@ -45,10 +45,10 @@ func TestLeaseURLCarriesCredentialsAndNothingElseDoes(t *testing.T) {
 	eventually(t, 10*time.Second, "every event", func() bool {
 		got = map[string]int{}
 		for _, ev := range r.seenEvents() {
-			if ev.Reason == "expired" && ev.Lease.ID != short.ID {
+			if ev.Reason == events.ReasonExpired && ev.Lease.ID != short.ID {
 				t.Errorf("expired event for %s", ev.Lease.ID)
 			}
-			got[ev.Kind+"/"+ev.Reason]++
+			got[string(ev.Kind)+"/"+string(ev.Reason)]++
 		}
 		// Each replica publishes an expiry; the core NATS copies are not deduplicated.
 		got["lease/expired"] = min(got["lease/expired"], 1)

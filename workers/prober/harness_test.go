@@ -254,8 +254,8 @@ func (e *env) eventsOn(subject string) []events.Event {
 	}
 }
 
-func reasons(evs []events.Event) []string {
-	var out []string
+func reasons(evs []events.Event) []events.Reason {
+	var out []events.Reason
 	for _, ev := range evs {
 		out = append(out, ev.Reason)
 	}

@@ -49,7 +49,7 @@ func TestOverloadIsVisibleAndRecovers(t *testing.T) {
 	// for twelve proxies due every second.
 	e.run(e.prober(nil, Config{Concurrency: 1, Observer: obs}))
 
-	has := func(reason string) bool {
+	has := func(reason events.Reason) bool {
 		for _, ev := range e.eventsOn(events.EventSubject(events.KindProber, "*")) {
 			if ev.Reason == reason {
 				return true

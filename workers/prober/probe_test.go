@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/events"
 )
 
 func TestProbeThroughForwardProxy(t *testing.T) {
@@ -84,7 +86,7 @@ func TestProxyDownAndBack(t *testing.T) {
 			t.Fatalf("probe %d: healthy %v, want %v: %+v", i+1, h.Healthy, s.healthy, h)
 		}
 	}
-	if got := reasons(e.healthEvents("p1")); !slices.Equal(got, []string{"Healthy", "Unhealthy", "Healthy"}) {
+	if got := reasons(e.healthEvents("p1")); !slices.Equal(got, []events.Reason{events.ReasonHealthy, events.ReasonUnhealthy, events.ReasonHealthy}) {
 		t.Errorf("events %v", got)
 	}
 	if obs.ok != 4 || obs.failed != 3 {
@@ -174,7 +176,7 @@ func TestAddressChangeStartsAfresh(t *testing.T) {
 	}
 	// The replacement's first verdict is announced, though the old one was healthy too.
 	e.probeNow(p, "p1", b)
-	if got := reasons(e.healthEvents("p1")); !slices.Equal(got, []string{"Healthy", "Healthy"}) {
+	if got := reasons(e.healthEvents("p1")); !slices.Equal(got, []events.Reason{events.ReasonHealthy, events.ReasonHealthy}) {
 		t.Errorf("events %v", got)
 	}
 }

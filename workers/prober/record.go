@@ -76,9 +76,9 @@ func (p *Prober) readHealth(ctx context.Context, proxy string) (*events.ProxyHea
 // message ID makes a retried publish a duplicate the stream drops.
 func (p *Prober) publishTransition(ctx context.Context, h events.ProxyHealth) error {
 	ev := events.Event{V: 1, ID: newID(), Kind: events.KindHealth, Proxy: h.Proxy, At: h.LastProbeAt,
-		Reason: "Unhealthy", Message: h.LastError, Health: &h}
+		Reason: events.ReasonUnhealthy, Message: h.LastError, Health: &h}
 	if h.Healthy {
-		ev.Reason, ev.Message = "Healthy", ""
+		ev.Reason, ev.Message = events.ReasonHealthy, ""
 	}
 	b, err := json.Marshal(ev)
 	if err != nil {
@@ -95,7 +95,7 @@ func (p *Prober) publishTransition(ctx context.Context, h events.ProxyHealth) er
 // announceLag publishes a prober event: this prober fell behind its schedule or caught up.
 // It is published from a goroutine of its own so the schedule never waits on it; the event's
 // budget bounds it, and a lost one is only a missed notice (the metrics carry the same).
-func (p *Prober) announceLag(ctx context.Context, reason string, l load) {
+func (p *Prober) announceLag(ctx context.Context, reason events.Reason, l load) {
 	lag := events.ProberLag{Worker: p.cfg.Worker, Owned: l.owned, Backlog: l.backlog,
 		LagSeconds: l.lag.Seconds(), Concurrency: p.cfg.Concurrency}
 	ev := events.Event{V: 1, ID: newID(), Kind: events.KindProber, Proxy: p.member.ID, At: p.cfg.Now().UTC(),

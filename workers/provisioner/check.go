@@ -125,7 +125,7 @@ func (p *Provisioner) recordTarget(ctx context.Context, order int, ts providers.
 	if !had || prev.Ready != rec.Ready {
 		p.cfg.Log.Info("provider target", "target", ts.Name, "ready", rec.Ready, "reason", rec.Reason, "message", rec.Message)
 		ev := events.Event{V: 1, ID: fmt.Sprintf("provider:%s:%d", key, now.UnixNano()), Kind: events.KindProvider, Proxy: p.cfg.Provider,
-			At: now, Reason: rec.Reason, Message: rec.Message, Target: &rec}
+			At: now, Reason: events.Reason(rec.Reason), Message: rec.Message, Target: &rec}
 		b, _ := json.Marshal(ev)
 		if _, err := p.cfg.Store.JS.Publish(ctx, events.EventSubject(events.KindProvider, p.cfg.Provider), b, jetstream.WithMsgID(ev.ID)); err != nil {
 			p.cfg.Log.Warn("publish provider event", "err", err)

@@ -95,7 +95,7 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 		p.cfg.Observer.ObserveGC(p.cfg.Provider)
 		p.cfg.Log.Info("orphan GC: deleted", "instance", inst.ID, "uid", inst.Marks.UID, "createdAt", inst.Marks.CreatedAt)
 		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: inst.ID, Name: inst.Name,
-			UID: inst.Marks.UID, Kind: "instance", CreatedAt: inst.Marks.CreatedAt})
+			UID: inst.Marks.UID, Kind: events.GCInstance, CreatedAt: inst.Marks.CreatedAt})
 	}
 	p.sweepLeftovers(ctx, host, liveNames, now)
 	p.cfg.Log.Debug("orphan GC swept", "host", host, "instances", len(list), "deleted", deleted)
@@ -128,7 +128,7 @@ func (p *Provisioner) sweepLeftovers(ctx context.Context, host string, liveNames
 		}
 		p.cfg.Observer.ObserveGC(p.cfg.Provider)
 		p.cfg.Log.Info("orphan GC: deleted leftover", "id", lo.ID, "parts", lo.Parts)
-		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: "leftover", CreatedAt: lo.ModifiedAt})
+		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: events.GCLeftover, CreatedAt: lo.ModifiedAt})
 	}
 }
 
@@ -175,7 +175,7 @@ func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[strin
 
 func (p *Provisioner) publishGC(ctx context.Context, d events.GCDeletion) {
 	ev := events.Event{V: 1, ID: "gc:" + d.ID + ":" + d.CreatedAt.Format(time.RFC3339Nano), Kind: events.KindGC, Proxy: d.Name,
-		At: time.Now().UTC(), Reason: "OrphanDeleted", Message: fmt.Sprintf("deleted %s %s (uid %s) that no proxy owns", d.Kind, d.ID, d.UID), GC: &d}
+		At: time.Now().UTC(), Reason: events.ReasonOrphanDeleted, Message: fmt.Sprintf("deleted %s %s (uid %s) that no proxy owns", d.Kind, d.ID, d.UID), GC: &d}
 	b, _ := json.Marshal(ev)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

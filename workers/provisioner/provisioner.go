@@ -259,7 +259,7 @@ func (p *Provisioner) runLocked(ctx context.Context, m jetstream.Msg, lock *kvst
 
 func (p *Provisioner) publishResult(ctx context.Context, res events.OpResult) error {
 	ev := events.Event{V: 1, ID: fmt.Sprintf("%s:%s:%d", res.Proxy, res.OpID, res.Attempt), Kind: events.KindOpResult,
-		Proxy: res.Proxy, At: res.At, Op: &res, Reason: string(res.ErrorClass)}
+		Proxy: res.Proxy, At: res.At, Op: &res, Reason: events.Reason(res.ErrorClass)}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return err

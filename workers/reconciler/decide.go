@@ -48,29 +48,6 @@ type Decision struct {
 	Wake   time.Time
 }
 
-// Reasons shown in status.
-const (
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonUnknownProvider   = "UnknownProvider"
-	ReasonInvalidPlacement  = "InvalidPlacement"
-	ReasonCloudInitNotFound = "CloudInitNotFound"
-	ReasonQuota             = "QuotaExceeded"
-	ReasonTransient         = "TransientError"
-	ReasonPermanent         = "PermanentError"
-	ReasonDeadline          = "ProvisioningDeadline"
-	ReasonSpecChanged       = "SpecChanged"
-	ReasonProviderChanged   = "ProviderChanged"
-	ReasonModeChanged       = "ModeChanged"
-	ReasonInstanceLost      = "InstanceLost"
-	ReasonAddressLost       = "AddressLost"
-	ReasonProxyDeleted      = "ProxyDeleted"
-	ReasonExternal          = events.ReasonExternalEndpoint
-	ReasonCreating          = "Creating"
-	ReasonWaitingForAddress = "WaitingForAddress"
-	ReasonOpTimeout         = "OpTimeout"
-	ReasonProbeFailing      = "ProbeFailing"
-)
-
 // Decide is the whole lifecycle policy of a proxy (DESIGN §5.1). It is pure: the same input
 // gives the same decision, and it does no I/O.
 func Decide(p Policy, in Input) Decision {
@@ -104,7 +81,7 @@ func (d *decider) decide() {
 	case in.Spec == nil && in.SpecErr == nil:
 		d.deleteProxy()
 	case in.SpecErr != nil:
-		d.invalid(ReasonInvalidSpec, in.SpecErr.Error())
+		d.invalid(events.ReasonInvalidSpec, in.SpecErr.Error())
 	case in.Spec.Mode == schemas.ModeExternal:
 		d.external()
 	default:
@@ -132,9 +109,9 @@ func (d *decider) deleteProxy() {
 		d.remove = true
 		return
 	}
-	d.st.Teardown = ReasonProxyDeleted
+	d.st.Teardown = events.ReasonProxyDeleted
 	if d.st.LastError == nil {
-		d.st.Reason, d.st.Message = ReasonProxyDeleted, "the proxy was deleted; deleting its instance"
+		d.st.Reason, d.st.Message = events.ReasonProxyDeleted, "the proxy was deleted; deleting its instance"
 	}
 	d.teardown()
 }
@@ -147,7 +124,7 @@ func (d *decider) teardown() {
 	d.issue(events.OpDelete)
 }
 
-func (d *decider) invalid(reason, msg string) {
+func (d *decider) invalid(reason events.Reason, msg string) {
 	d.ensureStatus()
 	d.st.Reason, d.st.Message = reason, msg
 	d.st.SpecRevision = d.in.SpecRevision
@@ -159,7 +136,7 @@ func (d *decider) invalid(reason, msg string) {
 func (d *decider) external() {
 	d.ensureStatus()
 	if d.st.Mode == schemas.ModeManaged && (d.mayExist() || d.st.Op != nil) {
-		d.st.Teardown = ReasonModeChanged
+		d.st.Teardown = events.ReasonModeChanged
 		d.teardown()
 		return
 	}
@@ -168,7 +145,7 @@ func (d *decider) external() {
 	d.st.Mode, d.st.Provider, d.st.Host = schemas.ModeExternal, "", ""
 	d.setAddress(ep.Host, ep.Port)
 	d.st.Teardown, d.st.LastError, d.st.Failures = "", nil, 0
-	d.st.Reason, d.st.Message = ReasonExternal, ""
+	d.st.Reason, d.st.Message = events.ReasonExternalEndpoint, ""
 	d.st.SpecRevision = d.in.SpecRevision
 }
 
@@ -176,17 +153,17 @@ func (d *decider) managed() {
 	spec := d.in.Spec
 	prov, ok := d.in.Catalog[spec.Provider]
 	if !ok {
-		d.invalid(ReasonUnknownProvider, fmt.Sprintf("provider: unknown provider %q (known: %s)", spec.Provider, knownProviders(d.in.Catalog)))
+		d.invalid(events.ReasonUnknownProvider, fmt.Sprintf("provider: unknown provider %q (known: %s)", spec.Provider, knownProviders(d.in.Catalog)))
 		return
 	}
 	d.ensureStatus()
 	host, err := d.pickHost(prov)
 	if err != nil {
-		d.invalid(ReasonInvalidPlacement, err.Error())
+		d.invalid(events.ReasonInvalidPlacement, err.Error())
 		return
 	}
 	if d.in.UserDataErr != nil {
-		d.st.Reason, d.st.Message = ReasonCloudInitNotFound, d.in.UserDataErr.Error()
+		d.st.Reason, d.st.Message = events.ReasonCloudInitNotFound, d.in.UserDataErr.Error()
 		d.st.SpecRevision = d.in.SpecRevision
 		d.waitForOp()
 		return
@@ -210,9 +187,9 @@ func (d *decider) managed() {
 	if d.mayExist() && d.st.Teardown == "" {
 		switch {
 		case d.st.Provider != spec.Provider:
-			d.st.Teardown = ReasonProviderChanged
+			d.st.Teardown = events.ReasonProviderChanged
 		case d.st.SpecHash != "" && d.st.SpecHash != hash:
-			d.st.Teardown = ReasonSpecChanged
+			d.st.Teardown = events.ReasonSpecChanged
 		}
 	}
 	if d.waitForOp() || d.waitForRetry() {
@@ -245,7 +222,7 @@ func (d *decider) managed() {
 			d.st.ProvisionAt = d.now
 		}
 		d.st.SpecHash, d.st.AuthHash = hash, auth
-		d.st.Reason, d.st.Message = ReasonCreating, ""
+		d.st.Reason, d.st.Message = events.ReasonCreating, ""
 		d.issue(events.OpCreate)
 	case d.st.AuthHash != auth:
 		// Credentials never replace an instance; an idempotent create delivers them to the
@@ -256,10 +233,10 @@ func (d *decider) managed() {
 		d.st.Deadlines++
 		msg := fmt.Sprintf("no address %s after create (deadline %d of %d)", d.p.ProvisionDeadline, d.st.Deadlines, d.p.MaxDeadlines)
 		if d.st.Deadlines >= d.p.MaxDeadlines {
-			d.fail(ReasonDeadline, msg)
+			d.fail(events.ReasonDeadline, msg)
 			return
 		}
-		d.st.Teardown, d.st.Reason, d.st.Message = ReasonDeadline, ReasonDeadline, msg
+		d.st.Teardown, d.st.Reason, d.st.Message = events.ReasonDeadline, events.ReasonDeadline, msg
 		d.issue(events.OpDelete)
 	case !d.now.Before(d.st.NextPollAt):
 		d.issue(events.OpGet)
@@ -341,7 +318,7 @@ func OpFor(name string, st events.ProxyStatus) events.Op {
 	return op
 }
 
-func (d *decider) fail(reason, msg string) {
+func (d *decider) fail(reason events.Reason, msg string) {
 	d.st.Phase = events.PhaseFailed
 	d.st.Reason, d.st.Message = reason, msg
 }
@@ -382,20 +359,20 @@ func (d *decider) fold(r *events.OpResult) {
 	case events.ClassNotFound:
 		st.LastError, st.Failures = nil, 0
 		if r.Kind == events.OpGet && st.Teardown == "" {
-			st.Reason, st.Message = ReasonInstanceLost, "the instance disappeared; creating it again"
+			st.Reason, st.Message = events.ReasonInstanceLost, "the instance disappeared; creating it again"
 		}
 		d.gone()
 	case events.ClassStale:
 		// The spec moved on under the op; deciding again issues one for the current spec.
 	case events.ClassQuota:
 		st.RetryAt = d.now.Add(d.p.QuotaRetry)
-		st.Reason, st.Message = ReasonQuota, r.Error
+		st.Reason, st.Message = events.ReasonQuota, r.Error
 	case events.ClassPermanent:
 		if r.Kind == events.OpDelete {
 			d.backoff(r.Error) // deletion is never latched
 			return
 		}
-		d.fail(ReasonPermanent, r.Error)
+		d.fail(events.ReasonPermanent, r.Error)
 	default:
 		d.backoff(r.Error)
 	}
@@ -404,7 +381,7 @@ func (d *decider) fold(r *events.OpResult) {
 func (d *decider) backoff(msg string) {
 	d.st.Failures++
 	d.st.RetryAt = d.now.Add(workers.Backoff(d.st.Failures, d.p.BackoffBase, d.p.BackoffMax))
-	d.st.Reason, d.st.Message = ReasonTransient, msg
+	d.st.Reason, d.st.Message = events.ReasonTransient, msg
 }
 
 // gone records that no instance exists any more.
@@ -444,14 +421,14 @@ func (d *decider) observe(inst *events.Instance) {
 		d.setAddress(inst.Address, inst.Port)
 		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
-		if st.Reason == ReasonCreating || st.Reason == ReasonWaitingForAddress || st.Reason == ReasonTransient || st.Reason == ReasonInstanceLost || st.Reason == ReasonAddressLost {
+		if st.Reason == events.ReasonCreating || st.Reason == events.ReasonWaitingForAddress || st.Reason == events.ReasonTransient || st.Reason == events.ReasonInstanceLost || st.Reason == events.ReasonAddressLost {
 			st.Reason, st.Message = "", ""
 		}
 	case providers.StateProvisioning:
 		if st.IP == "" {
 			// From provisionAt, which is in status: a new leader polls on the same schedule.
 			st.NextPollAt = d.now.Add(d.p.addrPoll(d.now.Sub(st.ProvisionAt)))
-			st.Reason = ReasonWaitingForAddress
+			st.Reason = events.ReasonWaitingForAddress
 			return
 		}
 		// Hysteresis: one read without an address does not drop a working proxy.
@@ -463,10 +440,10 @@ func (d *decider) observe(inst *events.Instance) {
 			st.AddrMisses, st.ProvisionAt = 0, d.now
 			st.NextPollAt = d.now.Add(d.p.addrPoll(0))
 			d.setAddress("", st.Port)
-			st.Reason, st.Message = ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
+			st.Reason, st.Message = events.ReasonAddressLost, fmt.Sprintf("no address in %d consecutive reads", d.p.AddrMissLimit)
 		}
 	default: // Stopped, Terminated: it will not recover by itself
-		st.Teardown = "Instance" + inst.State
+		st.Teardown = events.Reason("Instance" + inst.State) // InstanceStopped, InstanceTerminated
 		st.Reason, st.Message = st.Teardown, "the instance is "+strings.ToLower(inst.State)+"; deleting and creating it again"
 	}
 }
@@ -480,7 +457,7 @@ func (d *decider) finish() Decision {
 	}
 	if d.remove || d.st == nil {
 		if d.in.Status != nil {
-			dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindDeleted, Proxy: d.in.Name, At: d.now, From: old, Reason: ReasonProxyDeleted, Message: "proxy and instance removed"})
+			dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindDeleted, Proxy: d.in.Name, At: d.now, From: old, Reason: events.ReasonProxyDeleted, Message: "proxy and instance removed"})
 		}
 		return dec
 	}
@@ -509,7 +486,7 @@ func (d *decider) phase() events.Phase {
 		return events.PhaseReplacing
 	case st.Mode == schemas.ModeExternal:
 		return d.healthPhase()
-	case st.Reason == ReasonQuota && d.now.Before(st.RetryAt):
+	case st.Reason == events.ReasonQuota && d.now.Before(st.RetryAt):
 		return events.PhaseWaiting
 	case st.InstanceID != "" && st.IP != "":
 		return d.healthPhase()
@@ -525,7 +502,7 @@ func (d *decider) healthPhase() events.Phase {
 	st := d.st
 	healthy, judged := d.verdict()
 	if !judged {
-		if st.Reason == ReasonProbeFailing {
+		if st.Reason == events.ReasonProbeFailing {
 			st.Reason, st.Message = "", ""
 		}
 		return events.PhaseRunning
@@ -534,13 +511,13 @@ func (d *decider) healthPhase() events.Phase {
 		if st.ReadyAt.IsZero() {
 			st.ReadyAt = d.now
 		}
-		if st.Reason == ReasonProbeFailing {
+		if st.Reason == events.ReasonProbeFailing {
 			st.Reason, st.Message = "", ""
 		}
 		return events.PhaseReady
 	}
-	if st.Mode != schemas.ModeExternal || st.Reason == "" || st.Reason == ReasonExternal {
-		st.Reason, st.Message = ReasonProbeFailing, d.in.Health.LastError
+	if st.Mode != schemas.ModeExternal || st.Reason == "" || st.Reason == events.ReasonExternalEndpoint {
+		st.Reason, st.Message = events.ReasonProbeFailing, d.in.Health.LastError
 	}
 	return events.PhaseUnhealthy
 }

@@ -64,7 +64,7 @@ func TestDecide(t *testing.T) {
 	type want struct {
 		phase   events.Phase
 		ops     []events.OpKind
-		reason  string
+		reason  events.Reason
 		removed bool
 		check   func(t *testing.T, d Decision)
 	}
@@ -75,7 +75,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"new proxy is created", func(t *testing.T) Input {
 			return input(t, spec(t, base), nil, t0)
-		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: ReasonCreating, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating, check: func(t *testing.T, d Decision) {
 			op := d.Ops[0]
 			if d.Status.UID == "" || op.UID != d.Status.UID || op.InstanceName != providers.InstanceName("inst", d.Status.UID) {
 				t.Errorf("identity: status uid %q, op %+v", d.Status.UID, op)
@@ -115,7 +115,7 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), withOp(st, events.OpGet, t0), t0)
 			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
-		}, want{phase: events.PhaseProvisioning, reason: ReasonWaitingForAddress, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseProvisioning, reason: events.ReasonWaitingForAddress, check: func(t *testing.T, d Decision) {
 			if !d.Wake.Equal(t0.Add(p.ProvisioningPoll)) {
 				t.Errorf("wake = %v, want +10s (a quarter of the minute it has waited, capped)", d.Wake)
 			}
@@ -133,7 +133,7 @@ func TestDecide(t *testing.T) {
 		{"spec hash change replaces: delete first", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {
-			if d.Status.Teardown != ReasonSpecChanged || d.Ops[0].InstanceID != "local/x" {
+			if d.Status.Teardown != events.ReasonSpecChanged || d.Ops[0].InstanceID != "local/x" {
 				t.Errorf("teardown %q op %+v", d.Status.Teardown, d.Ops[0])
 			}
 		}}},
@@ -142,7 +142,7 @@ func TestDecide(t *testing.T) {
 		}, want{phase: events.PhaseRunning}},
 		{"replacement waits for delete, then creates under the same name", func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
-			st.Teardown = ReasonSpecChanged
+			st.Teardown = events.ReasonSpecChanged
 			in := input(t, spec(t, `{"provider":"local","port":8080}`), st, t0)
 			in.Result = result(events.OpDelete, events.ClassNotFound, nil)
 			return in
@@ -153,7 +153,7 @@ func TestDecide(t *testing.T) {
 		}}},
 		{"a delete that has not finished is repeated after the deletion poll", func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
-			st.Teardown = ReasonSpecChanged
+			st.Teardown = events.ReasonSpecChanged
 			in := input(t, spec(t, `{"provider":"local","port":8080}`), st, t0)
 			in.Result = result(events.OpDelete, events.ClassNone, &events.Instance{ID: "local/x", State: "Running", Address: "127.0.0.2"})
 			return in
@@ -176,20 +176,20 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
 			in.Result = result(events.OpGet, events.ClassNotFound, nil)
 			return in
-		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: ReasonCreating}},
+		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
 		{"quota waits five minutes", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
 			in.Result = result(events.OpCreate, events.ClassQuota, nil)
 			return in
-		}, want{phase: events.PhaseWaiting, reason: ReasonQuota, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseWaiting, reason: events.ReasonQuota, check: func(t *testing.T, d Decision) {
 			if !d.Status.RetryAt.Equal(t0.Add(5*time.Minute)) || d.Status.LastError == nil {
 				t.Errorf("retryAt %v lastError %+v", d.Status.RetryAt, d.Status.LastError)
 			}
 		}}},
 		{"quota retries after the wait", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseWaiting, UID: "u1", Provider: "local", Host: "h1",
-				ProvisionAt: t0, Reason: ReasonQuota, RetryAt: t0.Add(5 * time.Minute)}
+				ProvisionAt: t0, Reason: events.ReasonQuota, RetryAt: t0.Add(5 * time.Minute)}
 			return input(t, spec(t, base), st, t0.Add(5*time.Minute))
 		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
 		{"transient failure backs off with the error visible", func(t *testing.T) Input {
@@ -197,7 +197,7 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
 			in.Result = result(events.OpCreate, events.ClassTransient, nil)
 			return in
-		}, want{phase: events.PhaseProvisioning, reason: ReasonTransient, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseProvisioning, reason: events.ReasonTransient, check: func(t *testing.T, d Decision) {
 			if d.Status.Failures != 3 || !d.Status.RetryAt.Equal(t0.Add(4*p.BackoffBase)) {
 				t.Errorf("failures %d retryAt %v", d.Status.Failures, d.Status.RetryAt)
 			}
@@ -221,20 +221,20 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
 			in.Result = result(events.OpCreate, events.ClassPermanent, nil)
 			return in
-		}, want{phase: events.PhaseFailed, reason: ReasonPermanent}},
+		}, want{phase: events.PhaseFailed, reason: events.ReasonPermanent}},
 		{"Failed stays latched for the same revision", func(t *testing.T) Input {
-			st := &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, UID: "u1", Provider: "local", Host: "h1", SpecRevision: 7, Reason: ReasonPermanent}
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, UID: "u1", Provider: "local", Host: "h1", SpecRevision: 7, Reason: events.ReasonPermanent}
 			return input(t, spec(t, base), st, t0.Add(time.Hour))
-		}, want{phase: events.PhaseFailed, reason: ReasonPermanent}},
+		}, want{phase: events.PhaseFailed, reason: events.ReasonPermanent}},
 		{"a new spec revision unlatches Failed", func(t *testing.T) Input {
-			st := &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, UID: "u1", Provider: "local", Host: "h1", SpecRevision: 6, Reason: ReasonPermanent}
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, UID: "u1", Provider: "local", Host: "h1", SpecRevision: 6, Reason: events.ReasonPermanent}
 			return input(t, spec(t, base), st, t0)
 		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
 		{"a missed provisioning deadline recreates", func(t *testing.T) Input {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt = "", events.PhaseProvisioning, t0.Add(-p.ProvisionDeadline)
 			return input(t, spec(t, base), st, t0)
-		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, reason: ReasonDeadline, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, reason: events.ReasonDeadline, check: func(t *testing.T, d Decision) {
 			if d.Status.Deadlines != 1 {
 				t.Errorf("deadlines = %d", d.Status.Deadlines)
 			}
@@ -243,10 +243,10 @@ func TestDecide(t *testing.T) {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt, st.Deadlines = "", events.PhaseProvisioning, t0.Add(-p.ProvisionDeadline), 2
 			return input(t, spec(t, base), st, t0)
-		}, want{phase: events.PhaseFailed, reason: ReasonDeadline}},
+		}, want{phase: events.PhaseFailed, reason: events.ReasonDeadline}},
 		{"external proxies make no provider calls", func(t *testing.T) Input {
 			return input(t, spec(t, `{"mode":"external","endpoint":{"host":"10.0.0.5","port":8080}}`), nil, t0)
-		}, want{phase: events.PhaseRunning, reason: ReasonExternal, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseRunning, reason: events.ReasonExternalEndpoint, check: func(t *testing.T, d Decision) {
 			if d.Status.IP != "10.0.0.5" || d.Status.Port != 8080 || d.Status.Mode != "external" {
 				t.Errorf("status %+v", d.Status)
 			}
@@ -259,7 +259,7 @@ func TestDecide(t *testing.T) {
 		}, want{phase: events.PhaseDeleting, ops: []events.OpKind{events.OpDelete}}},
 		{"once the instance is gone the status is removed", func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
-			st.Teardown = ReasonProxyDeleted
+			st.Teardown = events.ReasonProxyDeleted
 			in := input(t, nil, st, t0)
 			in.Result = result(events.OpDelete, events.ClassNone, nil)
 			return in
@@ -277,34 +277,34 @@ func TestDecide(t *testing.T) {
 		}, want{removed: true}},
 		{"a permanent delete error is retried, never latched", func(t *testing.T) Input {
 			st := withOp(running(spec(t, base)), events.OpDelete, t0)
-			st.Teardown = ReasonProxyDeleted
+			st.Teardown = events.ReasonProxyDeleted
 			in := input(t, nil, st, t0)
 			in.Result = result(events.OpDelete, events.ClassPermanent, nil)
 			return in
-		}, want{phase: events.PhaseDeleting, reason: ReasonTransient}},
+		}, want{phase: events.PhaseDeleting, reason: events.ReasonTransient}},
 		{"invalid spec: Invalid naming the problem, nothing done", func(t *testing.T) Input {
 			in := input(t, nil, running(spec(t, base)), t0)
 			in.SpecErr = errors.New("port: must be between 1 and 65535, got 0")
 			return in
-		}, want{phase: events.PhaseInvalid, reason: ReasonInvalidSpec, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseInvalid, reason: events.ReasonInvalidSpec, check: func(t *testing.T, d Decision) {
 			if !strings.Contains(d.Status.Message, "port") || d.Status.InstanceID != "local/x" {
 				t.Errorf("status %+v", d.Status)
 			}
 		}}},
 		{"unknown provider is Invalid", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"nope"}`), nil, t0)
-		}, want{phase: events.PhaseInvalid, reason: ReasonUnknownProvider, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseInvalid, reason: events.ReasonUnknownProvider, check: func(t *testing.T, d Decision) {
 			if !strings.HasPrefix(d.Status.Message, "provider:") || !strings.Contains(d.Status.Message, "local") {
 				t.Errorf("message %q", d.Status.Message)
 			}
 		}}},
 		{"a fixed spec recovers from Invalid", func(t *testing.T) Input {
-			st := &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: ReasonUnknownProvider, Message: "provider: ..."}
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonUnknownProvider, Message: "provider: ..."}
 			return input(t, spec(t, base), st, t0)
-		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: ReasonCreating}},
+		}, want{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
 		{"unknown zone is Invalid naming placement.zone", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm","placement":{"zone":"c"}}`), nil, t0)
-		}, want{phase: events.PhaseInvalid, reason: ReasonInvalidPlacement, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseInvalid, reason: events.ReasonInvalidPlacement, check: func(t *testing.T, d Decision) {
 			if !strings.HasPrefix(d.Status.Message, "placement.zone:") {
 				t.Errorf("message %q", d.Status.Message)
 			}
@@ -320,7 +320,7 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, `{"provider":"local","cloudInitRef":"squid"}`), nil, t0)
 			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)
 			return in
-		}, want{phase: events.PhasePending, reason: ReasonCloudInitNotFound}},
+		}, want{phase: events.PhasePending, reason: events.ReasonCloudInitNotFound}},
 		{"only one op in flight: a replacement waits for the get", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080}`), withOp(running(spec(t, base)), events.OpGet, t0), t0.Add(time.Second))
 		}, want{phase: events.PhaseReplacing, check: func(t *testing.T, d Decision) {
@@ -367,7 +367,7 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), st, t0)
 			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
 			return in
-		}, want{phase: events.PhaseProvisioning, reason: ReasonAddressLost, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseProvisioning, reason: events.ReasonAddressLost, check: func(t *testing.T, d Decision) {
 			if d.Status.IP != "" || !d.Status.ProvisionAt.Equal(t0) {
 				t.Errorf("status %+v", d.Status)
 			}
@@ -385,7 +385,7 @@ func TestDecide(t *testing.T) {
 			in := input(t, spec(t, base), running(spec(t, base)), t0)
 			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", ConsecutiveFailures: 3, FailureThreshold: 3, SuccessThreshold: 1, LastError: "connection refused"}
 			return in
-		}, want{phase: events.PhaseUnhealthy, reason: ReasonProbeFailing, check: func(t *testing.T, d Decision) {
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonProbeFailing, check: func(t *testing.T, d Decision) {
 			if d.Status.Message != "connection refused" || len(d.Ops) != 0 {
 				t.Errorf("message %q ops %v", d.Status.Message, d.Ops)
 			}
@@ -434,11 +434,11 @@ func TestDecide(t *testing.T) {
 		}}},
 		{"a replacement says why", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080}`), running(spec(t, base)), t0)
-		}, want{phase: events.PhaseReplacing, reason: ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}}},
+		}, want{phase: events.PhaseReplacing, reason: events.ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}}},
 		{"changing provider replaces on the old provider", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {
-			if d.Ops[0].Provider != "local" || d.Status.Teardown != ReasonProviderChanged {
+			if d.Ops[0].Provider != "local" || d.Status.Teardown != events.ReasonProviderChanged {
 				t.Errorf("op %+v", d.Ops[0])
 			}
 		}}},
@@ -568,7 +568,7 @@ func TestAddressPoll(t *testing.T) {
 		}, 2 * time.Minute, "127.0.0.2"},
 		{"a new create starts from 1s again", nil, func(t *testing.T) Input {
 			st := waiting(t, 5*time.Minute)
-			st.Teardown = ReasonSpecChanged
+			st.Teardown = events.ReasonSpecChanged
 			in := input(t, spec(t, base), withOp(st, events.OpDelete, t0), t0)
 			in.Result = result(events.OpDelete, events.ClassNotFound, nil)
 			return in

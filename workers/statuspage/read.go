@@ -99,7 +99,7 @@ func eventRow(m jetstream.Msg) EventRow {
 		r.At = ev.At
 	}
 	if ev.Kind != "" {
-		r.Kind = ev.Kind
+		r.Kind = string(ev.Kind)
 	}
 	if ev.Proxy != "" {
 		r.Proxy = ev.Proxy

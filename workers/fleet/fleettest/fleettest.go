@@ -55,7 +55,7 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		status *events.ProxyStatus
 		health *events.ProxyHealth
 	}
-	running := func(phase events.Phase, ip string, addressAt time.Time, reason string) *events.ProxyStatus {
+	running := func(phase events.Phase, ip string, addressAt time.Time, reason events.Reason) *events.ProxyStatus {
 		return &events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local", IP: ip, Port: 3128,
 			Reason: reason, AddressAt: addressAt, CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Second)}
 	}
