@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,29 +23,9 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 var at = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // The wire format of every record is pinned: a change to a field name or shape fails here
-// and must be a deliberate, versioned change.
+// and must be a deliberate, versioned change. -update rewrites the files.
 func TestGolden(t *testing.T) {
-	op := Op{V: 1, ID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
-		InstanceName: "egress-abcdefghijklmnop", SpecRevision: 7, SpecHash: "0123456789abcdef", IssuedAt: at}
-	res := OpResult{V: 1, OpID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
-		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, UID: "u1", CreatedAt: at},
-		SpecHash: "0123456789abcdef", Worker: "host-1", StartedAt: at, At: at.Add(time.Second)}
-	cases := map[string]any{
-		"op.v1.json":        op,
-		"op_result.v1.json": res,
-		"event_op.v1.json":  Event{V: 1, ID: "e1", Kind: KindOpResult, Proxy: "crawl-1", At: at, Op: &res},
-		"event_phase.v1.json": Event{V: 1, ID: "e2", Kind: KindPhase, Proxy: "crawl-1", At: at, From: PhaseProvisioning,
-			Phase: PhaseRunning},
-		"prober_member.v1.json": ProberMember{V: 1, ID: "3f9a0c1d2e4b5a69", Worker: "host-1", Filters: []string{"local", "kvm-home.h1"},
-			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4},
-		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
-			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
-		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
-			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
-			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
-			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
-			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
-	}
+	cases := goldenCases()
 	for name, v := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, err := json.MarshalIndent(v, "", "  ")
@@ -93,18 +78,25 @@ func TestSubjects(t *testing.T) {
 }
 
 // Records from a newer minor version carry fields this version does not know: our own
-// records are decoded leniently, so those are ignored rather than fatal.
+// records are decoded leniently, so those are ignored rather than fatal. Every golden file
+// seeds the corpus, and every input is decoded as every record type.
 func FuzzDecodeRecords(f *testing.F) {
-	for _, name := range []string{"op.v1.json", "op_result.v1.json", "event_op.v1.json", "proxy_status.v1.json",
-		"prober_member.v1.json", "event_prober.v1.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata", name))
-		if err == nil {
-			f.Add(b)
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no golden files: %v", err)
+	}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
 		}
+		f.Add(b)
 	}
 	f.Add([]byte(`{"v":1,"future":{"x":[1,2,3]}}`))
+	types := recordTypes()
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, v := range []any{&Op{}, &OpResult{}, &Event{}, &ProxyStatus{}, &ProberMember{}, &ProbeRequest{}} {
+		for _, typ := range types {
+			v := reflect.New(typ).Interface()
 			if json.Unmarshal(b, v) != nil {
 				continue
 			}
@@ -117,6 +109,141 @@ func FuzzDecodeRecords(f *testing.F) {
 			}
 		}
 	})
+}
+
+// recordTypes are the types of the golden cases, each once, in a stable order.
+func recordTypes() []reflect.Type {
+	seen := map[reflect.Type]bool{}
+	var out []reflect.Type
+	for _, name := range slices.Sorted(maps.Keys(goldenCases())) {
+		if typ := reflect.TypeOf(goldenCases()[name]); !seen[typ] {
+			seen[typ] = true
+			out = append(out, typ)
+		}
+	}
+	return out
+}
+
+// Every golden file belongs to a case, so a record removed from the cases cannot leave a file
+// behind that no test reads.
+func TestGoldenFilesHaveCases(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := goldenCases()
+	for _, f := range files {
+		if _, ok := cases[filepath.Base(f)]; !ok {
+			t.Errorf("%s has no case in goldenCases", f)
+		}
+	}
+}
+
+// The cases set every field of every struct they reach at least once (a zero field with
+// omitempty would not show in any file, so its rename would go unseen), and they reach every
+// struct type this package declares: a new record without a golden file fails here.
+func TestGoldenCoversEveryField(t *testing.T) {
+	set := map[string]bool{}
+	reached := map[reflect.Type]bool{}
+	for _, v := range goldenCases() {
+		markSet(reflect.ValueOf(v), set)
+		reachTypes(reflect.TypeOf(v), reached)
+	}
+	for typ := range reached {
+		for f := range typ.Fields() {
+			if key := typ.Name() + "." + f.Name; !set[key] {
+				t.Errorf("no golden case sets %s", key)
+			}
+		}
+	}
+	byName := map[string]bool{}
+	for typ := range reached {
+		byName[typ.Name()] = true
+	}
+	for _, name := range declaredStructs(t) {
+		if !byName[name] {
+			t.Errorf("struct %s is in no golden case", name)
+		}
+	}
+}
+
+var timeType = reflect.TypeFor[time.Time]()
+
+// markSet records, for every struct reachable from v, the fields that are not zero.
+func markSet(v reflect.Value, set map[string]bool) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		if !v.IsNil() {
+			markSet(v.Elem(), set)
+		}
+	case reflect.Slice, reflect.Array:
+		for i := range v.Len() {
+			markSet(v.Index(i), set)
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			markSet(it.Value(), set)
+		}
+	case reflect.Struct:
+		if v.Type() == timeType {
+			return
+		}
+		for i := range v.NumField() {
+			if !v.Field(i).IsZero() {
+				set[v.Type().Name()+"."+v.Type().Field(i).Name] = true
+			}
+			markSet(v.Field(i), set)
+		}
+	}
+}
+
+// reachTypes adds the struct types of this package reachable from typ.
+func reachTypes(typ reflect.Type, reached map[reflect.Type]bool) {
+	switch typ.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Map:
+		reachTypes(typ.Elem(), reached)
+	case reflect.Struct:
+		if typ == timeType || reached[typ] {
+			return
+		}
+		reached[typ] = true
+		for f := range typ.Fields() {
+			reachTypes(f.Type, reached)
+		}
+	}
+}
+
+// declaredStructs are the exported struct types of the package's non-test files.
+func declaredStructs(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range file.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok || gen.Tok != token.TYPE {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				ts := spec.(*ast.TypeSpec)
+				if _, isStruct := ts.Type.(*ast.StructType); isStruct && ts.Name.IsExported() {
+					out = append(out, ts.Name.Name)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // Kinds lists every Kind constant of event.go, so `egressd events --kind` accepts each.

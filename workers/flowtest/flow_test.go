@@ -119,7 +119,7 @@ func TestErrorClasses(t *testing.T) {
 		fake.Fail("create", providers.ErrQuota, 1)
 		h.put("qu", `{"provider":"fake"}`)
 		st := h.waitPhase("qu", events.PhaseWaiting)
-		if st.RetryAt.IsZero() || st.Reason != "QuotaExceeded" {
+		if st.RetryAt.IsZero() || st.Reason != events.ReasonQuota {
 			t.Fatalf("waiting status: %+v", st)
 		}
 		h.waitPhase("qu", events.PhaseRunning)

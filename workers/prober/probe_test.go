@@ -44,7 +44,7 @@ func TestProbeThroughForwardProxy(t *testing.T) {
 				if h.Healthy || h.ConsecutiveFailures != 2 || h.ConsecutiveSuccesses != 0 || !strings.Contains(h.LastError, tc.wantErr) {
 					t.Fatalf("want unhealthy with %q: %+v", tc.wantErr, h)
 				}
-				if ev := e.healthEvents(proxy); len(ev) != 1 || ev[0].Reason != "Unhealthy" || ev[0].Message != h.LastError {
+				if ev := e.healthEvents(proxy); len(ev) != 1 || ev[0].Reason != events.ReasonUnhealthy || ev[0].Message != h.LastError {
 					t.Errorf("events %+v", ev)
 				}
 				return
@@ -56,7 +56,7 @@ func TestProbeThroughForwardProxy(t *testing.T) {
 				t.Errorf("echo details: %+v", h)
 			}
 			ev := e.healthEvents(proxy)
-			if len(ev) != 1 || ev[0].Reason != "Healthy" || ev[0].Health == nil || !ev[0].Health.Healthy || ev[0].Proxy != proxy || ev[0].ID == "" {
+			if len(ev) != 1 || ev[0].Reason != events.ReasonHealthy || ev[0].Health == nil || !ev[0].Health.Healthy || ev[0].Proxy != proxy || ev[0].ID == "" {
 				t.Errorf("events %+v", ev)
 			}
 		})

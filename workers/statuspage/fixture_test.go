@@ -15,6 +15,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -104,17 +105,17 @@ func (r *rig) seedFleet(t *testing.T) {
 		r.put(t, r.store.Proxies, name, []byte(spec))
 	}
 	statuses := map[string]events.ProxyStatus{
-		"crawl-eu-1": {Phase: events.PhaseReady, Mode: "managed", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
+		"crawl-eu-1": {Phase: events.PhaseReady, Mode: schemas.ModeManaged, Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
 			CreatedAt: ago(2 * time.Hour), ReadyAt: ago(119 * time.Minute)},
-		"crawl-eu-2": {Phase: events.PhaseUnhealthy, Mode: "managed", Provider: "local", Host: "local", IP: "127.0.0.3", Port: 3128,
-			Reason: "ProbeFailing", Message: "CONNECT example.com:443: connection refused", CreatedAt: ago(90 * time.Minute)},
-		"crawl-us-1": {Phase: events.PhaseProvisioning, Mode: "managed", Provider: "kvm-home", Host: "hv1", Reason: "Creating",
+		"crawl-eu-2": {Phase: events.PhaseUnhealthy, Mode: schemas.ModeManaged, Provider: "local", Host: "local", IP: "127.0.0.3", Port: 3128,
+			Reason: events.ReasonProbeFailing, Message: "CONNECT example.com:443: connection refused", CreatedAt: ago(90 * time.Minute)},
+		"crawl-us-1": {Phase: events.PhaseProvisioning, Mode: schemas.ModeManaged, Provider: "kvm-home", Host: "hv1", Reason: events.ReasonCreating,
 			CreatedAt: ago(40 * time.Second)},
-		"ext-office": {Phase: events.PhaseReady, Mode: "external", Provider: "external", IP: "203.0.113.7", Port: 8080,
-			Reason: "ExternalEndpoint", CreatedAt: ago(72 * time.Hour)},
-		"bad-spec": {Phase: events.PhaseInvalid, Reason: "UnknownProvider",
+		"ext-office": {Phase: events.PhaseReady, Mode: schemas.ModeExternal, Provider: "external", IP: "203.0.113.7", Port: 8080,
+			Reason: events.ReasonExternalEndpoint, CreatedAt: ago(72 * time.Hour)},
+		"bad-spec": {Phase: events.PhaseInvalid, Reason: events.ReasonUnknownProvider,
 			Message: `provider "nosuch" is not configured (known: kvm-home, local)`, CreatedAt: ago(5 * time.Minute)},
-		"broken-1": {Phase: events.PhaseFailed, Mode: "managed", Provider: "kvm-home", Host: "hv2", Reason: "PermanentError",
+		"broken-1": {Phase: events.PhaseFailed, Mode: schemas.ModeManaged, Provider: "kvm-home", Host: "hv2", Reason: events.ReasonPermanent,
 			Message:   "create failed: kvm-home create: permanent error: storage pool default is full",
 			LastError: &events.LastError{Class: events.ClassPermanent, Message: "storage pool default is full", At: ago(3 * time.Minute)},
 			CreatedAt: ago(20 * time.Minute)},
@@ -152,17 +153,17 @@ func (r *rig) seedFleet(t *testing.T) {
 	res := events.OpResult{V: 1, Kind: events.OpCreate, Proxy: "crawl-eu-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
 		Instance: &events.Instance{State: "Running", Address: "127.0.0.2", Port: 3128}}
 	for _, ev := range []events.Event{
-		{Kind: events.KindPhase, Proxy: "crawl-eu-1", At: ago(2 * time.Hour), From: events.PhasePending, Phase: events.PhaseProvisioning, Reason: "Creating"},
+		{Kind: events.KindPhase, Proxy: "crawl-eu-1", At: ago(2 * time.Hour), From: events.PhasePending, Phase: events.PhaseProvisioning, Reason: events.ReasonCreating},
 		{Kind: events.KindOpResult, Proxy: "crawl-eu-1", At: ago(119*time.Minute + 30*time.Second), Op: &res},
 		{Kind: events.KindPhase, Proxy: "crawl-eu-1", At: ago(119 * time.Minute), From: events.PhaseRunning, Phase: events.PhaseReady},
 		{Kind: events.KindProvider, Proxy: "kvm-home", At: ago(25 * time.Minute), Reason: "Unreachable", Message: "dial tcp 192.0.2.10:22: i/o timeout",
 			Target: &events.TargetHealth{Provider: "kvm-home", Target: "hv2", Reason: "Unreachable"}},
-		{Kind: events.KindPhase, Phase: events.PhaseInvalid, Proxy: "bad-spec", At: ago(5 * time.Minute), Reason: "UnknownProvider", Message: `provider "nosuch" is not configured`},
-		{Kind: events.KindHealth, Proxy: "crawl-eu-2", At: ago(2 * time.Minute), Reason: "Unhealthy", Message: "connection refused",
+		{Kind: events.KindPhase, Phase: events.PhaseInvalid, Proxy: "bad-spec", At: ago(5 * time.Minute), Reason: events.ReasonUnknownProvider, Message: `provider "nosuch" is not configured`},
+		{Kind: events.KindHealth, Proxy: "crawl-eu-2", At: ago(2 * time.Minute), Reason: events.ReasonUnhealthy, Message: "connection refused",
 			Health: &events.ProxyHealth{Address: "127.0.0.3:3128"}},
-		{Kind: events.KindLease, Proxy: "crawl-eu-1", At: ago(time.Minute), Reason: "granted",
+		{Kind: events.KindLease, Proxy: "crawl-eu-1", At: ago(time.Minute), Reason: events.ReasonGranted,
 			Lease: &events.LeaseEvent{ID: "crawl-eu-1.1.k3j9", Holder: "crawler-7", Target: "shop.example"}},
-		{Kind: events.KindPhase, Proxy: "crawl-us-1", At: ago(40 * time.Second), From: events.PhasePending, Phase: events.PhaseProvisioning, Reason: "Creating"},
+		{Kind: events.KindPhase, Proxy: "crawl-us-1", At: ago(40 * time.Second), From: events.PhasePending, Phase: events.PhaseProvisioning, Reason: events.ReasonCreating},
 	} {
 		r.publish(t, ev)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -56,7 +57,7 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		health *events.ProxyHealth
 	}
 	running := func(phase events.Phase, ip string, addressAt time.Time, reason events.Reason) *events.ProxyStatus {
-		return &events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local", IP: ip, Port: 3128,
+		return &events.ProxyStatus{V: 1, Phase: phase, Mode: schemas.ModeManaged, Provider: "local", Host: "local", IP: ip, Port: 3128,
 			Reason: reason, AddressAt: addressAt, CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Second)}
 	}
 	verdict := func(addr string, healthy bool, probed time.Time) *events.ProxyHealth {
@@ -77,7 +78,7 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		"ready-stale": {`{"provider":"local","attributes":{"geo":"de"}}`,
 			running(events.PhaseReady, "127.0.0.4", ago(time.Hour), ""), verdict("127.0.0.4:3128", true, ago(5*time.Minute))},
 		"sick": {`{"provider":"local"}`,
-			running(events.PhaseUnhealthy, "127.0.0.5", ago(time.Hour), "ProbeFailing"), verdict("127.0.0.5:3128", false, ago(3*time.Second))},
+			running(events.PhaseUnhealthy, "127.0.0.5", ago(time.Hour), events.ReasonProbeFailing), verdict("127.0.0.5:3128", false, ago(3*time.Second))},
 		// A healthy verdict, but about the address it had before: unknown, and overdue since
 		// its new address appeared two minutes ago.
 		"moved": {`{"provider":"local"}`,
@@ -90,18 +91,18 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		"slow": {`{"provider":"local","healthCheck":{"intervalSeconds":120,"timeoutSeconds":5}}`,
 			running(events.PhaseReady, "127.0.0.8", ago(time.Hour), ""), verdict("127.0.0.8:3128", true, ago(2*time.Minute))},
 		"office": {`{"mode":"external","endpoint":{"host":"127.0.0.50","port":8080},"maxLeases":3}`,
-			&events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "external", IP: "127.0.0.50", Port: 8080, Reason: "ExternalEndpoint",
+			&events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: schemas.ModeExternal, IP: "127.0.0.50", Port: 8080, Reason: events.ReasonExternalEndpoint,
 				AddressAt: ago(time.Hour), CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Minute)},
 			verdict("127.0.0.50:8080", true, ago(3*time.Minute))},
 		"pending": {`{"provider":"local"}`, nil, nil},
-		"bad":     {`{"provider":"local","port":0.5}`, &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: "InvalidSpec", Message: "port: must be an integer"}, nil},
-		"broken": {`{"provider":"local"}`, &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Mode: "managed", Provider: "local",
-			Reason: "PermanentError", Message: "create failed"}, nil},
+		"bad":     {`{"provider":"local","port":0.5}`, &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonInvalidSpec, Message: "port: must be an integer"}, nil},
+		"broken": {`{"provider":"local"}`, &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Mode: schemas.ModeManaged, Provider: "local",
+			Reason: events.ReasonPermanent, Message: "create failed"}, nil},
 		// Being replaced: an address, but its teardown is under way, so not overdue.
-		"swap": {`{"provider":"local","port":8080}`, &events.ProxyStatus{V: 1, Phase: events.PhaseReplacing, Mode: "managed", Provider: "local",
-			IP: "127.0.0.9", Port: 3128, Teardown: "SpecChanged", Reason: "SpecChanged", AddressAt: ago(time.Hour)}, nil},
+		"swap": {`{"provider":"local","port":8080}`, &events.ProxyStatus{V: 1, Phase: events.PhaseReplacing, Mode: schemas.ModeManaged, Provider: "local",
+			IP: "127.0.0.9", Port: 3128, Teardown: events.ReasonSpecChanged, Reason: events.ReasonSpecChanged, AddressAt: ago(time.Hour)}, nil},
 		// Deleted: no spec any more.
-		"gone": {"", &events.ProxyStatus{V: 1, Phase: events.PhaseDeleting, Mode: "managed", Provider: "local", Reason: "ProxyDeleted"}, nil},
+		"gone": {"", &events.ProxyStatus{V: 1, Phase: events.PhaseDeleting, Mode: schemas.ModeManaged, Provider: "local", Reason: events.ReasonProxyDeleted}, nil},
 	}
 	for name, p := range proxies {
 		if p.spec != "" {
@@ -147,7 +148,7 @@ func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
 			if i%10 == 0 {
 				phase, failures = events.PhaseUnhealthy, 3
 			}
-			Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: phase, Mode: "managed", Provider: "local", Host: "local",
+			Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: phase, Mode: schemas.ModeManaged, Provider: "local", Host: "local",
 				UID: name + "-uid", InstanceName: "egressd-" + name, InstanceID: "id-" + name, IP: ip, Port: 3128, SpecHash: "h",
 				AddressAt: now.Add(-time.Hour), CreatedAt: now.Add(-time.Hour), ReadyAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Minute)})
 			Put(tb, st.Health, name, events.ProxyHealth{V: 1, Proxy: name, Address: addr, Healthy: failures == 0, ConsecutiveFailures: failures,

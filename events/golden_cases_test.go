@@ -1,0 +1,107 @@
+package events
+
+import "time"
+
+// goldenCases is one value of every record on the wire, by the name of its golden file in
+// testdata. Between them the cases set every field of every record type (see
+// TestGoldenCoversEveryField), so a renamed field or a changed shape shows in some file.
+func goldenCases() map[string]any {
+	op := Op{V: 1, ID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
+		InstanceName: "egress-abcdefghijklmnop", SpecRevision: 7, SpecHash: "0123456789abcdef", IssuedAt: at}
+	res := OpResult{V: 1, OpID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
+		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, UID: "u1", CreatedAt: at},
+		SpecHash: "0123456789abcdef", Worker: "host-1", StartedAt: at, At: at.Add(time.Second)}
+	failed := OpResult{V: 1, OpID: "op3", Kind: OpGet, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 2, Final: false,
+		ErrorClass: ClassTransient, Error: "local get local/egress-abcdefghijklmnop: transient error: timeout", Worker: "host-1",
+		StartedAt: at, At: at.Add(time.Second)}
+	health := ProxyHealth{V: 1, Proxy: "crawl-1", Address: "127.0.0.2:3128", Healthy: false, ConsecutiveSuccesses: 4,
+		ConsecutiveFailures: 3, SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 12.5,
+		LastError: "CONNECT 127.0.0.1:41234: connection refused", EgressIP: "127.0.0.2", LeakedHeaders: []string{"Via"},
+		CheckURL: "http://127.0.0.1:41234/echo", Prober: "host-1", LastProbeAt: at, LastSuccessAt: at.Add(-time.Minute),
+		LastTransitionAt: at}
+	healthy := health
+	healthy.Healthy, healthy.ConsecutiveSuccesses, healthy.ConsecutiveFailures, healthy.LastError = true, 1, 0, ""
+	target := TargetHealth{V: 1, Provider: "kvm-home", Target: "h1", Order: 1, Address: "qemu+ssh://h1.lan/system", Ready: true,
+		Reason: "Reachable", Message: "libvirt 10.0.0, pool default active", LatencyMs: 8.2,
+		Details: map[string]string{"libvirt": "10.0.0"}, CheckedAt: at, LastTransitionTime: at.Add(-time.Hour), Checker: "host-1"}
+	return map[string]any{
+		// Ops and their results (OPS_<provider>, egress.events.op.>).
+		"op.v1.json": op,
+		"op_delete.v1.json": Op{V: 1, ID: "op4", Kind: OpDelete, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
+			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", SpecRevision: 8, IssuedAt: at},
+		"op_result.v1.json":       res,
+		"op_result_error.v1.json": failed,
+
+		// Records in the buckets.
+		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
+			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
+			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
+			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
+			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
+		"proxy_status_replacing.v1.json": ProxyStatus{V: 1, Phase: PhaseReplacing, Mode: "managed", UID: "u1",
+			InstanceName: "egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
+			SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 9, Teardown: ReasonSpecChanged,
+			Reason: ReasonTransient, Message: "local delete: transient error: busy", Failures: 2, Deadlines: 1, AddrMisses: 1,
+			RetryAt: at.Add(4 * time.Second), ReadyAt: at.Add(-time.Hour), CreatedAt: at.Add(-2 * time.Hour), UpdatedAt: at},
+		"proxy_health.v1.json":  healthy,
+		"target_health.v1.json": target,
+		"provider_catalog.v1.json": CatalogRecord{V: 1, Provider: "kvm-home", Type: "libvirt",
+			Hosts:        []CatalogHost{{Name: "h1", MaxConcurrentOps: 4}, {Name: "h2", MaxConcurrentOps: 2}},
+			MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 512}}, Images: []string{"debian-13"},
+			Limits: map[string]int{"instances": 40}, UpdatedAt: at},
+		"prober_member.v1.json": ProberMember{V: 1, ID: "3f9a0c1d2e4b5a69", Worker: "host-1", Filters: []string{"local", "kvm-home.h1"},
+			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4},
+		"lease.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60, Holder: "crawler-7",
+			Target: "example.com", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute)},
+		"cooldown.v1.json": Cooldown{V: 1, Proxy: "crawl-1", Target: "example.com", Result: ReportBlocked, Holder: "crawler-7",
+			Until: at.Add(10 * time.Minute)},
+		"lock.v1.json": LockRecord{V: 1, Holder: "host-1", Purpose: "leader", Acquired: at},
+
+		// Core NATS.
+		"probe_request.v1.json": ProbeRequest{V: 1, Proxy: "crawl-1", Provider: "local", Host: "local", Address: "127.0.0.2",
+			Port: 3128, Reason: ReasonReport, At: at},
+
+		// Every kind of event on EGRESS_EVENTS.
+		"event_op.v1.json": Event{V: 1, ID: "e1", Kind: KindOpResult, Proxy: "crawl-1", At: at, Op: &res},
+		"event_phase.v1.json": Event{V: 1, ID: "e2", Kind: KindPhase, Proxy: "crawl-1", At: at, From: PhaseProvisioning,
+			Phase: PhaseRunning},
+		"event_phase_reason.v1.json": Event{V: 1, ID: "e4", Kind: KindPhase, Proxy: "crawl-2", At: at, From: PhaseProvisioning,
+			Phase: PhaseWaiting, Reason: ReasonQuota, Message: "local create: quota exceeded: no free address"},
+		"event_deleted.v1.json": Event{V: 1, ID: "e5", Kind: KindDeleted, Proxy: "crawl-1", At: at, From: PhaseDeleting,
+			Reason: ReasonProxyDeleted, Message: "proxy and instance removed"},
+		"event_health.v1.json": Event{V: 1, ID: "e6", Kind: KindHealth, Proxy: "crawl-1", At: at, Reason: ReasonUnhealthy,
+			Message: health.LastError, Health: &health},
+		"event_lease.v1.json": Event{V: 1, ID: "granted:crawl-1.1.0123456789abcdef", Kind: KindLease, Proxy: "crawl-1", At: at,
+			Reason: ReasonGranted, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Target: "example.com",
+				Until: at.Add(time.Minute)}},
+		"event_report.v1.json": Event{V: 1, ID: "report:crawl-1.1.0123456789abcdef:aa", Kind: KindReport, Proxy: "crawl-1", At: at,
+			Reason: Reason(ReportBlocked), Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7",
+				Target: "example.com", Result: ReportBlocked, Until: at.Add(10 * time.Minute)}},
+		"event_gc.v1.json": Event{V: 1, ID: "gc:local:local/egress-x", Kind: KindGC, Proxy: "local", At: at, Reason: ReasonOrphanDeleted,
+			Message: "deleted instance local/egress-x (uid u9) that no proxy owns",
+			GC: &GCDeletion{Provider: "local", Host: "local", ID: "local/egress-x", Name: "egress-x", UID: "u9", Kind: GCInstance,
+				CreatedAt: at.Add(-time.Hour)}},
+		"event_provider.v1.json": Event{V: 1, ID: "provider:kvm-home.h1:1", Kind: KindProvider, Proxy: "kvm-home", At: at,
+			Reason: Reason(target.Reason), Message: target.Message, Target: &target},
+		"event_progress.v1.json": Event{V: 1, ID: "progress:kvm-home:h1:debian-13:1", Kind: KindProgress, Proxy: "kvm-home", At: at,
+			Reason: "download", Message: "download of image debian-13 on h1: 120 MiB of 400 MiB"},
+		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
+			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
+
+		// The lease service: requests, replies and errors.
+		"lease_acquire_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",
+			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42"},
+		"lease_reply.v1.json": LeaseReply{Lease: LeaseGrant{ID: "crawl-1.1.0123456789abcdef", Proxy: "crawl-1", Host: "127.0.0.2",
+			Port: 3128, URL: "http://127.0.0.2:3128", ExpiresAt: at.Add(time.Minute), TTLSeconds: 60}},
+		"lease_renew_request.v1.json":   RenewRequest{ID: "crawl-1.1.0123456789abcdef", TTLSeconds: 120},
+		"lease_release_request.v1.json": ReleaseRequest{ID: "crawl-1.1.0123456789abcdef"},
+		"lease_release_reply.v1.json":   ReleaseReply{Released: true},
+		"lease_report_request.v1.json": ReportRequest{ID: "crawl-1.1.0123456789abcdef", Result: ReportBlocked, Target: "example.com",
+			CooldownSeconds: 600, Release: true},
+		"lease_report_reply.v1.json": ReportReply{CooldownUntil: at.Add(10 * time.Minute), Released: true},
+		"lease_error_bad_request.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeBadRequest, Message: "ttlSeconds: must be between 1 and 3600",
+			Field: "ttlSeconds"}},
+		"lease_error_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
+			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1}}},
+	}
+}
