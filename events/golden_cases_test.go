@@ -77,7 +77,7 @@ func goldenCases() map[string]any {
 		"event_report.v1.json": Event{V: 1, ID: "report:crawl-1.1.0123456789abcdef:aa", Kind: KindReport, Proxy: "crawl-1", At: at,
 			Reason: Reason(ReportBlocked), Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7",
 				Target: "example.com", Result: ReportBlocked, Until: at.Add(10 * time.Minute)}},
-		"event_gc.v1.json": Event{V: 1, ID: "gc:local:local/egress-x", Kind: KindGC, Proxy: "local", At: at, Reason: ReasonOrphanDeleted,
+		"event_gc.v1.json": Event{V: 1, ID: "gc:local/egress-x:2026-11-30T11:00:00Z", Kind: KindGC, Proxy: "egress-x", At: at, Reason: ReasonOrphanDeleted,
 			Message: "deleted instance local/egress-x (uid u9) that no proxy owns",
 			GC: &GCDeletion{Provider: "local", Host: "local", ID: "local/egress-x", Name: "egress-x", UID: "u9", Kind: GCInstance,
 				CreatedAt: at.Add(-time.Hour)}},
