@@ -29,7 +29,7 @@ var byCode = map[events.ErrorCode]error{
 
 // Error is an error answer of the lease service.
 type Error struct {
-	Code         events.ErrorCode
+	Code         events.ErrorCode     // an events.Code* value
 	Message      string               // names the problem; never carries credentials
 	Field        string               // the request field at fault, if one is
 	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
