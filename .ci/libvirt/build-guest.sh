@@ -25,31 +25,44 @@
 #                        cannot see a SATA cdrom (q35's default); generic can.
 # Needs: apt (network access to the Debian mirror), busybox-static cpio fdisk dosfstools mtools
 # syslinux syslinux-common qemu-utils, and Go unless both binaries are given.
+#
+# build-guest.sh --fetch-kernel only downloads the kernel package into CACHE (required then) and
+# exits: setup.sh does that on the host, because the test builds the guest inside its network
+# namespace, which has no way to the mirror.
 set -euo pipefail
 
-OUT=$(mkdir -p "${1:?usage: build-guest.sh OUTDIR}" && cd "$1" && pwd)
-REPO=$(cd "$(dirname "$0")/../.." && pwd)
-CACHE=${CACHE:-$OUT/cache}
-W=$OUT/work
-rm -rf "$W"
-mkdir -p "$W" "$CACHE"
 T0=${EPOCHREALTIME/./}
 say() { local ms=$(((${EPOCHREALTIME/./} - T0) / 1000)); printf '[build-guest +%d.%01ds] %s\n' $((ms / 1000)) $((ms % 1000 / 100)) "$*"; }
+FETCH_ONLY=
+if [ "${1:-}" = --fetch-kernel ]; then
+  FETCH_ONLY=1
+  CACHE=${CACHE:?build-guest.sh --fetch-kernel needs CACHE=dir}
+else
+  OUT=$(mkdir -p "${1:?usage: build-guest.sh OUTDIR | --fetch-kernel}" && cd "$1" && pwd)
+  CACHE=${CACHE:-$OUT/cache}
+  W=$OUT/work
+  rm -rf "$W"
+  mkdir -p "$W"
+fi
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$CACHE"
 
 # ------------------------------------------------------------------------------ 1. binaries
-if [ -z "${EGRESSD_BIN:-}" ]; then
-  say "building a static egressd"
-  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$W/egressd" ./cmd/egressd)
-  EGRESSD_BIN=$W/egressd
+if [ -z "$FETCH_ONLY" ]; then
+  if [ -z "${EGRESSD_BIN:-}" ]; then
+    say "building a static egressd"
+    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$W/egressd" ./cmd/egressd)
+    EGRESSD_BIN=$W/egressd
+  fi
+  if [ -z "${GUEST_AGENT_BIN:-}" ]; then
+    say "building the guest agent"
+    (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$W/guestagent" ./providers/libvirt/libvirttest/guestagent)
+    GUEST_AGENT_BIN=$W/guestagent
+  fi
+  for b in "$EGRESSD_BIN" "$GUEST_AGENT_BIN"; do
+    file -b "$b" 2>/dev/null | grep -q 'dynamically linked' && { echo "$b is dynamically linked; build it with CGO_ENABLED=0" >&2; exit 1; }
+  done
 fi
-if [ -z "${GUEST_AGENT_BIN:-}" ]; then
-  say "building the guest agent"
-  (cd "$REPO" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$W/guestagent" ./providers/libvirt/libvirttest/guestagent)
-  GUEST_AGENT_BIN=$W/guestagent
-fi
-for b in "$EGRESSD_BIN" "$GUEST_AGENT_BIN"; do
-  file -b "$b" 2>/dev/null | grep -q 'dynamically linked' && { echo "$b is dynamically linked; build it with CGO_ENABLED=0" >&2; exit 1; }
-done
 
 # ------------------------------------------------------------------------------ 2. kernel
 # The package the metapackage depends on, so that ABI bumps are followed.
@@ -68,8 +81,13 @@ KV=${KPKG#linux-image-}
 DEB=$(ls "$CACHE"/"${KPKG}"_*.deb 2>/dev/null | head -n 1 || true)
 if [ -z "$DEB" ]; then
   say "apt-get download $KPKG"
-  (cd "$CACHE" && apt-get download "$KPKG" >/dev/null 2>&1) || { echo "apt-get download $KPKG failed" >&2; exit 1; }
+  (cd "$CACHE" && apt-get download "$KPKG" >/dev/null 2>&1) ||
+    { echo "apt-get download $KPKG failed (inside the test's network namespace there is no mirror: setup.sh fetches it first)" >&2; exit 1; }
   DEB=$(ls "$CACHE"/"${KPKG}"_*.deb | head -n 1)
+fi
+if [ -n "$FETCH_ONLY" ]; then
+  say "kernel package cached: $DEB"
+  exit 0
 fi
 dpkg-deb -x "$DEB" "$W/k"
 cp "$W/k/boot/vmlinuz-$KV" "$W/vmlinuz"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # .ci/libvirt/run-e2e.sh: the libvirt end-to-end test, start to finish, for CI.
 #
-# setup.sh (packages, libvirtd, sshd, isolated network, pool) -> the Go test
-# TestLibvirtEndToEnd (builds the guest image, drives the real `egressd run` with a libvirt
-# provider) -> teardown.sh, always, even when the test fails. Prints the timings. Run as root
-# (sudo is used when not root) on a Debian 12 machine.
+# setup.sh (packages, the test's network namespace, libvirtd, sshd, isolated network, pool)
+# -> the Go test TestLibvirtEndToEnd inside that namespace (it builds the guest image and
+# drives the real `egressd run` with a libvirt provider), while this script checks the host's
+# network stack every 2 s for anything of the test -> teardown.sh, always, even when the test
+# fails. Prints the timings. Run as root (sudo is used when not root) on a Debian 12 machine.
 #   WORK=/var/tmp/egressd-libvirt-e2e   work dir
 #   KEEP=1                              skip the teardown (to look around after a failure)
 #   SMOKE=1                             first boot the guest image with plain virsh (no egressd)
@@ -15,21 +16,25 @@ if [ "$(id -u)" -ne 0 ]; then exec sudo -E env "PATH=$PATH" "$0" "$@"; fi
 export PATH="/usr/local/go/bin:$PATH"
 export WORK=${WORK:-/var/tmp/egressd-libvirt-e2e}
 HERE=.ci/libvirt
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 now() { echo "${EPOCHREALTIME/./}"; }
 elapsed() { local ms=$((($(now) - $1) / 1000)); printf '%d.%01ds' $((ms / 1000)) $((ms % 1000 / 100)); }
 T0=$(now)
 TIMES=()
+VIOLATIONS=$WORK/host-violations.txt
+CHECKS=$WORK/host-checks
 
 finish() {
   rc=$?
   set +e
   if [ -z "${KEEP:-}" ]; then
     t=$(now)
-    "$HERE/teardown.sh"
+    "$HERE/teardown.sh" || { [ $rc -ne 0 ] || rc=1; }
     TIMES+=("teardown: $(elapsed "$t")")
   else
-    echo "KEEP=1: left running; undo with WORK=$WORK $HERE/teardown.sh"
+    echo "KEEP=1: left running; look around with $HERE/in-ns.sh CMD, undo with WORK=$WORK $HERE/teardown.sh"
   fi
   echo "================ libvirt end-to-end timings"
   for l in "${TIMES[@]}"; do echo "  $l"; done
@@ -41,12 +46,14 @@ finish() {
 trap finish EXIT
 trap 'exit 143' TERM INT
 
-rm -f "$WORK/e2e-summary.txt"
+rm -f "$WORK/e2e-summary.txt" "$VIOLATIONS" "$CHECKS"
 t=$(now)
 "$HERE/setup.sh"
-TIMES+=("setup (packages, daemons, network, pool, sshd): $(elapsed "$t")")
+TIMES+=("setup (packages, namespace, daemons, network, pool, sshd): $(elapsed "$t")")
 
-# The nats CLI the Go end-to-end tests drive.
+# What the namespace cannot fetch, fetched here: the modules, and the nats CLI the Go
+# end-to-end tests drive.
+go mod download
 [ -x bin/nats ] || make tools
 
 if [ -n "${SMOKE:-}" ]; then
@@ -57,15 +64,42 @@ if [ -n "${SMOKE:-}" ]; then
   TIMES+=("smoke (image build + plain virsh boot + curl through the guest): $(elapsed "$t")")
 fi
 
-# CGO_ENABLED=0: the egressd the test builds is then static, and goes into the guest image as
-# it is (one build of the dependency tree instead of two).
+# watch_host PID: while PID (the go test) runs, check the host's network stack every 2 s;
+# findings go to $VIOLATIONS, the number of checks to $CHECKS.
+watch_host() {
+  local n=0 v
+  while alive "$1"; do
+    v=$(host_violations "$1")
+    n=$((n + 1))
+    [ -z "$v" ] || { echo "$(date -u +%T) $v" | tee -a "$VIOLATIONS" >&2; }
+    echo "$n" >"$CHECKS"
+    sleep 2
+  done
+}
+
+# The test, in the namespace. CGO_ENABLED=0: the egressd the test builds is then static, and
+# goes into the guest image as it is (one build of the dependency tree instead of two).
+# GOPROXY=off: the namespace has no way out, so a missing module fails at once, by name.
 t=$(now)
-set +e
-CGO_ENABLED=0 EGRESSD_LIBVIRT_E2E=$WORK/env go test -count=1 -timeout 30m -run '^TestLibvirtEndToEnd$' -v ./cmd/egressd 2>&1 |
-  tee "$WORK/e2e-test.log"
-rc=${PIPESTATUS[0]}
-set -e
-TIMES+=("go test TestLibvirtEndToEnd: $(elapsed "$t")")
+: >"$WORK/e2e-test.log"
+"${NSENTER[@]}" --wd="$PWD" -- env CGO_ENABLED=0 GOPROXY=off EGRESSD_LIBVIRT_E2E="$WORK/env" \
+  go test -count=1 -timeout 30m -run '^TestLibvirtEndToEnd$' -v ./cmd/egressd >"$WORK/e2e-test.log" 2>&1 &
+test_pid=$!
+watch_host "$test_pid" &
+watch_pid=$!
+tail -n +1 -f --pid="$test_pid" "$WORK/e2e-test.log"
+rc=0
+wait "$test_pid" || rc=$?
+wait "$watch_pid" || true
+TIMES+=("go test TestLibvirtEndToEnd (in namespace $NETNS): $(elapsed "$t")")
+if [ -s "$VIOLATIONS" ]; then
+  TIMES+=("host network stack: FOUND THE TEST ON IT ($(wc -l <"$VIOLATIONS") findings in $(cat "$CHECKS") checks, $VIOLATIONS)")
+  echo "the test showed on the host's network stack:" >&2
+  cat "$VIOLATIONS" >&2
+  [ "$rc" -ne 0 ] || rc=1
+else
+  TIMES+=("host network stack checked $(cat "$CHECKS" 2>/dev/null || echo 0) times during the test: no $BRIDGE, no tap, no listener of the test")
+fi
 [ "$rc" -eq 0 ] || exit "$rc"
 # A skip is not a pass.
 grep -q -- '^--- PASS: TestLibvirtEndToEnd' "$WORK/e2e-test.log" || { echo "TestLibvirtEndToEnd did not run to a pass" >&2; exit 1; }

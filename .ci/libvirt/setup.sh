@@ -1,29 +1,35 @@
 #!/usr/bin/env bash
 # .ci/libvirt/setup.sh: prepare this machine for the libvirt end-to-end test.
 #
-# For a Debian 12 machine, run as root, with no systemd (PID 1 is not an init system here).
-# It installs libvirt, QEMU, sshd and the guest-image tools from Debian's packages, then starts
-# virtlogd, libvirtd and an sshd on 127.0.0.1 by hand, and defines an isolated libvirt network
-# (no NAT, no forwarding: a guest has no path off this machine) and a dir storage pool.
-# Everything the test needs is written to "$WORK/env" (KEY=value lines, shell-sourceable).
+# For a Debian 12 machine, run as root, with or without systemd (nothing here uses an init
+# system). On the host it installs libvirt, QEMU, sshd and the guest-image tools from Debian's
+# packages and fetches the guest's kernel package (the namespace has no way out, so nothing in
+# it can download). Then it makes the test's network namespace and mount namespace (lib.sh
+# says what they hold) and, inside them only, starts virtlogd, libvirtd and an sshd on the
+# namespace's 127.0.0.1 by hand, and defines an isolated libvirt network (bridge, DHCP, no
+# forwarding) and a dir storage pool. Last it checks that none of it shows on the host's
+# network stack. Everything the test needs is written to "$WORK/env" (KEY=value lines,
+# shell-sourceable).
 #
-# Idempotent: a second run reuses what is already running and what already exists. What this
-# script starts or defines is recorded in "$WORK/state" so that teardown.sh undoes only that.
+# Idempotent: a second run reuses the namespaces and what already runs in them. What this
+# script starts or changes is recorded in "$WORK/state" for teardown.sh; a half-made namespace
+# from an interrupted run is torn down and made again.
 #
-#   WORK=/var/tmp/egressd-libvirt-e2e  work dir (ssh keys, logs, env and state files)
-#   SSH_PORT=2222                      first port tried for sshd on 127.0.0.1
-#   SKIP_APT=1                         do not run apt-get (packages already installed)
+#   WORK=/var/tmp/egressd-libvirt-e2e   work dir (ssh keys, logs, env and state files)
+#   SSH_PORT=2222                       first port tried for sshd on the namespace's 127.0.0.1
+#   SKIP_APT=1                          do not run apt-get (packages already installed)
+#   EGRESSD_LIBVIRT_GUEST_KERNEL=cloud  the guest kernel flavour to fetch (cloud or generic)
 set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
-WORK=${WORK:-/var/tmp/egressd-libvirt-e2e}
 SSH_PORT=${SSH_PORT:-2222}
 NET=egressd-e2e
-BRIDGE=virbr-egr
 BRIDGE_IP=192.168.124.1
 POOL=egressd-e2e
-POOL_DIR=/var/lib/libvirt/egressd-e2e-pool
-SOCKET=/var/run/libvirt/libvirt-sock
-export LIBVIRT_DEFAULT_URI=qemu:///system
+POOL_DIR=/var/lib/libvirt/egressd-e2e-pool # in the namespace's private /var/lib/libvirt
+SOCKET=/var/run/libvirt/libvirt-sock         # in the namespace's private /run/libvirt
 
 START=${EPOCHREALTIME/./}
 say() {
@@ -35,33 +41,15 @@ die() { echo "setup.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "must run as root"
 mkdir -p "$WORK"
 chmod 0755 "$WORK"
-STATE=$WORK/state
 touch "$STATE"
 
-# state_get KEY prints the recorded value; state_set KEY VALUE records one (last wins).
-state_get() { sed -n "s/^$1=//p" "$STATE" | tail -n 1; }
-state_set() { sed -i "/^$1=/d" "$STATE"; echo "$1=$2" >>"$STATE"; }
-
-# alive PID: the process exists and is not a zombie (PID 1 here never reaps orphans).
-alive() {
-  [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
-  local st
-  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
-  [ -n "$st" ] && [ "$st" != Z ]
-}
-
-# exe_of PID prints the executable of a live process.
-exe_of() { readlink "/proc/$1/exe" 2>/dev/null || true; }
-
-# running EXE: some live process runs EXE. (Not pgrep: it also matches the zombies PID 1 leaves
-# here, and a zombie virtlogd is no virtlogd. A zombie has no exe link.)
-running() {
-  local p
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/exe" 2>/dev/null)" = "$1" ] && alive "${p#/proc/}" && return 0
-  done
-  return 1
-}
+# A namespace left half-made (setup cut off before the mount namespace existed) is torn down
+# first, with everything recorded for it, and made again below.
+if ! ns_up && { [ -e "/run/netns/$NETNS" ] || [ -e "$MNTNS" ]; }; then
+  say "a half-made namespace $NETNS is left from an earlier run: tearing it down first"
+  WORK=$WORK "$HERE/teardown.sh"
+  touch "$STATE"
+fi
 
 # ------------------------------------------------------------------------------------ packages
 # libvirt-daemon-system-sysv is named explicitly: without it apt picks the systemd flavour and
@@ -88,9 +76,14 @@ if [ -z "${SKIP_APT:-}" ]; then
     say "packages already installed"
   fi
 fi
-for b in virsh virtlogd libvirtd sshd qemu-system-x86_64 qemu-img; do
+for b in virsh virtlogd libvirtd sshd qemu-system-x86_64 qemu-img ip ss nsenter unshare mountpoint; do
   command -v "$b" >/dev/null || [ -x "/usr/sbin/$b" ] || die "$b not found after install"
 done
+
+# The guest's kernel package, into the cache build-guest.sh reads: the test builds the guest
+# inside the namespace, which cannot reach the Debian mirror.
+CACHE=$WORK/cache GUEST_KERNEL=${EGRESSD_LIBVIRT_GUEST_KERNEL:-cloud} "$HERE/build-guest.sh" --fetch-kernel
+
 # ------------------------------------------------------------------------------------ /dev/kvm
 # Without udev, /dev/kvm stays root:root 0600. libvirt's QEMU capability probe then sees KVM at
 # probe time but "not available now" on every later call and re-probes QEMU (~2 s each): one
@@ -109,60 +102,102 @@ else
   say "no /dev/kvm: QEMU runs in TCG (domainType qemu) anyway"
 fi
 
-# ------------------------------------------------------------------------------------ daemons
-mkdir -p /run/libvirt /run/sshd "$WORK/logs"
+# ------------------------------------------------------------------------------------ namespaces
+if ns_up; then
+  say "network namespace $NETNS and its mount namespace exist; reusing them"
+else
+  state_set netns "$NETNS"
+  ip netns add "$NETNS"
+  ip -n "$NETNS" link set lo up
+  # The private libvirt tree: the host's config without its networks, pools, domains and
+  # secrets; /var/lib/libvirt's directories (not their content) with their owners and modes.
+  rm -rf "$ROOT" "$WORK/logs/libvirt"
+  mkdir -p "$ROOT/etc" "$ROOT/lib" "$WORK/logs/libvirt/qemu"
+  cp -a /etc/libvirt/. "$ROOT/etc/"
+  rm -rf "$ROOT/etc/qemu" "$ROOT/etc/storage" "$ROOT/etc/secrets"
+  mkdir -p "$ROOT/etc/qemu/networks/autostart" "$ROOT/etc/storage/autostart"
+  install -d -m 0700 "$ROOT/etc/secrets"
+  for d in /var/lib/libvirt/*/; do
+    d=${d%/}
+    mkdir -p "$ROOT/lib/${d##*/}"
+    chown --reference="$d" "$ROOT/lib/${d##*/}"
+    chmod --reference="$d" "$ROOT/lib/${d##*/}"
+  done
+  # The mount namespace, kept by a bind mount of its nsfs file on a private mount point (a
+  # namespace file on a shared mount, systemd's default for /, is refused).
+  mkdir -p "$NSDIR" /run/libvirt /run/sshd
+  mountpoint -q "$NSDIR" || mount --bind "$NSDIR" "$NSDIR"
+  mount --make-private "$NSDIR"
+  : >"$MNTNS"
+  state_set mntns "$MNTNS"
+  unshare --mount="$MNTNS" --propagation slave -- nsenter --net="/run/netns/$NETNS" -- /bin/sh -ec "
+    cg=\$(mktemp -d)
+    if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup \$cg; fi
+    mount -t sysfs -o nosuid,nodev,noexec sysfs /sys
+    if mountpoint -q \$cg; then mount --move \$cg /sys/fs/cgroup; fi
+    rmdir \$cg
+    mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run/libvirt
+    mount --bind '$ROOT/etc' /etc/libvirt
+    mount --bind '$ROOT/lib' /var/lib/libvirt
+    mount --bind '$WORK/logs/libvirt' /var/log/libvirt
+  " || die "making the mount namespace failed"
+  ns_up || die "namespace $NETNS is not up after making it"
+  say "made network namespace $NETNS (loopback only) and its mount namespace $MNTNS"
+fi
 
-# start_daemon NAME BINARY ARGS...: start BINARY in the background, in its own session, with
-# its output in $WORK/logs/NAME.log, and record its PID. It runs in the foreground mode of the
-# daemon (no -d), so the PID recorded is the daemon's own.
+# ------------------------------------------------------------------------------------ daemons
+mkdir -p "$WORK/logs"
+
+# start_daemon NAME BINARY ARGS...: start BINARY in the namespaces, in the background, in its
+# own session, with its output in $WORK/logs/NAME.log, and record its PID. It runs in the
+# foreground mode of the daemon (no -d), and setsid and nsenter exec it, so the PID recorded is
+# the daemon's own.
 start_daemon() {
   local name=$1
   shift
-  setsid "$@" >>"$WORK/logs/$name.log" 2>&1 </dev/null &
+  setsid "${NSENTER[@]}" -- "$@" >>"$WORK/logs/$name.log" 2>&1 </dev/null &
   local pid=$!
   state_set "${name}_pid" "$pid"
-  say "started $name (pid $pid)"
+  say "started $name (pid $pid) in namespace $NETNS"
 }
 
-# virtlogd first: libvirtd needs it to start any domain (QEMU's log goes through it). Both are
-# reused when already running (ours from an earlier run, or the machine's own).
-if ! running /usr/sbin/virtlogd; then
-  rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock # stale: /run is on disk here
+# virtlogd first: libvirtd needs it to start any domain (QEMU's log goes through it).
+if ours "$(state_get virtlogd_pid)" /usr/sbin/virtlogd; then
+  say "virtlogd (pid $(state_get virtlogd_pid)) from an earlier run is still running"
+else
+  in_ns rm -f /run/libvirt/virtlogd-sock /run/libvirt/virtlogd-admin-sock
   start_daemon virtlogd /usr/sbin/virtlogd
-  for _ in $(seq 1 100); do [ -S /run/libvirt/virtlogd-sock ] && break; sleep 0.1; done
-  [ -S /run/libvirt/virtlogd-sock ] || { tail -n 20 "$WORK/logs/virtlogd.log"; die "virtlogd did not create its socket"; }
+  for _ in $(seq 1 100); do in_ns test -S /run/libvirt/virtlogd-sock && break; sleep 0.1; done
+  in_ns test -S /run/libvirt/virtlogd-sock || { tail -n 20 "$WORK/logs/virtlogd.log"; die "virtlogd did not create its socket"; }
 fi
-if virsh -q version >/dev/null 2>&1; then
-  say "libvirtd already answers; reusing it"
+if vsh version >/dev/null 2>&1; then
+  say "libvirtd (pid $(state_get libvirtd_pid)) already answers; reusing it"
 else
   pid=$(state_get libvirtd_pid)
-  if alive "$pid" && [ "$(exe_of "$pid")" = /usr/sbin/libvirtd ]; then
+  if ours "$pid" /usr/sbin/libvirtd; then
     say "libvirtd (pid $pid) from an earlier run does not answer; restarting it"
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
   fi
-  running /usr/sbin/libvirtd && die "a libvirtd not started by this script is running but does not answer"
-  rm -f /run/libvirt/libvirt-sock /run/libvirt/libvirt-sock-ro /run/libvirt/libvirt-admin-sock
+  in_ns rm -f /run/libvirt/libvirt-sock /run/libvirt/libvirt-sock-ro /run/libvirt/libvirt-admin-sock
   # No -l: it means TCP/TLS listening, which wants certificates, and libvirtd exits without them.
   start_daemon libvirtd /usr/sbin/libvirtd
   # The first start probes QEMU's capabilities: 8-12 s.
   for _ in $(seq 1 600); do
-    virsh -q version >/dev/null 2>&1 && break
+    vsh version >/dev/null 2>&1 && break
     alive "$(state_get libvirtd_pid)" || { tail -n 30 "$WORK/logs/libvirtd.log"; die "libvirtd exited"; }
     sleep 0.1
   done
-  virsh -q version >/dev/null 2>&1 || die "libvirtd did not answer within 60s (log: $WORK/logs/libvirtd.log)"
+  vsh version >/dev/null 2>&1 || die "libvirtd did not answer within 60s (log: $WORK/logs/libvirtd.log)"
 fi
-say "libvirt: $(virsh -q version 2>/dev/null | sed -n 's/^Running hypervisor: //p;s/^Using library: //p' | paste -sd' ')"
+say "libvirt: $(vsh version 2>/dev/null | sed -n 's/^Running hypervisor: //p;s/^Using library: //p' | paste -sd' ')"
 
 # ------------------------------------------------------------------------------------ network
-# Isolated: no <forward>, so no NAT, no routing, ip_forward untouched. DHCP by libvirt's dnsmasq.
+# Isolated: no <forward>, so no NAT and no routing; DHCP by libvirt's dnsmasq. The bridge, its
+# firewall rules and dnsmasq are all in the namespace.
 # (Lists are captured before matching: `virsh ... | grep -q` under pipefail fails on SIGPIPE,
 # and virsh pads names with trailing spaces.)
-if ! virsh net-info "$NET" >/dev/null 2>&1; then
-  if ip -4 route show | grep -q "^192\.168\.124\.0/24 " && ! ip link show "$BRIDGE" >/dev/null 2>&1; then
-    die "192.168.124.0/24 is already routed on this machine; the isolated test network needs it"
-  fi
+if ! vsh net-info "$NET" >/dev/null 2>&1; then
   cat >"$WORK/net.xml" <<EOF
 <network>
   <name>$NET</name>
@@ -172,43 +207,41 @@ if ! virsh net-info "$NET" >/dev/null 2>&1; then
   </ip>
 </network>
 EOF
-  virsh -q net-define "$WORK/net.xml" >/dev/null
-  state_set net_defined "$NET"
+  vsh net-define "$WORK/net.xml" >/dev/null
   say "defined network $NET"
 fi
-active=$(virsh -q net-list --name)
+active=$(vsh net-list --name)
 if ! grep -qE "^${NET}[[:space:]]*$" <<<"$active"; then
-  virsh -q net-start "$NET" >/dev/null
-  say "started network $NET ($BRIDGE, $BRIDGE_IP/24)"
+  vsh net-start "$NET" >/dev/null
+  say "started network $NET ($BRIDGE, $BRIDGE_IP/24) in namespace $NETNS"
 fi
-if virsh -q net-dumpxml "$NET" | grep -q '<forward'; then
+if vsh net-dumpxml "$NET" | grep -q '<forward'; then
   die "network $NET has a <forward> element; the test needs an isolated network"
 fi
 
 # ------------------------------------------------------------------------------------ pool
-if ! virsh pool-info "$POOL" >/dev/null 2>&1; then
-  virsh -q pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
-  state_set pool_defined "$POOL"
-  say "defined pool $POOL ($POOL_DIR)"
+if ! vsh pool-info "$POOL" >/dev/null 2>&1; then
+  vsh pool-define-as "$POOL" dir --target "$POOL_DIR" >/dev/null
+  say "defined pool $POOL ($POOL_DIR; on the host: $ROOT/lib/${POOL_DIR##*/})"
 fi
-active=$(virsh -q pool-list --name)
+active=$(vsh pool-list --name)
 if ! grep -qE "^${POOL}[[:space:]]*$" <<<"$active"; then
-  virsh -q pool-build "$POOL" >/dev/null 2>&1 || true
-  virsh -q pool-start "$POOL" >/dev/null
+  vsh pool-build "$POOL" >/dev/null 2>&1 || true
+  vsh pool-start "$POOL" >/dev/null
   say "started pool $POOL"
 fi
-chmod 0755 "$POOL_DIR"
+in_ns chmod 0755 "$POOL_DIR"
 
 # ------------------------------------------------------------------------------------ sshd
-# An sshd of our own on 127.0.0.1, with fresh host and client keys, that allows forwarding a
-# unix socket (the provider opens a direct-streamlocal channel to libvirt's socket).
+# An sshd of our own on the namespace's 127.0.0.1, with fresh host and client keys, that allows
+# forwarding a unix socket (the provider opens a direct-streamlocal channel to libvirt's socket).
 S=$WORK/ssh
 sshd_pid=$(state_get sshd_pid)
-if alive "$sshd_pid" && [ "$(exe_of "$sshd_pid")" = /usr/sbin/sshd ] && [ -s "$S/clientkey" ]; then
+if ours "$sshd_pid" /usr/sbin/sshd && [ -s "$S/clientkey" ]; then
   SSH_PORT=$(state_get ssh_port)
-  say "sshd (pid $sshd_pid) from an earlier run is still serving 127.0.0.1:$SSH_PORT"
+  say "sshd (pid $sshd_pid) from an earlier run is still serving 127.0.0.1:$SSH_PORT in namespace $NETNS"
 else
-  port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+  port_busy() { in_ns bash -c "exec 3<>/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
   for _ in $(seq 1 100); do port_busy "$SSH_PORT" || break; SSH_PORT=$((SSH_PORT + 1)); done
   port_busy "$SSH_PORT" && die "no free port for sshd"
   rm -rf "$S"
@@ -239,29 +272,38 @@ EOF
   start_daemon sshd /usr/sbin/sshd -D -e -f "$S/sshd_config"
   state_set ssh_port "$SSH_PORT"
   for _ in $(seq 1 100); do port_busy "$SSH_PORT" && break; sleep 0.1; done
-  port_busy "$SSH_PORT" || { tail -n 20 "$WORK/logs/sshd.log"; die "sshd did not listen on 127.0.0.1:$SSH_PORT"; }
+  port_busy "$SSH_PORT" || { tail -n 20 "$WORK/logs/sshd.log"; die "sshd did not listen on 127.0.0.1:$SSH_PORT in namespace $NETNS"; }
 fi
 
 # Check the whole path the provider takes: key auth, host key verification, and a forwarded
 # unix socket to libvirtd (the OpenSSH equivalent of direct-streamlocal@openssh.com).
 FWD=$WORK/fwd-check.sock
 rm -f "$FWD"
-ssh -F /dev/null -i "$S/clientkey" -o UserKnownHostsFile="$S/known_hosts" -o StrictHostKeyChecking=yes \
+"${NSENTER[@]}" -- ssh -F /dev/null -i "$S/clientkey" -o UserKnownHostsFile="$S/known_hosts" -o StrictHostKeyChecking=yes \
   -o BatchMode=yes -o ExitOnForwardFailure=yes -p "$SSH_PORT" -n -N -L "$FWD:$SOCKET" root@127.0.0.1 &
 fwd_pid=$!
 for _ in $(seq 1 100); do [ -S "$FWD" ] && break; sleep 0.05; done
 ok=0
-virsh -c "qemu:///system?socket=$FWD" -q list --all >/dev/null 2>&1 && ok=1
+in_ns virsh -c "qemu:///system?socket=$FWD" -q list --all >/dev/null 2>&1 && ok=1
 kill "$fwd_pid" 2>/dev/null || true
 wait "$fwd_pid" 2>/dev/null || true
 rm -f "$FWD"
 [ $ok = 1 ] || die "libvirt through ssh -L to 127.0.0.1:$SSH_PORT failed (log: $WORK/logs/sshd.log)"
-say "sshd on 127.0.0.1:$SSH_PORT; libvirt reachable through a forwarded unix socket"
+say "sshd on 127.0.0.1:$SSH_PORT in namespace $NETNS; libvirt reachable through a forwarded unix socket"
+
+# ------------------------------------------------------------------------------------ the host
+# None of it shows on the host's network stack, and in the namespace it is all there.
+v=$(host_violations)
+[ -z "$v" ] || die "the test shows on the host's network stack: $v"
+say "in namespace $NETNS: links $(in_ns ip -o link | awk -F': ' '{print $2}' | paste -sd' '); listening: $(in_ns ss -Hltunp | sed -n 's/.*users:(("\([^"]*\)".*/\1/p' | sort -u | paste -sd' ')"
+say "on the host: no $BRIDGE, no link of the namespace, no listening socket of its processes"
 
 # ------------------------------------------------------------------------------------ env file
 cat >"$WORK/env.tmp" <<EOF
-# Written by .ci/libvirt/setup.sh: what the libvirt end-to-end test needs.
+# Written by .ci/libvirt/setup.sh: what the libvirt end-to-end test needs. Every address and
+# path in it is the namespace's: run the test through .ci/libvirt/in-ns.sh.
 EGRESSD_LIBVIRT_WORK=$WORK
+EGRESSD_LIBVIRT_NETNS=$NETNS
 EGRESSD_LIBVIRT_SSH_KEY=$S/clientkey
 EGRESSD_LIBVIRT_KNOWN_HOSTS=$S/known_hosts
 EGRESSD_LIBVIRT_SSH_ADDRESS=127.0.0.1:$SSH_PORT

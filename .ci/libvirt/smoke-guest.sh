@@ -3,10 +3,14 @@
 # and use the forward proxy its user-data starts. It proves the image and the user-data path on
 # their own, so that a failing end-to-end test points at the provider, not at the guest.
 #
-# Needs setup.sh's env file (ENV=..., default /var/tmp/egressd-libvirt-e2e/env). Everything it
-# makes (overlay, seed, domain, HTTP server) is removed again, whatever happens.
+# Needs setup.sh's env file (ENV=..., default /var/tmp/egressd-libvirt-e2e/env), and runs in the
+# test's namespaces (it enters them itself when started outside). Everything it makes (overlay,
+# seed, domain, HTTP server) is removed again, whatever happens.
 #   BUS=ide|sata|scsi   the seed cdrom's bus (default ide, on machine pc; sata uses q35)
 set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+in_netns $$ || exec "$(dirname "$0")/in-ns.sh" "$0" "$@"
 IMAGE=$(realpath "${1:?usage: smoke-guest.sh IMAGE.qcow2}")
 ENV=${ENV:-/var/tmp/egressd-libvirt-e2e/env}
 BUS=${BUS:-ide}

@@ -1,84 +1,88 @@
 #!/usr/bin/env bash
 # .ci/libvirt/teardown.sh: undo what setup.sh did, and only that.
 #
-# Reads "$WORK/state" (written by setup.sh): stops the daemons setup started, by PID (never by
-# name), and removes the network and pool setup defined. Domains whose disks live in that pool
-# (left by a failed test run) are destroyed first. Packages stay installed; the work dir keeps
-# its logs, the test summary and the kernel package cache.
+# Destroys the guests and the network while the test's libvirtd answers, stops the daemons
+# setup recorded in "$WORK/state" (by PID, each checked to be the same program), then every
+# other process left in the test's namespaces (a QEMU, dnsmasq, an egressd of a killed test
+# run), by PID, and removes the mount namespace and the network namespace: the bridge and the
+# tap devices exist only there and go with it. Last it checks that nothing of the test is left
+# on the host. Safe to run twice, after a failed or cut-off run, and with no state file at all.
+# Packages stay installed; the work dir keeps its logs (libvirt's and QEMU's under
+# logs/libvirt), the test summary and the kernel package cache.
 #   WORK=/var/tmp/egressd-libvirt-e2e
 set -uo pipefail
-
-WORK=${WORK:-/var/tmp/egressd-libvirt-e2e}
-STATE=$WORK/state
-export LIBVIRT_DEFAULT_URI=qemu:///system
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 say() { echo "[teardown] $*"; }
+[ "$(id -u)" -eq 0 ] || { echo "teardown.sh: must run as root" >&2; exit 1; }
 
-if [ ! -f "$STATE" ]; then
-  say "no $STATE: nothing to undo"
-  exit 0
-fi
-state_get() { sed -n "s/^$1=//p" "$STATE" | tail -n 1; }
-alive() {
-  [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
-  local st
-  st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
-  [ -n "$st" ] && [ "$st" != Z ]
+# stop PID...: SIGTERM, up to 10 s for all of them to go, then SIGKILL for the rest.
+stop() {
+  local p left
+  [ $# -gt 0 ] || return 0
+  kill -TERM "$@" 2>/dev/null
+  for _ in $(seq 1 100); do
+    left=()
+    for p in "$@"; do alive "$p" && left+=("$p"); done
+    [ ${#left[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
+  say "SIGKILL for ${left[*]}"
+  kill -KILL "${left[@]}" 2>/dev/null
+  for _ in $(seq 1 50); do
+    left=()
+    for p in "$@"; do alive "$p" && left+=("$p"); done
+    [ ${#left[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
 }
 
-POOL=$(state_get pool_defined)
-NET=$(state_get net_defined)
-virsh_ok=0
-virsh -q version >/dev/null 2>&1 && virsh_ok=1
-
-# Domains using the pool setup made: a test that failed half-way may have left some running.
-if [ $virsh_ok = 1 ] && [ -n "$POOL" ]; then
-  pool_dir=$(virsh -q pool-dumpxml "$POOL" 2>/dev/null | sed -n 's:.*<path>\(.*\)</path>.*:\1:p' | head -n 1)
-  if [ -n "$pool_dir" ]; then
-    for d in $(virsh -q list --all --name); do
-      if virsh -q dumpxml "$d" 2>/dev/null | grep -q "file='$pool_dir/"; then
-        say "removing domain $d (its disks are in pool $POOL)"
-        virsh -q destroy "$d" >/dev/null 2>&1
-        virsh -q undefine "$d" --nvram >/dev/null 2>&1 || virsh -q undefine "$d" >/dev/null 2>&1
-      fi
-    done
-  fi
-fi
-
-# The pool: its volumes, its directory, its definition.
-if [ $virsh_ok = 1 ] && [ -n "$POOL" ] && virsh -q pool-info "$POOL" >/dev/null 2>&1; then
-  virsh -q pool-refresh "$POOL" >/dev/null 2>&1
-  for v in $(virsh -q vol-list --pool "$POOL" 2>/dev/null | awk '{print $1}'); do
-    virsh -q vol-delete --pool "$POOL" "$v" >/dev/null 2>&1
+# Guests and network, cleanly, while libvirtd answers. Every domain, network and pool this
+# libvirtd knows is the test's: its /etc/libvirt is the namespace's own copy.
+if ns_up && vsh version >/dev/null 2>&1; then
+  for d in $(vsh list --all --name); do
+    say "removing domain $d"
+    vsh destroy "$d" >/dev/null 2>&1
+    vsh undefine "$d" --nvram >/dev/null 2>&1 || vsh undefine "$d" >/dev/null 2>&1
   done
-  virsh -q pool-destroy "$POOL" >/dev/null 2>&1
-  virsh -q pool-delete "$POOL" >/dev/null 2>&1
-  virsh -q pool-undefine "$POOL" >/dev/null 2>&1 && say "removed pool $POOL"
-fi
-
-# The network (destroying it stops its dnsmasq and removes the bridge).
-if [ $virsh_ok = 1 ] && [ -n "$NET" ] && virsh -q net-info "$NET" >/dev/null 2>&1; then
-  virsh -q net-destroy "$NET" >/dev/null 2>&1
-  virsh -q net-undefine "$NET" >/dev/null 2>&1 && say "removed network $NET"
+  for n in $(vsh net-list --name); do vsh net-destroy "$n" >/dev/null 2>&1 && say "stopped network $n"; done
+  for p in $(vsh pool-list --name); do vsh pool-destroy "$p" >/dev/null 2>&1 && say "stopped pool $p"; done
 fi
 
 # The daemons, by the PIDs setup recorded, newest first; each checked to still be the same
-# program before it is signalled.
+# program before it is signalled (a PID of an earlier boot may be anything now).
 for d in sshd:/usr/sbin/sshd libvirtd:/usr/sbin/libvirtd virtlogd:/usr/sbin/virtlogd; do
   name=${d%%:*}
-  exe=${d#*:}
   pid=$(state_get "${name}_pid")
-  [ -n "$pid" ] || continue
-  if alive "$pid" && [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$exe" ]; then
-    kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 1 100); do alive "$pid" || break; sleep 0.1; done
-    if alive "$pid"; then
-      kill -KILL "$pid" 2>/dev/null
-      say "stopped $name (pid $pid) with SIGKILL"
-    else
-      say "stopped $name (pid $pid)"
-    fi
+  if [ -n "$pid" ] && alive "$pid" && [ "$(exe_of "$pid")" = "${d#*:}" ]; then
+    stop "$pid"
+    say "stopped $name (pid $pid)"
   fi
 done
+
+# Everything else in the namespaces: only the test's processes are there.
+mapfile -t rest < <(ns_pids)
+if [ ${#rest[@]} -gt 0 ]; then
+  say "stopping what is left in namespace $NETNS: $(for p in "${rest[@]}"; do printf '%s(%s) ' "$p" "$(basename "$(exe_of "$p")")"; done)"
+  stop "${rest[@]}"
+fi
+rc=0
+mapfile -t rest < <(ns_pids)
+[ ${#rest[@]} -eq 0 ] || { say "still running in namespace $NETNS: ${rest[*]}"; rc=1; }
+
+# The namespaces. The mount namespace's file, then its private mount point; then the network
+# namespace, which the kernel frees (with its bridge, tap devices and firewall) once its last
+# process is gone.
+if mountpoint -q "$MNTNS" 2>/dev/null; then
+  umount "$MNTNS" && say "removed mount namespace $MNTNS"
+fi
+rm -f "$MNTNS"
+if mountpoint -q "$NSDIR" 2>/dev/null; then umount "$NSDIR"; fi
+[ -d "$NSDIR" ] && rmdir "$NSDIR"
+if [ -e "/run/netns/$NETNS" ]; then
+  ip netns del "$NETNS" && say "removed network namespace $NETNS"
+fi
 
 # /dev/kvm back to what it was, if setup changed it.
 kvm=$(state_get kvm_mode)
@@ -86,5 +90,11 @@ if [ -n "$kvm" ] && [ -c /dev/kvm ]; then
   chown "${kvm% *}" /dev/kvm && chmod "${kvm#* }" /dev/kvm && say "/dev/kvm back to $kvm"
 fi
 
-rm -rf "$WORK/ssh" "$WORK/env" "$STATE"
-say "done"
+rm -rf "$ROOT" "$WORK/ssh" "$WORK/env" "$STATE"
+
+# Nothing of the test is left on the host.
+ip netns list 2>/dev/null | grep -qw "$NETNS" && { say "network namespace $NETNS is still there"; rc=1; }
+ip link show dev "$BRIDGE" >/dev/null 2>&1 && { say "bridge $BRIDGE exists on the host"; rc=1; }
+mountpoint -q "$MNTNS" 2>/dev/null && { say "$MNTNS is still mounted"; rc=1; }
+[ $rc -eq 0 ] && say "done: no namespace, no bridge, no process of the test left"
+exit $rc

@@ -34,14 +34,16 @@ import (
 // forward proxy; the prober probes through it, a lease hands it out, curl uses it.
 //
 // It needs a host prepared by .ci/libvirt/setup.sh (root, libvirt, an isolated network, a
-// pool, an sshd) and runs only when EGRESSD_LIBVIRT_E2E names setup's env file;
-// .ci/libvirt/run-e2e.sh does all of it. Every server it starts listens on loopback or on the
-// isolated bridge; guests have no route off the machine.
+// pool, an sshd, all inside a network namespace of their own) and runs only when
+// EGRESSD_LIBVIRT_E2E names setup's env file, and only inside that namespace (through
+// .ci/libvirt/in-ns.sh); .ci/libvirt/run-e2e.sh does all of it. The namespace holds nothing
+// but its loopback and the test's bridge, so every packet of the test stays in it: the
+// servers it starts listen on the namespace's loopback or on the bridge.
 const libvirtEnvVar = "EGRESSD_LIBVIRT_E2E"
 
 // libvirtEnv is setup.sh's env file.
 type libvirtEnv struct {
-	file                                 string
+	file, netns                          string
 	work, sshKey, knownHosts, sshAddress string
 	sshUser, socket, uri                 string
 	network, bridge, bridgeIP            string
@@ -69,14 +71,14 @@ func loadLibvirtEnv(t *testing.T, path string) libvirtEnv {
 		return kv[k]
 	}
 	e := libvirtEnv{
-		file: path, work: get("EGRESSD_LIBVIRT_WORK"), sshKey: get("EGRESSD_LIBVIRT_SSH_KEY"),
+		file: path, netns: get("EGRESSD_LIBVIRT_NETNS"), work: get("EGRESSD_LIBVIRT_WORK"), sshKey: get("EGRESSD_LIBVIRT_SSH_KEY"),
 		knownHosts: get("EGRESSD_LIBVIRT_KNOWN_HOSTS"), sshAddress: get("EGRESSD_LIBVIRT_SSH_ADDRESS"),
 		sshUser: get("EGRESSD_LIBVIRT_SSH_USER"), socket: get("EGRESSD_LIBVIRT_SOCKET"), uri: get("EGRESSD_LIBVIRT_URI"),
 		network: get("EGRESSD_LIBVIRT_NETWORK"), bridge: get("EGRESSD_LIBVIRT_BRIDGE"), bridgeIP: get("EGRESSD_LIBVIRT_BRIDGE_IP"),
 		pool: get("EGRESSD_LIBVIRT_POOL"), poolDir: get("EGRESSD_LIBVIRT_POOL_DIR"),
 		guestKernel: get("EGRESSD_LIBVIRT_GUEST_KERNEL"), image: get("EGRESSD_LIBVIRT_IMAGE"), summary: get("EGRESSD_LIBVIRT_SUMMARY"),
 	}
-	for k, v := range map[string]string{"EGRESSD_LIBVIRT_WORK": e.work, "EGRESSD_LIBVIRT_SSH_KEY": e.sshKey,
+	for k, v := range map[string]string{"EGRESSD_LIBVIRT_NETNS": e.netns, "EGRESSD_LIBVIRT_WORK": e.work, "EGRESSD_LIBVIRT_SSH_KEY": e.sshKey,
 		"EGRESSD_LIBVIRT_KNOWN_HOSTS": e.knownHosts, "EGRESSD_LIBVIRT_SSH_ADDRESS": e.sshAddress,
 		"EGRESSD_LIBVIRT_SSH_USER": e.sshUser, "EGRESSD_LIBVIRT_NETWORK": e.network,
 		"EGRESSD_LIBVIRT_BRIDGE_IP": e.bridgeIP, "EGRESSD_LIBVIRT_POOL": e.pool, "EGRESSD_LIBVIRT_POOL_DIR": e.poolDir} {
@@ -91,6 +93,24 @@ func loadLibvirtEnv(t *testing.T, path string) libvirtEnv {
 		e.summary = filepath.Join(e.work, "e2e-summary.txt")
 	}
 	return e
+}
+
+// requireNetns fails unless this process runs in the network namespace setup.sh made: outside
+// it, the sshd, the bridge and the libvirtd the env file names are not there (or, worse,
+// somebody else's are).
+func (e libvirtEnv) requireNetns(t *testing.T) {
+	t.Helper()
+	self, err := os.Stat("/proc/self/ns/net")
+	if err != nil {
+		t.Fatalf("reading this process's network namespace: %v", err)
+	}
+	ns, err := os.Stat(filepath.Join("/run/netns", e.netns))
+	if err != nil {
+		t.Fatalf("%s: EGRESSD_LIBVIRT_NETNS=%s: %v (rerun .ci/libvirt/setup.sh)", e.file, e.netns, err)
+	}
+	if !os.SameFile(self, ns) {
+		t.Fatalf("the test runs outside network namespace %s: run it through .ci/libvirt/in-ns.sh", e.netns)
+	}
 }
 
 // virsh runs virsh on the local libvirtd (the test inspects the host directly, independently
@@ -296,10 +316,11 @@ func secs(d time.Duration) string { return fmt.Sprintf("%.1fs", d.Seconds()) }
 func TestLibvirtEndToEnd(t *testing.T) {
 	envFile := os.Getenv(libvirtEnvVar)
 	if envFile == "" {
-		t.Skipf("SKIPPED: the libvirt end-to-end test needs a host prepared as root (libvirtd, an "+
-			"isolated network, a pool, an sshd on 127.0.0.1): run .ci/libvirt/run-e2e.sh, or "+
-			".ci/libvirt/setup.sh and then %s=/var/tmp/egressd-libvirt-e2e/env go test -count=1 "+
-			"-run TestLibvirtEndToEnd -v ./cmd/egressd", libvirtEnvVar)
+		t.Skipf("SKIPPED: the libvirt end-to-end test needs a host prepared as root (a network "+
+			"namespace with libvirtd, an isolated network, a pool, an sshd on its 127.0.0.1): run "+
+			".ci/libvirt/run-e2e.sh, or .ci/libvirt/setup.sh and then .ci/libvirt/in-ns.sh env "+
+			"GOPROXY=off %s=/var/tmp/egressd-libvirt-e2e/env go test -count=1 -run TestLibvirtEndToEnd "+
+			"-v ./cmd/egressd", libvirtEnvVar)
 	}
 	needNats(t)
 	for _, tool := range []string{"virsh", "curl"} {
@@ -308,6 +329,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
 		}
 	}
 	e := loadLibvirtEnv(t, envFile)
+	e.requireNetns(t)
 	tm := &timings{t: t}
 	testStart := time.Now()
 	defer func() {
@@ -373,7 +395,8 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	}
 	digest := fileSHA256(t, imagePath)
 
-	// Served over HTTP on loopback: the provisioner, on this host, fetches it.
+	// Served over HTTP on the namespace's loopback: the provisioner, in the namespace too,
+	// fetches it.
 	var imageGets atomic.Int32
 	imageURL := serveOn(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/egressd-guest.qcow2" {
@@ -386,8 +409,8 @@ func TestLibvirtEndToEnd(t *testing.T) {
 		http.ServeFile(w, r, imagePath)
 	})) + "/egressd-guest.qcow2"
 
-	// The site the crawler reaches through the VM: on the bridge address, the only host
-	// address a guest can reach. It tells who asked.
+	// The site the crawler reaches through the VM: on the bridge address, the only address
+	// of the namespace a guest can reach. It tells who asked.
 	var lastPeer atomic.Value
 	webURL := serveOn(t, e.bridgeIP+":0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
