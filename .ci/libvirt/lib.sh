@@ -70,15 +70,11 @@ vsh() { in_ns virsh -q -c qemu:///system "$@"; }
 
 # ns_pids prints every process in the test's network or mount namespace.
 ns_pids() {
-  local mnt p
+  local mnt
   mnt=$(stat -L -c %i "$MNTNS" 2>/dev/null) || mnt=
   {
     [ -e "/run/netns/$NETNS" ] && ip netns pids "$NETNS" 2>/dev/null
-    if [ -n "$mnt" ]; then
-      for p in /proc/[0-9]*; do
-        [ "$(readlink "$p/ns/mnt" 2>/dev/null)" = "mnt:[$mnt]" ] && echo "${p#/proc/}"
-      done
-    fi
+    [ -n "$mnt" ] && find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/mnt' -lname "mnt:\[$mnt\]" 2>/dev/null | cut -d/ -f3
   } | sort -un
 }
 

@@ -25,6 +25,7 @@ T0=$(now)
 TIMES=()
 VIOLATIONS=$WORK/host-violations.txt
 CHECKS=$WORK/host-checks
+SNAPSHOT=$WORK/host-snapshot.txt
 
 finish() {
   rc=$?
@@ -46,7 +47,7 @@ finish() {
 trap finish EXIT
 trap 'exit 143' TERM INT
 
-rm -f "$WORK/e2e-summary.txt" "$VIOLATIONS" "$CHECKS"
+rm -f "$WORK/e2e-summary.txt" "$VIOLATIONS" "$CHECKS" "$SNAPSHOT"
 t=$(now)
 "$HERE/setup.sh"
 TIMES+=("setup (packages, namespace, daemons, network, pool, sshd): $(elapsed "$t")")
@@ -65,14 +66,21 @@ if [ -n "${SMOKE:-}" ]; then
 fi
 
 # watch_host PID: while PID (the go test) runs, check the host's network stack every 2 s;
-# findings go to $VIOLATIONS, the number of checks to $CHECKS.
+# findings go to $VIOLATIONS, the number of checks to $CHECKS. The first time a guest's tap
+# device is on the bridge, what the namespace and the host hold is noted in $SNAPSHOT.
 watch_host() {
-  local n=0 v
+  local n=0 v taps
   while alive "$1"; do
     v=$(host_violations "$1")
     n=$((n + 1))
     [ -z "$v" ] || { echo "$(date -u +%T) $v" | tee -a "$VIOLATIONS" >&2; }
     echo "$n" >"$CHECKS"
+    if [ ! -s "$SNAPSHOT" ] && taps=$(in_ns ip -br link show master "$BRIDGE" 2>/dev/null) && [ -n "$taps" ]; then
+      {
+        echo "in namespace $NETNS: links $(in_ns ip -br link | awk '{print $1}' | paste -sd' '); listening: $(in_ns ss -Hltunp | sed -n 's/.*users:(("\([^"]*\)".*/\1/p' | sort -u | paste -sd' ')"
+        echo "on the host: links $(ip -br link | awk '{print $1}' | paste -sd' '); listening: $(ss -Hltunp | sed -n 's/.*users:(("\([^"]*\)".*/\1/p' | sort -u | paste -sd' ')"
+      } >"$SNAPSHOT"
+    fi
     sleep 2
   done
 }
@@ -100,6 +108,7 @@ if [ -s "$VIOLATIONS" ]; then
 else
   TIMES+=("host network stack checked $(cat "$CHECKS" 2>/dev/null || echo 0) times during the test: no $BRIDGE, no tap, no listener of the test")
 fi
+[ -s "$SNAPSHOT" ] && while read -r l; do TIMES+=("  $l"); done <"$SNAPSHOT"
 [ "$rc" -eq 0 ] || exit "$rc"
 # A skip is not a pass.
 grep -q -- '^--- PASS: TestLibvirtEndToEnd' "$WORK/e2e-test.log" || { echo "TestLibvirtEndToEnd did not run to a pass" >&2; exit 1; }
