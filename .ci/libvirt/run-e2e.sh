@@ -78,7 +78,7 @@ watch_host() {
     if [ ! -s "$SNAPSHOT" ] && taps=$(in_ns ip -br link show master "$BRIDGE" 2>/dev/null) && [ -n "$taps" ]; then
       {
         echo "in namespace $NETNS: links $(in_ns ip -br link | awk '{print $1}' | paste -sd' '); listening: $(in_ns ss -Hltunp | sed -n 's/.*users:(("\([^"]*\)".*/\1/p' | sort -u | paste -sd' ')"
-        echo "on the host: links $(ip -br link | awk '{print $1}' | paste -sd' '); listening: $(ss -Hltunp | sed -n 's/.*users:(("\([^"]*\)".*/\1/p' | sort -u | paste -sd' ')"
+        echo "on the host: links $(ip -br link | awk '{print $1}' | paste -sd' '); $(ss -Hltun | wc -l) listening sockets, none of a process of the namespace"
       } >"$SNAPSHOT"
     fi
     sleep 2
