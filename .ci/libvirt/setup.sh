@@ -69,9 +69,25 @@ if [ -z "${SKIP_APT:-}" ]; then
   if [ ${#missing[@]} -gt 0 ]; then
     say "apt-get install ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >"$WORK/apt.log" 2>&1 ||
-      { tail -n 40 "$WORK/apt.log"; die "apt-get install failed (log: $WORK/apt.log)"; }
+    # The packages' own services (the host's libvirtd with its NAT network `default` and
+    # virbr0, an sshd on 0.0.0.0:22) are not started: the test starts its own, in its
+    # namespace, and the host's network stack is to show nothing of it. policy-rc.d is the
+    # Debian way to say so (invoke-rc.d and deb-systemd-invoke both ask it); one that is
+    # already there is left as it is.
+    policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\n# egressd .ci/libvirt/setup.sh: no service starts during its apt-get install\nexit 101\n' >/usr/sbin/policy-rc.d
+      chmod 0755 /usr/sbin/policy-rc.d
+      policy=1
+      trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt_rc=0
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}"; } >"$WORK/apt.log" 2>&1 || apt_rc=$?
+    if [ -n "$policy" ]; then
+      rm -f /usr/sbin/policy-rc.d
+      trap - EXIT
+    fi
+    [ $apt_rc -eq 0 ] || { tail -n 40 "$WORK/apt.log"; die "apt-get install failed (log: $WORK/apt.log)"; }
   else
     say "packages already installed"
   fi
