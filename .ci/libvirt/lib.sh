@@ -23,6 +23,7 @@
 # A separate `ip netns exec` per command would give each its own mount namespace, so these
 # could not be shared; in_ns enters both namespaces instead.
 
+# shellcheck disable=SC2034 # the scripts that source this file use them
 WORK=${WORK:-/var/tmp/egressd-libvirt-e2e}
 NETNS=egressd-e2e
 NSDIR=/run/egressd-e2e # a private mount point holding the mount namespace's file

@@ -61,12 +61,15 @@ for d in sshd:/usr/sbin/sshd libvirtd:/usr/sbin/libvirtd virtlogd:/usr/sbin/virt
   fi
 done
 
-# Everything else in the namespaces: only the test's processes are there.
-mapfile -t rest < <(ns_pids)
-if [ ${#rest[@]} -gt 0 ]; then
+# Everything else in the namespaces: only the test's processes are there. In rounds, because
+# a process may start another as it is stopped (a test binary's last virsh, say); a namespace
+# deleted under a live process would live on, nameless, until it exits.
+for _ in 1 2 3 4 5; do
+  mapfile -t rest < <(ns_pids)
+  [ ${#rest[@]} -gt 0 ] || break
   say "stopping what is left in namespace $NETNS: $(for p in "${rest[@]}"; do printf '%s(%s) ' "$p" "$(basename "$(exe_of "$p")")"; done)"
   stop "${rest[@]}"
-fi
+done
 rc=0
 mapfile -t rest < <(ns_pids)
 [ ${#rest[@]} -eq 0 ] || { say "still running in namespace $NETNS: ${rest[*]}"; rc=1; }
