@@ -17,25 +17,27 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 say() { echo "[teardown] $*"; }
 [ "$(id -u)" -eq 0 ] || { echo "teardown.sh: must run as root" >&2; exit 1; }
 
+# gone N PID...: wait up to N tenths of a second for every PID to go; LEFT holds the rest.
+gone() {
+  local n=$1 p
+  shift
+  for _ in $(seq 1 "$n"); do
+    LEFT=()
+    for p in "$@"; do alive "$p" && LEFT+=("$p"); done
+    [ ${#LEFT[@]} -eq 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # stop PID...: SIGTERM, up to 10 s for all of them to go, then SIGKILL for the rest.
 stop() {
-  local p left
   [ $# -gt 0 ] || return 0
   kill -TERM "$@" 2>/dev/null
-  for _ in $(seq 1 100); do
-    left=()
-    for p in "$@"; do alive "$p" && left+=("$p"); done
-    [ ${#left[@]} -eq 0 ] && return 0
-    sleep 0.1
-  done
-  say "SIGKILL for ${left[*]}"
-  kill -KILL "${left[@]}" 2>/dev/null
-  for _ in $(seq 1 50); do
-    left=()
-    for p in "$@"; do alive "$p" && left+=("$p"); done
-    [ ${#left[@]} -eq 0 ] && return 0
-    sleep 0.1
-  done
+  gone 100 "$@" && return 0
+  say "SIGKILL for ${LEFT[*]}"
+  kill -KILL "${LEFT[@]}" 2>/dev/null
+  gone 50 "$@"
 }
 
 # Guests and network, cleanly, while libvirtd answers. Every domain, network and pool this
