@@ -14,6 +14,7 @@ import (
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/workers"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
 // Config of one provisioner for one provider.
@@ -137,40 +138,33 @@ func (p *Provisioner) PublishCatalog(ctx context.Context) error {
 	return nil
 }
 
-// Run pulls ops until ctx ends; every fetch loop it starts has returned when Run returns.
+// Run pulls ops until ctx ends or a part of it fails for good, and returns when every
+// goroutine it started has. Each host is served on its own (hosts.go): a host whose consumer
+// cannot be bound yet is retried with backoff while the other hosts, GC and checks run; an
+// error no retry can fix cancels every part, and Run returns it with the host named.
 func (p *Provisioner) Run(ctx context.Context) error {
-	var wg sync.WaitGroup
+	g, gctx := errgroup.WithContext(ctx)
 	for _, host := range p.cfg.Hosts {
-		limit := 1
-		for _, h := range p.cfg.Catalog.Hosts {
-			if h.Name == host {
-				limit = max(h.MaxConcurrentOps, 1)
-			}
-		}
-		cons, err := p.cfg.Store.JS.Consumer(ctx, events.OpsStream(p.cfg.Provider), events.HostConsumer(host))
-		if err != nil {
-			wg.Wait()
-			return fmt.Errorf("bind consumer for host %s: %w", host, err)
-		}
-		// As many fetchers as the host's limit: the server's MaxAckPending holds the limit
-		// across processes, and Fetch(1) never buffers ops another process could run.
-		for range limit {
-			wg.Go(func() { p.fetchLoop(ctx, cons, host) })
-		}
+		g.Go(func() error { return p.serveHost(gctx, host) })
 	}
-	wg.Go(func() { p.gcLoop(ctx) })
-	wg.Go(func() { p.checkLoop(ctx) })
+	g.Go(func() error { p.gcLoop(gctx); return nil })
+	g.Go(func() error { p.checkLoop(gctx); return nil })
 	p.cfg.Log.Info("provisioner started", "hosts", p.cfg.Hosts)
-	wg.Wait()
-	return nil
+	return g.Wait()
 }
 
-func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, host string) {
+// fetchLoop runs the host's ops one at a time until ctx ends. Fetch errors are logged and
+// retried (a consumer being re-declared, a cluster electing its leader); only a permanent one
+// ends it, with the host named.
+func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, host string) error {
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.FetchWait)
 		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
 		if err != nil {
 			cancel()
+			if permanent(err) {
+				return fmt.Errorf("provisioner %s: fetch ops of host %s: %w", p.cfg.Provider, host, err)
+			}
 			if ctx.Err() == nil {
 				p.cfg.Log.Warn("fetch", "host", host, "err", err)
 				sleep(ctx, time.Second)
@@ -182,6 +176,7 @@ func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, ho
 		}
 		cancel()
 	}
+	return nil
 }
 
 // handle runs one delivery of an op.
