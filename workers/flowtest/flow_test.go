@@ -2,6 +2,7 @@ package flowtest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,12 +53,19 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	t.Run("attributes change nothing", func(t *testing.T) {
-		creates := fake.Calls("create")
-		h.put("web", `{"provider":"fake","attributes":{"geo":"fr"},"maxLeases":3}`)
-		time.Sleep(500 * time.Millisecond)
-		st2 := h.waitPhase("web", events.PhaseRunning)
-		if fake.Calls("create") != creates || st2.InstanceID != st.InstanceID {
-			t.Fatalf("an attribute change replaced the instance")
+		creates, deletes := fake.Calls("create"), fake.Calls("delete")
+		rev := h.put("web", `{"provider":"fake","attributes":{"geo":"fr"},"maxLeases":3}`)
+		// The status records the revision it acted on, with any op that decision issued: once
+		// it names this revision, the change has been decided, and a replacement would show.
+		var st2 events.ProxyStatus
+		h.waitFor("the attribute change to be decided", 30*time.Second, func() (bool, string) {
+			st2, _ = h.status("web")
+			return st2.SpecRevision == rev, fmt.Sprintf("specRevision %d, want %d", st2.SpecRevision, rev)
+		})
+		if st2.Phase != events.PhaseRunning || st2.Op != nil || st2.Teardown != "" || st2.InstanceID != st.InstanceID ||
+			fake.Calls("create") != creates || fake.Calls("delete") != deletes {
+			t.Fatalf("an attribute change started a replacement: %+v (creates %d→%d, deletes %d→%d)",
+				st2, creates, fake.Calls("create"), deletes, fake.Calls("delete"))
 		}
 	})
 
@@ -172,20 +180,51 @@ func TestInvalidSpecs(t *testing.T) {
 	h.waitGone("Bad_Name")
 }
 
-// The leader dies without releasing its lease: a standby takes over once it expires, and
-// the proxies the old leader was converging still converge.
+// The leader dies without releasing its lease (its connection is gone, as after kill -9): the
+// standby takes over only once the server has expired the lease, and the proxies the old
+// leader was converging still converge.
 func TestReconcilerFailover(t *testing.T) {
 	h := newHarness(t)
+	lease := h.watchLeaderLease()
 	fake := providertest.NewFake("fake", fakeHost(4))
 	h.provisioner("fake", fake, "w1")
-	stop1 := h.reconciler("r1")
+	r1 := h.startReconciler("r1")
 	h.put("a", `{"provider":"fake"}`)
 	h.waitPhase("a", events.PhaseRunning)
+	h.waitLeader(lease, "r1", 0)
 	stop2 := h.reconciler("r2")
 	defer stop2()
-	stop1()
+	fake.Delay("create", 500*time.Millisecond) // b is still converging when r1 dies
 	h.put("b", `{"provider":"fake"}`)
+	h.waitFor("r1 to issue b's create", 30*time.Second, func() (bool, string) {
+		st, _ := h.status("b")
+		return st.Op != nil, fmt.Sprintf("%+v", st.Op)
+	})
+	r1.kill()
 	h.waitPhase("b", events.PhaseRunning)
 	h.del("a")
 	h.waitGone("a")
+
+	// In stream order: r1 held the lease, the server expired it, and only then did r2 take it.
+	cs := lease.snapshot()
+	took := slices.IndexFunc(cs, func(c leaseChange) bool { return c.kind == "held" && c.holder == "r2" })
+	if took < 0 {
+		t.Fatalf("r2 never held the lease: %v", cs)
+	}
+	r1Held := -1
+	for i, c := range cs[:took] {
+		switch {
+		case c.kind == "held" && c.holder == "r1":
+			r1Held = i
+		case c.kind == "expired":
+		default:
+			t.Fatalf("before r2 took over, the lease was %s (%s): %v", c.kind, c.holder, cs)
+		}
+	}
+	if r1Held < 0 {
+		t.Fatalf("r1 never held the lease before r2: %v", cs)
+	}
+	if gap := cs[r1Held+1 : took]; len(gap) != 1 || gap[0].kind != "expired" {
+		t.Fatalf("between r1's last renewal and r2's lease: %v, want exactly the server's expiry", gap)
+	}
 }

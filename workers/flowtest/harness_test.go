@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 	"github.com/egressd/egressd/workers/reconciler"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 const installation = "inst-test"
@@ -100,11 +102,22 @@ func (h *harness) provisioner(name string, fake *providertest.Fake, worker strin
 	h.wg.Go(func() { _ = p.Run(h.ctx) })
 }
 
+// leaderTTL is the reconcilers' leader lease in these tests.
+const leaderTTL = 2 * time.Second
+
 // reconciler starts a reconciler on its own connection; cancel stops it.
-func (h *harness) reconciler(holder string) (cancel func()) {
-	_, store := h.connectNC()
+func (h *harness) reconciler(holder string) (cancel func()) { return h.startReconciler(holder).stop }
+
+// reconcilerProc is a reconciler with a connection of its own, as a process of its own.
+type reconcilerProc struct {
+	nc   *nats.Conn
+	stop func() // cancels its Run and waits for it
+}
+
+func (h *harness) startReconciler(holder string) *reconcilerProc {
+	nc, store := h.connectNC()
 	r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
-		Policy: fastPolicy(), LeaderTTL: 2 * time.Second, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
+		Policy: fastPolicy(), LeaderTTL: leaderTTL, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -112,7 +125,87 @@ func (h *harness) reconciler(holder string) (cancel func()) {
 	var done sync.WaitGroup
 	done.Go(func() { _ = r.Run(ctx) })
 	h.wg.Go(done.Wait)
-	return func() { c(); done.Wait() }
+	return &reconcilerProc{nc: nc, stop: func() { c(); done.Wait() }}
+}
+
+// kill ends the reconciler as kill -9 ends a process, as far as NATS can tell: its
+// connection goes first, so it renews and releases nothing from then on; only then is its
+// Run reaped.
+func (p *reconcilerProc) kill() {
+	p.nc.Close()
+	p.stop()
+}
+
+// leaseChange is one message on the reconciler leader lease's subject.
+type leaseChange struct {
+	seq    uint64
+	kind   string // "held" (a create or renewal), "released" (a delete) or "expired" (the server's TTL marker)
+	holder string // of a held lease
+}
+
+// leaseLog records every change of the reconciler leader lease, in stream order, from the raw
+// KV stream: its headers tell a release (KV-Operation: DEL) from an expiry the server marked
+// (Nats-Marker-Reason: MaxAge), which a KV watch reports alike.
+type leaseLog struct {
+	mu      sync.Mutex
+	changes []leaseChange
+}
+
+func (h *harness) watchLeaderLease() *leaseLog {
+	h.t.Helper()
+	bucket := h.store.Locks.Bucket()
+	cons, err := h.store.JS.OrderedConsumer(h.ctx, "KV_"+bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$KV." + bucket + "." + events.LockLeaderReconciler}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	l := &leaseLog{}
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		meta, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		c := leaseChange{seq: meta.Sequence.Stream}
+		switch {
+		case m.Headers().Get("KV-Operation") == "DEL":
+			c.kind = "released"
+		case m.Headers().Get(jetstream.MarkerReasonHeader) == "MaxAge":
+			c.kind = "expired"
+		case m.Headers().Get("KV-Operation") != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "":
+			c.kind = "removed otherwise: " + fmt.Sprint(m.Headers())
+		default:
+			var rec kvstore.LockRecord
+			_ = json.Unmarshal(m.Data(), &rec)
+			c.kind, c.holder = "held", rec.Holder
+		}
+		l.mu.Lock()
+		l.changes = append(l.changes, c)
+		l.mu.Unlock()
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { cc.Stop(); <-cc.Closed() })
+	return l
+}
+
+func (l *leaseLog) snapshot() []leaseChange {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.changes)
+}
+
+// waitLeader waits until holder holds the lease (its last change), after the first skip changes.
+func (h *harness) waitLeader(l *leaseLog, holder string, skip int) {
+	h.t.Helper()
+	h.waitFor(holder+" to hold the leader lease", 30*time.Second, func() (bool, string) {
+		cs := l.snapshot()
+		if len(cs) <= skip {
+			return false, fmt.Sprint(cs)
+		}
+		last := cs[len(cs)-1]
+		return last.kind == "held" && last.holder == holder, fmt.Sprint(cs[skip:])
+	})
 }
 
 func (h *harness) put(name, spec string) uint64 {

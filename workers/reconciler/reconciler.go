@@ -145,7 +145,8 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	defer cancel()
 	wg.Go(func() { l.events.Run(cctx) })
 	defer l.events.Close() // runs first: the loop publishes no more events
-	if err := l.consumeResults(cctx, &wg, results); err != nil {
+	resultsEnded, err := l.consumeResults(cctx, &wg, results)
+	if err != nil {
 		return err
 	}
 	l.republishInFlight(ctx)
@@ -154,7 +155,8 @@ func (r *Reconciler) lead(ctx context.Context) error {
 
 	tick := time.NewTicker(r.cfg.Tick)
 	defer tick.Stop()
-	src := sources{spec: specW, cloudInit: ciW, catalog: catW, health: healthW, results: results, tick: tick.C}
+	src := sources{spec: specW, cloudInit: ciW, catalog: catW, health: healthW, results: results,
+		resultsEnded: resultsEnded, tick: tick.C}
 	for {
 		b, err := l.gather(ctx, src)
 		if err != nil {
@@ -171,6 +173,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 type sources struct {
 	spec, cloudInit, catalog, health jetstream.KeyWatcher
 	results                          <-chan jetstream.Msg
+	resultsEnded                     <-chan error // the results consumer ended for good
 	tick                             <-chan time.Time
 }
 
@@ -222,6 +225,7 @@ type received struct {
 	closed bool
 	msg    jetstream.Msg
 	tick   bool
+	err    error // a source ended for good
 }
 
 func wait(ctx context.Context, src sources) received {
@@ -238,6 +242,8 @@ func wait(ctx context.Context, src sources) received {
 		return received{from: events.BucketHealth, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
+	case err := <-src.resultsEnded:
+		return received{err: err}
 	case <-src.tick:
 		return received{tick: true}
 	}
@@ -255,6 +261,8 @@ func poll(src sources) received {
 		return received{from: events.BucketHealth, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
+	case err := <-src.resultsEnded:
+		return received{err: err}
 	case <-src.tick:
 		return received{tick: true}
 	default:
@@ -269,6 +277,8 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 		return ctx.Err()
 	case got.closed:
 		return fmt.Errorf("%s watch closed", got.from)
+	case got.err != nil:
+		return got.err
 	case got.tick:
 		l.tick(ctx, b)
 	case got.msg != nil:
@@ -350,7 +360,12 @@ func (l *loop) loadStatuses(ctx context.Context) error {
 	return nil
 }
 
-func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<- jetstream.Msg) error {
+// consumeResults starts the goroutines that feed op results to out. When the results
+// consumer ends for good (deleted with its stream or by hand, or the connection closed), the
+// returned channel carries why: the leader then steps down with that error and the next
+// leadership (this process's or a standby's) declares the consumer again, so the system keeps
+// converging instead of leading on without results.
+func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<- jetstream.Msg) (<-chan error, error) {
 	js := l.r.cfg.Store.JS
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       consumerName,
@@ -361,23 +376,33 @@ func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<
 		AckWait:       30 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("results consumer: %w", err)
+		return nil, fmt.Errorf("results consumer: %w", err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(64))
 	if err != nil {
-		return fmt.Errorf("results consumer: %w", err)
+		return nil, fmt.Errorf("results consumer: %w", err)
 	}
 	wg.Go(func() {
 		<-ctx.Done()
 		it.Stop()
 	})
+	ended := make(chan error, 1)
 	wg.Go(func() {
+		var cause error // a terminal error comes first; the iterator is closed after it
 		for {
 			m, err := it.Next()
-			if err != nil {
-				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
-					return
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				if cause != nil {
+					err = fmt.Errorf("%w (%w)", cause, err)
 				}
+				ended <- fmt.Errorf("results consumer ended: %w", err)
+				return
+			}
+			if err != nil {
+				cause = err
 				continue
 			}
 			select {
@@ -387,7 +412,7 @@ func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<
 			}
 		}
 	})
-	return nil
+	return ended, nil
 }
 
 // republishInFlight publishes again the ops a previous leader recorded as in flight, in case
