@@ -125,7 +125,7 @@ func parseRoles(s string) (roleSet, error) {
 	return r, nil
 }
 
-func run(ctx context.Context, f runFlags, log *slog.Logger) error {
+func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		return err
@@ -213,7 +213,17 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	// The state metrics read every bucket: only processes that may (the reconciler's user,
 	// the all-in-one) export them; others export their own counters.
 	obs := metrics.New(store, nc, roles.reconciler)
-	g, gctx := errgroup.WithContext(ctx)
+	// Every return from here on, a role failing to start as much as a clean stop, cancels what
+	// was started and waits for it, before NATS and the providers are closed (deferred above);
+	// an error of a started part is returned along with the one that ended the start.
+	rolesCtx, stopRoles := context.WithCancel(ctx)
+	g, gctx := errgroup.WithContext(rolesCtx)
+	defer func() {
+		stopRoles()
+		if werr := g.Wait(); werr != nil && werr != err {
+			err = errors.Join(err, werr)
+		}
+	}()
 	if f.metrics != "" {
 		ln, err := net.Listen("tcp", f.metrics)
 		if err != nil {
