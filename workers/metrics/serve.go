@@ -37,7 +37,9 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(sctx)
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close() // out of budget: cut the scrapes still running
+	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
