@@ -40,24 +40,12 @@ func newRunRig(t *testing.T, hosts []string, declared ...string) *runRig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runRig{t: t, nc: nc, store: store, logs: make(chan slog.Record, 256), results: make(chan events.OpResult, 16),
+	r := &runRig{t: t, nc: nc, store: store, logs: make(chan slog.Record, 256), results: collectResults(t, nc),
 		done: make(chan error, 1),
 		fake: providertest.NewFake("fake", providers.Host{Name: "h1", MaxConcurrentOps: 2}, providers.Host{Name: "h2", MaxConcurrentOps: 1})}
 	r.declare(declared...)
-	sub, err := nc.Subscribe(events.OpResultSubjects, func(m *nats.Msg) {
-		var ev events.Event
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Op != nil {
-			r.results <- *ev.Op
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: r.fake, Catalog: r.fake.Catalog(), Hosts: hosts,
-		Installation: "inst", Worker: "w1", Store: store, Log: slog.New(recorder{r.logs}),
-		Timings: provisioner.Timings{LockTTL: 2 * time.Second, Heartbeat: 500 * time.Millisecond, CreateBudget: 10 * time.Second,
-			CallBudget: 5 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond}})
+		Installation: "inst", Worker: "w1", Store: store, Log: slog.New(recorder{r.logs}), Timings: testTimings})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,24 +34,12 @@ func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Che
 		t.Fatal(err)
 	}
 	r := &rig{t: t, nc: nc, store: store, fake: providertest.NewFake("fake", providers.Host{Name: "h1", MaxConcurrentOps: 2}),
-		results: make(chan events.OpResult, 16)}
-	sub, err := nc.Subscribe(events.OpResultSubjects, func(m *nats.Msg) {
-		var ev events.Event
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Op != nil {
-			r.results <- *ev.Op
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+		results: collectResults(t, nc)}
 	if backend == nil {
 		backend = r.fake
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: backend, Catalog: r.fake.Catalog(), Checks: checks,
-		Installation: "inst", Worker: "w1", Store: store,
-		Timings: provisioner.Timings{LockTTL: 2 * time.Second, Heartbeat: 500 * time.Millisecond, CreateBudget: 10 * time.Second,
-			CallBudget: 5 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond}})
+		Installation: "inst", Worker: "w1", Store: store, Timings: testTimings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,6 +50,26 @@ func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Che
 	go func() { _ = p.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return r
+}
+
+// testTimings are the provisioner's waits, shortened for tests.
+var testTimings = provisioner.Timings{LockTTL: 2 * time.Second, Heartbeat: 500 * time.Millisecond, CreateBudget: 10 * time.Second,
+	CallBudget: 5 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: 500 * time.Millisecond}
+
+// collectResults hands the test every op result published on nc until it ends.
+func collectResults(t *testing.T, nc *nats.Conn) chan events.OpResult {
+	results := make(chan events.OpResult, 16)
+	sub, err := nc.Subscribe(events.OpResultSubjects, func(m *nats.Msg) {
+		var ev events.Event
+		if json.Unmarshal(m.Data, &ev) == nil && ev.Op != nil {
+			results <- *ev.Op
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return results
 }
 
 func (r *rig) publish(op events.Op) {
