@@ -99,7 +99,11 @@ func (h *harness) provisioner(name string, fake *providertest.Fake, worker strin
 	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
 		h.t.Fatal(err)
 	}
-	h.wg.Go(func() { _ = p.Run(h.ctx) })
+	h.wg.Go(func() {
+		if err := p.Run(h.ctx); err != nil {
+			h.t.Errorf("provisioner %s: %v", worker, err)
+		}
+	})
 }
 
 // leaderTTL is the reconcilers' leader lease in these tests.
@@ -123,7 +127,11 @@ func (h *harness) startReconciler(holder string) *reconcilerProc {
 	}
 	ctx, c := context.WithCancel(h.ctx)
 	var done sync.WaitGroup
-	done.Go(func() { _ = r.Run(ctx) })
+	done.Go(func() {
+		if err := r.Run(ctx); err != nil {
+			h.t.Errorf("reconciler %s: %v", holder, err)
+		}
+	})
 	h.wg.Go(done.Wait)
 	return &reconcilerProc{nc: nc, stop: func() { c(); done.Wait() }}
 }

@@ -47,7 +47,12 @@ func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Che
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { _ = p.Run(ctx); close(done) }()
+	go func() {
+		defer close(done)
+		if err := p.Run(ctx); err != nil {
+			t.Errorf("provisioner: %v", err)
+		}
+	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return r
 }
