@@ -182,7 +182,7 @@ func (h *harness) watchLeaderLease() *leaseLog {
 		case m.Headers().Get("KV-Operation") != "" || m.Headers().Get(jetstream.MarkerReasonHeader) != "":
 			c.kind = "removed otherwise: " + fmt.Sprint(m.Headers())
 		default:
-			var rec kvstore.LockRecord
+			var rec events.LockRecord
 			_ = json.Unmarshal(m.Data(), &rec)
 			c.kind, c.holder = "held", rec.Holder
 		}
