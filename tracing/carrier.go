@@ -56,13 +56,6 @@ func Inject(ctx context.Context) map[string][]string {
 	return c
 }
 
-// InjectInto adds ctx's span context to h, which must not be nil.
-func InjectInto(ctx context.Context, h map[string][]string) {
-	if trace.SpanContextFromContext(ctx).IsValid() {
-		propagator.Inject(ctx, Carrier(h))
-	}
-}
-
 // Extract returns ctx with the remote span context h carries, if any.
 func Extract(ctx context.Context, h map[string][]string) context.Context {
 	if len(h) == 0 {

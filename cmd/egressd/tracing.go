@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,31 +31,17 @@ const tracingShutdownBudget = 2 * time.Second
 // SDK with the exporters the standard OTEL_* environment names (docs/tracing.md). With none
 // named it installs nothing: the API's no-op stays, and a span costs next to nothing. The
 // returned stop flushes and shuts the SDK down within tracingShutdownBudget.
-func setupTracing(ctx context.Context, getenv func(string) string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
-	exporters, err := tracingExporters(ctx, getenv, stdout)
-	if err != nil || len(exporters) == 0 {
-		return func() {}, err
-	}
-	sampler, err := samplerFromEnv(getenv)
-	if err != nil {
-		return func() {}, err
-	}
-	// The environment's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the defaults.
-	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "egressd"),
-		attribute.String("service.instance.id", identity())), resource.WithTelemetrySDK(), resource.WithFromEnv())
-	if err != nil {
-		return func() {}, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
-	}
-	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
-	for _, e := range exporters {
-		opts = append(opts, sdktrace.WithBatcher(e))
-	}
+func setupTracing(ctx context.Context, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
 	tlog := log.With("component", "tracing")
+	// Set first: the SDK reports what it cannot use while it is being built.
 	otel.SetErrorHandler(&warnOnce{log: tlog})
 	otel.SetLogger(logr.FromSlogHandler(tlog.Handler()))
-	tp := sdktrace.NewTracerProvider(opts...)
+	tp, err := newTracerProvider(ctx, stdout)
+	if err != nil || tp == nil {
+		return func() {}, err
+	}
 	otel.SetTracerProvider(tp)
-	tlog.Info("tracing on", "exporters", getenv("OTEL_TRACES_EXPORTER"))
+	tlog.Info("tracing on", "exporters", os.Getenv("OTEL_TRACES_EXPORTER"))
 	return func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingShutdownBudget)
 		defer cancel()
@@ -64,15 +51,39 @@ func setupTracing(ctx context.Context, getenv func(string) string, stdout io.Wri
 	}, nil
 }
 
+// newTracerProvider is the SDK as the environment configures it, or nil when it names no
+// exporter.
+func newTracerProvider(ctx context.Context, stdout io.Writer) (*sdktrace.TracerProvider, error) {
+	exporters, err := tracingExporters(ctx, stdout)
+	if err != nil || len(exporters) == 0 {
+		return nil, err
+	}
+	sampler, err := samplerFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	// The environment's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES override the defaults.
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "egressd"),
+		attribute.String("service.instance.id", identity())), resource.WithTelemetrySDK(), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("tracing resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES): %w", err)
+	}
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler)}
+	for _, e := range exporters {
+		opts = append(opts, sdktrace.WithBatcher(e))
+	}
+	return sdktrace.NewTracerProvider(opts...), nil
+}
+
 // tracingExporters builds the exporters OTEL_TRACES_EXPORTER names (a comma list of otlp,
 // console and none). Unset, it means otlp if an OTLP endpoint is set and none otherwise:
 // unlike the specification's default (otlp), egressd exports nothing nobody asked for.
-func tracingExporters(ctx context.Context, getenv func(string) string, stdout io.Writer) ([]sdktrace.SpanExporter, error) {
-	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+func tracingExporters(ctx context.Context, stdout io.Writer) ([]sdktrace.SpanExporter, error) {
+	if strings.EqualFold(strings.TrimSpace(os.Getenv("OTEL_SDK_DISABLED")), "true") {
 		return nil, nil
 	}
-	names := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))
-	if names == "" && (getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") {
+	names := strings.TrimSpace(os.Getenv("OTEL_TRACES_EXPORTER"))
+	if names == "" && (os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "") {
 		names = "otlp"
 	}
 	var out []sdktrace.SpanExporter
@@ -83,7 +94,7 @@ func tracingExporters(ctx context.Context, getenv func(string) string, stdout io
 		case "", "none":
 			continue
 		case "otlp":
-			e, err = otlpExporter(ctx, getenv)
+			e, err = otlpExporter(ctx)
 		case "console":
 			e, err = stdouttrace.New(stdouttrace.WithWriter(stdout))
 		default:
@@ -99,17 +110,17 @@ func tracingExporters(ctx context.Context, getenv func(string) string, stdout io
 
 // otlpExporter is the OTLP exporter of the configured protocol; the exporter reads the rest
 // of OTEL_EXPORTER_OTLP_* (endpoint, headers, timeout, TLS) itself, and connects lazily.
-func otlpExporter(ctx context.Context, getenv func(string) string) (sdktrace.SpanExporter, error) {
+func otlpExporter(ctx context.Context) (sdktrace.SpanExporter, error) {
 	for _, v := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		if s := getenv(v); s != "" {
+		if s := os.Getenv(v); s != "" {
 			if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				return nil, fmt.Errorf("%s %q: want an http:// or https:// URL", v, s)
 			}
 		}
 	}
-	key, proto := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	key, proto := "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if proto == "" {
-		key, proto = "OTEL_EXPORTER_OTLP_PROTOCOL", getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+		key, proto = "OTEL_EXPORTER_OTLP_PROTOCOL", os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
 	switch proto {
 	case "", "http/protobuf":
@@ -122,8 +133,8 @@ func otlpExporter(ctx context.Context, getenv func(string) string) (sdktrace.Spa
 
 // samplerFromEnv reads OTEL_TRACES_SAMPLER and its argument as the specification defines
 // them, refusing what it does not know instead of falling back silently.
-func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
-	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
+func samplerFromEnv() (sdktrace.Sampler, error) {
+	arg := strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER_ARG"))
 	ratio := func() (sdktrace.Sampler, error) {
 		if arg == "" {
 			return sdktrace.TraceIDRatioBased(1), nil
@@ -134,7 +145,7 @@ func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
 		}
 		return sdktrace.TraceIDRatioBased(r), nil
 	}
-	switch name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER"))); name {
+	switch name := strings.ToLower(strings.TrimSpace(os.Getenv("OTEL_TRACES_SAMPLER"))); name {
 	case "", "parentbased_always_on":
 		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
 	case "always_on":
