@@ -37,16 +37,22 @@ func StartSend(ctx context.Context, tr trace.Tracer, d Destination, kind trace.S
 	if kind == trace.SpanKindClient {
 		name = "send"
 	}
-	return tr.Start(ctx, name+" "+d.Template, append(opts, trace.WithSpanKind(kind),
-		trace.WithAttributes(messagingAttrs(d, semconv.MessagingOperationTypeSend, name)...))...)
+	ctx, span := tr.Start(ctx, name+" "+d.Template, append(opts, trace.WithSpanKind(kind))...)
+	if span.IsRecording() {
+		span.SetAttributes(messagingAttrs(d, semconv.MessagingOperationTypeSend, name)...)
+	}
+	return ctx, span
 }
 
 // StartProcess starts the span of handling a message received on d whose headers are h, as
 // a child of the sender's span they carry: CONSUMER for a stream message, SERVER for a
 // request that gets a reply.
 func StartProcess(ctx context.Context, tr trace.Tracer, d Destination, h map[string][]string, kind trace.SpanKind, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	return tr.Start(Extract(ctx, h), "process "+d.Template, append(opts, trace.WithSpanKind(kind),
-		trace.WithAttributes(messagingAttrs(d, semconv.MessagingOperationTypeProcess, "process")...))...)
+	ctx, span := tr.Start(Extract(ctx, h), "process "+d.Template, append(opts, trace.WithSpanKind(kind))...)
+	if span.IsRecording() { // tracing off builds no attributes
+		span.SetAttributes(messagingAttrs(d, semconv.MessagingOperationTypeProcess, "process")...)
+	}
+	return ctx, span
 }
 
 func messagingAttrs(d Destination, op attribute.KeyValue, name string) []attribute.KeyValue {
