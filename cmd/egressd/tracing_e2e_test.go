@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/events"
+	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // With OTLP export on and its collector down, egressd runs as usual: proxies come up and
@@ -49,5 +56,77 @@ func TestRunWithoutTracing(t *testing.T) {
 	}
 	if strings.Contains(n.logs(), "component=tracing") {
 		t.Fatalf("tracing set up with nothing configured:\n%s", n.logs())
+	}
+}
+
+// With a collector listening, the spans of a proxy's provisioning and of a lease reach it over
+// OTLP/HTTP under the configured service name, and no request body carries the proxy's
+// password.
+func TestRunExportsTracesOverOTLP(t *testing.T) {
+	needNats(t)
+	const secret = "SENTINEL-otlp-5d21"
+	var mu sync.Mutex
+	names := map[string]bool{}
+	services := map[string]bool{}
+	leaked := false
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltrace.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		leaked = leaked || bytes.Contains(body, []byte(secret))
+		for _, rs := range req.ResourceSpans {
+			for _, a := range rs.GetResource().GetAttributes() {
+				if a.Key == "service.name" {
+					services[a.GetValue().GetStringValue()] = true
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					names[s.Name] = true
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	dir := t.TempDir()
+	defer killProcs(t, dir)
+	n := startNodeEnv(t, dir, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_SERVICE_NAME=edge-e2e",
+		"OTEL_BSP_SCHEDULE_DELAY=100"}, "--config", writeConfig(t, dir, 43))
+	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"successThreshold":1}`
+	n.nats("kv", "put", "proxies", "o1", `{"provider":"local","auth":{"username":"u","password":"`+secret+`"},`+hc+`}`)
+	n.waitRows("o1 Ready", 30*time.Second, allPhase([]string{"o1"}, events.PhaseReady))
+	if r, raw := n.acquire(`{"ttlSeconds":30}`); r.Lease.Proxy != "o1" {
+		t.Fatalf("acquire: %s", raw)
+	}
+	want := []string{"decide", "publish " + events.OpSubjectTemplate, "process " + events.OpSubjectTemplate,
+		"provider create", "process " + events.OpResultSubjectTemplate, "process " + events.LeaseAcquireSubject,
+		"create " + events.BucketLeases}
+	waitUntil(t, "the spans at the collector", 30*time.Second, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		var missing []string
+		for _, w := range want {
+			if !names[w] {
+				missing = append(missing, w)
+			}
+		}
+		return len(missing) == 0, "missing " + strings.Join(missing, ", ")
+	})
+	if code := n.stop(); code != 0 {
+		t.Fatalf("exit code %d", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if leaked {
+		t.Error("an export carried the proxy's password")
+	}
+	if len(services) != 1 || !services["edge-e2e"] {
+		t.Errorf("service names %v, want only edge-e2e", services)
 	}
 }
