@@ -44,7 +44,7 @@ func errorType(err error) string {
 	var se *Error
 	switch {
 	case errors.As(err, &se):
-		return strconv.Itoa(se.Code)
+		return strconv.Itoa(int(se.Code))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		return "timeout"
 	case errors.Is(err, nats.ErrNoResponders):

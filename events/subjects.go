@@ -61,5 +61,5 @@ func CheckLockKey(provider string) string { return "check." + provider }
 // named, for where a subject must be told without its proxy name (trace span names).
 const (
 	OpSubjectTemplate       = opsPrefix + "{provider}.{host}.{proxy}"
-	OpResultSubjectTemplate = eventsPrefix + KindOpResult + ".{proxy}"
+	OpResultSubjectTemplate = eventsPrefix + string(KindOpResult) + ".{proxy}"
 )

@@ -65,11 +65,12 @@ func messagingAttrs(d Destination, op attribute.KeyValue, name string) []attribu
 func MessageID(id string) attribute.KeyValue { return semconv.MessagingMessageID(id) }
 
 // Fail marks span failed with an error class (error.type and the status), never the
-// error's message: messages may quote what a provider or a request said.
-func Fail(span trace.Span, class string) {
+// error's message: messages may quote what a provider or a request said. An empty class is
+// no failure.
+func Fail[C ~string](span trace.Span, class C) {
 	if class == "" {
 		return
 	}
-	span.SetAttributes(ErrorType.String(class))
-	span.SetStatus(codes.Error, class)
+	span.SetAttributes(ErrorType.String(string(class)))
+	span.SetStatus(codes.Error, string(class))
 }
