@@ -139,6 +139,16 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 				return "roles talk only through NATS: workers/" + seg[1] + " must not depend on workers/" + ds[1]
 			})
 		}
+		if !within(r, "cmd/egressd") {
+			reach(p, func(d string) string {
+				if !otelSDK(d) {
+					return ""
+				}
+				// The Go client is imported by crawlers: it must not pull in an exporter. Roles
+				// get their TracerProvider from cmd/egressd, which reads the OTEL_* environment.
+				return "only cmd/egressd installs the OpenTelemetry SDK; everything else uses the API (package tracing)"
+			})
+		}
 		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
 			ir, ok := rel(imp)
 			is := strings.Split(ir, "/")
@@ -163,6 +173,12 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 		}
 	}
 	return out
+}
+
+// otelSDK reports whether a package is OpenTelemetry's SDK or one of its exporters, as
+// opposed to the API that instrumented code imports.
+func otelSDK(path string) bool {
+	return strings.HasPrefix(path, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(path, "go.opentelemetry.io/otel/exporters/")
 }
 
 // readModel is the package under workers that every other may import (workers/fleet).
@@ -230,7 +246,12 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		m + "/workers/fleet":             {m + "/kvstore", m + "/workers/prober"},
 		m + "/workers/prober":            {m + "/workers"},
 		m + "/workers/metrics":           {m + "/workers/fleet"},
-		m + "/cmd/egressd":               {m + "/cmd/egressd/config", m + "/providers/libvirt", m + "/workers/provisioner"},
+		m + "/cmd/egressd":               {m + "/cmd/egressd/config", m + "/providers/libvirt", m + "/workers/provisioner", otelSDKPkg},
+		m + "/client":                    {m + "/tracing"},
+		m + "/tracing":                   {"go.opentelemetry.io/otel", m + "/tracing/setup"},
+		m + "/tracing/setup":             {otelSDKPkg},
+		"go.opentelemetry.io/otel":       nil,
+		otelSDKPkg:                       nil,
 		m + "/cmd/egressd/config":        {"os"},
 		"example.com/lib":                nil,
 		"github.com/nats-io/nats.go":     {"net"},
@@ -256,6 +277,10 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 	}
 
 	want := []string{
+		// Only the command installs an SDK; a package that reaches it is named once, by its edge.
+		"only cmd/egressd installs the OpenTelemetry SDK; everything else uses the API (package tracing): tracing imports tracing/setup imports " + otelSDKPkg,
+		"only cmd/egressd installs the OpenTelemetry SDK; everything else uses the API (package tracing): client imports tracing imports tracing/setup imports " + otelSDKPkg,
+		"only cmd/egressd installs the OpenTelemetry SDK; everything else uses the API (package tracing): tracing/setup imports " + otelSDKPkg,
 		"nothing imports a command's packages: kvstore imports cmd/egressd/config",
 		"nothing imports a command's packages: workers/provisioner (in a test) imports cmd/egressd",
 		"a provider never depends on NATS; workers/provisioner is its only caller: providers/libvirt imports kvstore imports github.com/nats-io/nats.go",
@@ -278,6 +303,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		}
 	}
 }
+
+const otelSDKPkg = "go.opentelemetry.io/otel/sdk/trace"
 
 func transitiveImports(pkgs map[string]*listedPackage, from string) []string {
 	seen := map[string]bool{}

@@ -8,13 +8,16 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/tracing"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Client calls the lease service over a NATS connection it does not own.
 type Client struct {
 	nc      *nats.Conn
 	timeout time.Duration
+	tracer  trace.Tracer
 }
 
 // Option configures a Client.
@@ -26,7 +29,7 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.tim
 
 // New returns a client using nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	c := &Client{nc: nc, timeout: 5 * time.Second}
+	c := &Client{nc: nc, timeout: 5 * time.Second, tracer: tracing.Tracer(nil)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -119,14 +122,16 @@ const (
 
 // call sends req to subject and decodes the reply into resp, or the service error into an
 // *Error.
-func (c *Client) call(ctx context.Context, subject string, req, resp any) error {
+func (c *Client) call(ctx context.Context, subject string, req, resp any) (err error) {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, subject, data)
+	span, h := c.startRequest(ctx, subject)
+	defer func() { endRequest(span, err) }()
+	m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: nats.Header(h)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
 	}

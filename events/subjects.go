@@ -56,3 +56,10 @@ func GCLockKey(provider, host string) string { return "gc." + provider + "." + h
 
 // CheckLockKey is held by the one provisioner that checks a provider's targets this round.
 func CheckLockKey(provider string) string { return "check." + provider }
+
+// Subject templates: the shapes of OpSubject and EventSubject with their variable tokens
+// named, for where a subject must be told without its proxy name (trace span names).
+const (
+	OpSubjectTemplate       = opsPrefix + "{provider}.{host}.{proxy}"
+	OpResultSubjectTemplate = eventsPrefix + string(KindOpResult) + ".{proxy}"
+)

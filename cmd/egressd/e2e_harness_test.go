@@ -73,6 +73,7 @@ type node struct {
 	url    string
 	listen string
 	args   []string
+	env    []string // added to the test's environment, less its OTEL_* variables
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	log    bytes.Buffer
@@ -105,7 +106,13 @@ func writeConfig(t testing.TB, dir string, net int) string {
 
 func startNode(t testing.TB, dir string, extra ...string) *node {
 	t.Helper()
-	n := &node{t: t, dir: dir, listen: freeAddr(t)}
+	return startNodeEnv(t, dir, nil, extra...)
+}
+
+// startNodeEnv starts a node with env added to its environment.
+func startNodeEnv(t testing.TB, dir string, env []string, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, dir: dir, listen: freeAddr(t), env: env}
 	n.url = "nats://" + n.listen
 	n.args = append([]string{"run", "--data-dir", filepath.Join(dir, "data"), "--nats-listen", n.listen, "--metrics-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0", "--log-level", "debug"}, extra...)
 	n.start()
@@ -122,6 +129,9 @@ func (n *node) start() {
 	n.t.Helper()
 	n.cmd = exec.Command(egressdBin, n.args...)
 	n.cmd.Dir = n.dir
+	// Tracing is what a test asks for, whatever the machine's environment says.
+	n.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
+	n.cmd.Env = append(n.cmd.Env, n.env...)
 	n.cmd.Stdout, n.cmd.Stderr = n, n
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)

@@ -85,6 +85,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "egressd run: --probe-concurrency %d: must be at least 1\n", f.probeConc)
 		return 2
 	}
+	stopTracing, err := setupTracing(ctx, os.Stdout, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd run:", err)
+		return 2
+	}
+	defer stopTracing()
 	if err := run(ctx, f, log); err != nil {
 		log.Error("egressd run failed", "err", err)
 		return 1

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 const installation = "inst-test"
@@ -50,6 +51,8 @@ type harness struct {
 	ctx   context.Context
 	wg    sync.WaitGroup
 	log   *slog.Logger
+	// tracing is the TracerProvider of the roles started from now on (nil: the global one).
+	tracing trace.TracerProvider
 }
 
 func newHarness(t testing.TB) *harness {
@@ -92,7 +95,7 @@ func (h *harness) connectNC() (*nats.Conn, *kvstore.Store) {
 // provisioner starts a provisioner for the fake on its own connection.
 func (h *harness) provisioner(name string, fake *providertest.Fake, worker string) {
 	p, err := provisioner.New(provisioner.Config{Provider: name, Backend: fake, Catalog: fake.Catalog(),
-		Installation: installation, Worker: worker, Store: h.connect(), Log: h.log.With("worker", worker), Timings: fastTimings()})
+		Installation: installation, Worker: worker, Store: h.connect(), Log: h.log.With("worker", worker), Timings: fastTimings(), Tracing: h.tracing})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -121,7 +124,7 @@ type reconcilerProc struct {
 func (h *harness) startReconciler(holder string) *reconcilerProc {
 	nc, store := h.connectNC()
 	r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
-		Policy: fastPolicy(), LeaderTTL: leaderTTL, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder)})
+		Policy: fastPolicy(), LeaderTTL: leaderTTL, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder), Tracing: h.tracing})
 	if err != nil {
 		h.t.Fatal(err)
 	}

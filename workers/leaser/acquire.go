@@ -39,7 +39,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 			}
 			c := batch[i]
 			tried[c.name] = true
-			g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at)
+			g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
 			if err != nil || g != nil {
 				return g, err
 			}
@@ -76,7 +76,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			break
 		}
 		key = slotKey(c.name, slot)
-		rev, err = kvstore.CreateTTL(ctx, l.cfg.Store.Leases, key, b, ttl)
+		rev, err = l.createSlot(ctx, key, slot, b, ttl)
 		if errors.Is(err, kvstore.ErrConflict) {
 			conflicts++
 			rev, err = 0, nil

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/tracing"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ServiceVersion is the micro service version; it follows the wire contract in docs/leases.md.
@@ -40,8 +42,9 @@ type Config struct {
 	ShutdownBudget time.Duration // for requests in flight when Run's context ends; default 5s
 
 	Log      *slog.Logger
-	Now      func() time.Time // record timestamps; expiry itself runs on the server's clock
-	Observer Observer         // optional: counts requests (metrics)
+	Now      func() time.Time     // record timestamps; expiry itself runs on the server's clock
+	Observer Observer             // optional: counts requests (metrics)
+	Tracing  trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
 }
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
@@ -73,6 +76,7 @@ type Leaser struct {
 	emitter  *emitter
 	inflight atomic.Int64
 	ready    chan struct{}
+	tracer   trace.Tracer
 }
 
 // New checks the config and applies defaults; it does no I/O.
@@ -113,7 +117,8 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{})}, nil
+	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}),
+		tracer: tracing.Tracer(cfg.Tracing)}, nil
 }
 
 // Ready is closed once the replica serves requests (its view is complete); for health checks

@@ -151,8 +151,12 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
 		defer cancel()
+		rctx, span := l.startRequest(rctx, name, req)
+		defer span.End() // after the reply
 		reply, err := h(rctx, req.Data())
-		l.cfg.Observer.ObserveLease(name, result(name, err), time.Since(start))
+		res := result(name, err)
+		l.cfg.Observer.ObserveLease(name, res, time.Since(start))
+		requestResult(span, res)
 		if err != nil {
 			l.replyError(req, name, err)
 			return

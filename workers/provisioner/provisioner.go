@@ -12,8 +12,11 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/tracing"
 	"github.com/egressd/egressd/workers"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -32,6 +35,7 @@ type Config struct {
 	Checks       Checks
 	Observer     Observer                 // optional
 	Leftovers    providers.LeftoverLister // optional: resources without an instance, for orphan GC
+	Tracing      trace.TracerProvider     // optional: nil is the global provider (docs/tracing.md)
 }
 
 // Observer counts what leaves no state behind (metrics).
@@ -69,7 +73,8 @@ func DefaultTimings() Timings {
 
 // Provisioner consumes one provider's ops.
 type Provisioner struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 }
 
 // New checks the config; it does no I/O.
@@ -92,7 +97,7 @@ func New(cfg Config) (*Provisioner, error) {
 		}
 	}
 	cfg.Log = cfg.Log.With("role", "provisioner", "provider", cfg.Provider)
-	return &Provisioner{cfg: cfg}, nil
+	return &Provisioner{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing)}, nil
 }
 
 // CatalogRecord is provider's catalog as provider_catalog holds it.
@@ -181,9 +186,12 @@ func (p *Provisioner) fetchLoop(ctx context.Context, cons jetstream.Consumer, ho
 
 // handle runs one delivery of an op.
 func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
+	ctx, span := p.startProcess(ctx, m)
+	defer span.End()
 	var op events.Op
 	if err := json.Unmarshal(m.Data(), &op); err != nil || op.V != 1 || op.Proxy == "" || op.ID == "" {
 		p.cfg.Log.Error("dropping malformed op", "subject", m.Subject(), "err", err)
+		tracing.Fail(span, "Malformed")
 		_ = m.TermWithReason("malformed op")
 		return
 	}
@@ -193,6 +201,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	delivered := int(meta.NumDelivered)
+	span.SetAttributes(append(opAttrs(op), tracing.OpAttempt.Int(delivered))...)
 	log := p.cfg.Log.With("proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "attempt", delivered)
 
 	lock, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.OpLockKey(op.Proxy), p.cfg.Worker, string(op.Kind), p.cfg.Timings.LockTTL)
@@ -211,12 +220,14 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		// Shutdown or a lost lock: someone else may run the op now, so report nothing and
 		// let the server redeliver it.
 		log.Info("op abandoned", "lockLost", lost)
+		tracing.Fail(span, "Abandoned")
 		_ = m.Nak()
 		return
 	}
 	s := workers.Settle(res.ErrorClass, delivered, kvstore.OpsMaxAttempts)
 	res.V, res.OpID, res.Kind, res.Proxy, res.Provider, res.Host = 1, op.ID, op.Kind, op.Proxy, p.cfg.Provider, op.Host
 	res.Attempt, res.Final, res.Worker, res.StartedAt, res.At = delivered, s.Final, p.cfg.Worker, started, time.Now().UTC()
+	tracing.Fail(span, res.ErrorClass)
 	if err := p.publishResult(relCtx, res); err != nil {
 		log.Error("publish result", "err", err)
 		_ = m.Nak()
@@ -246,7 +257,7 @@ func (p *Provisioner) runLocked(ctx context.Context, m jetstream.Msg, lock *kvst
 			cancel()
 		}
 	})
-	res = p.run(opCtx, op)
+	res = p.call(opCtx, op)
 	cancel()
 	wg.Wait()
 	return res, lost
@@ -259,7 +270,10 @@ func (p *Provisioner) publishResult(ctx context.Context, res events.OpResult) er
 	if err != nil {
 		return err
 	}
-	_, err = p.cfg.Store.JS.Publish(ctx, events.EventSubject(events.KindOpResult, res.Proxy), b, jetstream.WithMsgID(ev.ID))
+	subject := events.EventSubject(events.KindOpResult, res.Proxy)
+	span, h := p.startPublishResult(ctx, subject, ev.ID)
+	defer span.End()
+	_, err = p.cfg.Store.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: b, Header: nats.Header(h)}, jetstream.WithMsgID(ev.ID))
 	return err
 }
 

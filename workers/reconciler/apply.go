@@ -10,7 +10,11 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/tracing"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // input gathers what Decide needs for one proxy from the leader's view.
@@ -52,6 +56,7 @@ type step struct {
 	d     Decision
 	write *kvstore.Pending // its status write in flight, if it has one
 	err   error
+	trace decisionTrace
 }
 
 // run decides for every proxy of the batch and carries the decisions out in three waves, each
@@ -65,6 +70,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		in := l.input(name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
+		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
 		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
 	}
 	var ops []pendingOp
@@ -82,7 +88,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 			continue
 		}
 		for _, op := range s.d.Ops {
-			ops = append(ops, l.startOp(op))
+			ops = append(ops, l.startOp(s.trace.ctx, op))
 		}
 		for _, ev := range s.d.Events {
 			l.publishEvent(ctx, ev)
@@ -102,6 +108,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		if m != nil && steps[i].err == nil {
 			_ = m.Ack()
 		}
+		steps[i].trace.end(steps[i].err != nil)
 	}
 }
 
@@ -168,17 +175,21 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 
 // pendingOp is an op publish in flight.
 type pendingOp struct {
-	op  events.Op
-	f   jetstream.PubAckFuture
-	err error
+	op   events.Op
+	f    jetstream.PubAckFuture
+	err  error
+	span trace.Span
 }
 
 // startOp publishes an op without waiting; its Nats-Msg-Id makes a second publish of it
-// within the stream's duplicate window a no-op, so retrying one is safe.
-func (l *loop) startOp(op events.Op) pendingOp {
+// within the stream's duplicate window a no-op, so retrying one is safe. Its headers carry
+// the trace context of ctx's decision.
+func (l *loop) startOp(ctx context.Context, op events.Op) pendingOp {
 	b, _ := json.Marshal(op)
-	f, err := l.r.cfg.Store.JS.PublishAsync(events.OpSubject(op.Provider, op.Host, op.Proxy), b, jetstream.WithMsgID(op.MsgID()))
-	return pendingOp{op: op, f: f, err: err}
+	ctx, span := l.sendOp(ctx, op)
+	m := &nats.Msg{Subject: events.OpSubject(op.Provider, op.Host, op.Proxy), Data: b, Header: nats.Header(tracing.Inject(ctx))}
+	f, err := l.r.cfg.Store.JS.PublishMsgAsync(m, jetstream.WithMsgID(op.MsgID()))
+	return pendingOp{op: op, f: f, err: err, span: span}
 }
 
 // finishOp reads an op's ack; one that failed is published again on the next tick.
@@ -188,7 +199,9 @@ func (l *loop) finishOp(ctx context.Context, p pendingOp) {
 		_, p.err = kvstore.Await(actx, p.f)
 		cancel()
 	}
+	defer p.span.End()
 	if p.err != nil {
+		p.span.SetStatus(codes.Error, "publish failed")
 		l.log.Warn("publish op; will retry", "proxy", p.op.Proxy, "op", p.op.Kind, "err", p.err)
 		l.unpublished[p.op.Proxy] = p.op
 		return
@@ -198,7 +211,7 @@ func (l *loop) finishOp(ctx context.Context, p pendingOp) {
 
 // publishOp publishes an op and waits for its ack: for the few the leader sends again.
 func (l *loop) publishOp(ctx context.Context, op events.Op) {
-	l.finishOp(ctx, l.startOp(op))
+	l.finishOp(ctx, l.startOp(ctx, op))
 }
 
 // eventToken keeps a proxy name usable as one subject token (invalid names can hold dots).

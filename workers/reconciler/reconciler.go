@@ -17,8 +17,10 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/tracing"
 	"github.com/egressd/egressd/workers"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config of the reconciler.
@@ -30,11 +32,13 @@ type Config struct {
 	LeaderTTL    time.Duration
 	Tick         time.Duration // how often due proxies are looked at
 	Log          *slog.Logger
+	Tracing      trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
 }
 
 // Reconciler decides for every proxy while it holds the leader lease.
 type Reconciler struct {
-	cfg Config
+	cfg    Config
+	tracer trace.Tracer
 }
 
 // New checks the config; it does no I/O.
@@ -55,7 +59,7 @@ func New(cfg Config) (*Reconciler, error) {
 		cfg.Log = slog.Default()
 	}
 	cfg.Log = cfg.Log.With("role", "reconciler")
-	return &Reconciler{cfg: cfg}, nil
+	return &Reconciler{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing)}, nil
 }
 
 // Run blocks until ctx ends, reconciling whenever this process is the leader.
@@ -81,6 +85,7 @@ type statusEntry struct {
 type loop struct {
 	r           *Reconciler
 	log         *slog.Logger
+	tracer      trace.Tracer
 	specs       map[string]specEntry
 	statuses    map[string]statusEntry
 	cloudInit   map[string][]byte
@@ -99,7 +104,7 @@ const consumerName = "reconciler"
 
 func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
-	l := &loop{r: r, log: r.cfg.Log, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
+	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
 		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
