@@ -50,6 +50,9 @@ type harness struct {
 	store *kvstore.Store // the test's own connection
 	ctx   context.Context
 	wg    sync.WaitGroup
+	// stop cancels the roles and waits for them; it runs before any connection closes, so a
+	// role never ends on a closed connection (an error its Run rightly returns).
+	stop func()
 	log   *slog.Logger
 	// tracing is the TracerProvider of the roles started from now on (nil: the global one).
 	tracing trace.TracerProvider
@@ -61,10 +64,11 @@ func newHarness(t testing.TB) *harness {
 	if testing.Verbose() {
 		h.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	h.store = h.connect()
 	ctx, cancel := context.WithCancel(context.Background())
 	h.ctx = ctx
-	t.Cleanup(func() { cancel(); h.wg.Wait() })
+	h.stop = sync.OnceFunc(func() { cancel(); h.wg.Wait() })
+	t.Cleanup(h.stop)
+	h.store = h.connect()
 	return h
 }
 
@@ -83,6 +87,7 @@ func (h *harness) connect() *kvstore.Store {
 
 func (h *harness) connectNC() (*nats.Conn, *kvstore.Store) {
 	nc, js := kvstoretest.Connect(h.t, h.srv)
+	h.t.Cleanup(h.stop) // cleanups run last-in first-out: this one before nc closes
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := kvstore.Ensure(ctx, js, kvstore.Options{})
