@@ -2,20 +2,24 @@
 GO       ?= go
 BIN      := $(CURDIR)/bin
 NATS_CLI := $(BIN)/nats
+NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet fmt-check race fuzz bench tools clean
+.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos clean
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/egressd ./cmd/egressd
 
-# The tools the tests drive for real: the nats CLI (v0.5.1, @latest, is a broken release).
-tools: $(NATS_CLI)
+# The tools the tests drive for real: the nats CLI (v0.5.1, @latest, is a broken release) and
+# nats-server for the three-node cluster tests, built from the version go.mod pins.
+tools: $(NATS_CLI) $(NATS_SERVER)
 $(NATS_CLI):
 	GOBIN=$(BIN) $(GO) install github.com/nats-io/natscli/nats@$(NATSCLI_VERSION)
+$(NATS_SERVER): go.mod go.sum
+	$(GO) build -o $@ github.com/nats-io/nats-server/v2
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -33,6 +37,14 @@ FUZZ := ./schemas:FuzzParseProxySpec ./events:FuzzDecodeRecords ./workers/leaser
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
+
+# The three-node cluster tests (docs/reliability.md) at CI size, with their figures printed.
+cluster: tools
+	$(GO) test -race -count=1 -timeout 20m -run '^TestCluster' -v ./cmd/egressd
+
+# The full chaos run: 500 lifecycle changes on 50 proxies, at least 100 role kills.
+chaos: tools
+	EGRESSD_CHAOS=full $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./cmd/egressd
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -73,7 +73,7 @@ type node struct {
 	url    string
 	listen string
 	args   []string
-	env    []string // added to the test's environment, less its OTEL_* variables
+	env    []string // added to the test's environment, less its OTEL_* variables, for every command it runs
 	cmd    *exec.Cmd
 	mu     sync.Mutex
 	log    bytes.Buffer
@@ -129,9 +129,7 @@ func (n *node) start() {
 	n.t.Helper()
 	n.cmd = exec.Command(egressdBin, n.args...)
 	n.cmd.Dir = n.dir
-	// Tracing is what a test asks for, whatever the machine's environment says.
-	n.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
-	n.cmd.Env = append(n.cmd.Env, n.env...)
+	n.cmd.Env = n.environ()
 	n.cmd.Stdout, n.cmd.Stderr = n, n
 	if err := n.cmd.Start(); err != nil {
 		n.t.Fatal(err)
@@ -143,6 +141,13 @@ func (n *node) start() {
 		return strings.Count(n.logs(), `msg="egressd running"`) > n.starts, "not yet"
 	})
 	n.starts++
+}
+
+// environ is the test's environment without its OTEL_* variables (tracing is what a test
+// asks for, whatever the machine's environment says), plus the node's own.
+func (n *node) environ() []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") })
+	return append(env, n.env...)
 }
 
 func (n *node) Write(p []byte) (int, error) {
@@ -186,7 +191,9 @@ func (n *node) nats(args ...string) string {
 	needNats(n.t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, natsBin, append([]string{"-s", n.url}, args...)...).CombinedOutput()
+	cmd := exec.CommandContext(ctx, natsBin, append([]string{"-s", n.url}, args...)...)
+	cmd.Env = n.environ()
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		n.t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -198,7 +205,9 @@ func (n *node) egressd(args ...string) string {
 	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, egressdBin, append(args, "--nats-url", n.url)...).Output()
+	cmd := exec.CommandContext(ctx, egressdBin, append(args, "--nats-url", n.url)...)
+	cmd.Env = n.environ()
+	out, err := cmd.Output()
 	if err != nil {
 		n.t.Fatalf("egressd %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
