@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -149,9 +150,10 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 		c.env = append(c.env, "EGRESSD_"+strings.ToUpper(strings.ReplaceAll(user, "-", "_"))+"_PASSWORD="+pw)
 	}
 	var urls []string
+	ports := reservePorts(t, 9)
 	for i := range 3 {
 		s := &natsProc{name: fmt.Sprintf("nats-%d", i+1), dir: filepath.Join(c.dir, fmt.Sprintf("nats-%d", i+1)),
-			client: freePort(t), route: freePort(t), monitor: freePort(t), log: &node{}}
+			client: ports[3*i], route: ports[3*i+1], monitor: ports[3*i+2], log: &node{}}
 		s.clientURL = fmt.Sprintf("nats://127.0.0.1:%d", s.client)
 		s.monitorURL = fmt.Sprintf("http://127.0.0.1:%d", s.monitor)
 		urls = append(urls, s.clientURL)
@@ -511,10 +513,34 @@ func (c *cluster) writeTLS() {
 		"EGRESSD_NATS_TLS_KEY="+write("server-key.pem", "EC PRIVATE KEY", keyDER), "EGRESSD_NATS_TLS_CA="+c.caFile)
 }
 
-// freePort reserves a loopback port for a server the test starts next.
-func freePort(t testing.TB) int {
+// reservePorts picks n free loopback ports below the kernel's ephemeral range: a server
+// restarted after a kill -9 gets its ports back, since no bind(0) or outgoing connection
+// of another process is ever handed one of them meanwhile.
+func reservePorts(t testing.TB, n int) []int {
 	t.Helper()
-	_, p, _ := net.SplitHostPort(freeAddr(t))
-	n, _ := strconv.Atoi(p)
-	return n
+	lo := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				lo = v
+			}
+		}
+	}
+	if lo <= 12000 {
+		t.Fatalf("the ephemeral port range starts at %d: no room below it for the cluster's ports", lo)
+	}
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 1000 {
+			t.Fatal("no free loopback ports below the ephemeral range")
+		}
+		p := 10000 + mrand.IntN(lo-10000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			continue
+		}
+		defer l.Close()
+		ports = append(ports, p)
+	}
+	return ports
 }
