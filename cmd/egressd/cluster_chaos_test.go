@@ -41,7 +41,8 @@ type chaosFigures struct {
 	RoleKills   int            `json:"roleKills"`
 	ByRole      map[string]int `json:"byRole"`
 	NATSKills   int            `json:"natsKills"`
-	Live        int            `json:"live"` // proxies that exist at the end
+	Live        int            `json:"live"`    // proxies that exist at the end
+	Orphans     int            `json:"orphans"` // instances the orphan GC deleted
 	Acquires    int            `json:"acquires"`
 	OverCap     int            `json:"overCap"`
 	ConvergedMs int64          `json:"convergedMs"` // from the last kill to every proxy converged
@@ -216,6 +217,7 @@ func TestClusterChaos(t *testing.T) {
 		return len(stale) == 0, strings.Join(stale, ", ")
 	})
 
+	orphans := len(readEvents(t, js, events.EventSubject(events.KindGC, ">")))
 	acquires := 0
 	ll.mu.Lock()
 	for _, s := range ll.samples {
@@ -225,14 +227,14 @@ func TestClusterChaos(t *testing.T) {
 	}
 	ll.mu.Unlock()
 	f := chaosFigures{Test: "chaos", Size: sizeName, Proxies: size.Proxies, ByChange: byChange, RoleKills: roleKills,
-		ByRole: byRole, NATSKills: natsKills, Live: len(desired), Acquires: acquires, OverCap: len(sw.overCap),
+		ByRole: byRole, NATSKills: natsKills, Live: len(desired), Orphans: orphans, Acquires: acquires, OverCap: len(sw.overCap),
 		ConvergedMs: converged.Milliseconds(), CleanMs: clean.Milliseconds(), ChaosMs: lastKill.Sub(begin).Milliseconds()}
 	for _, n := range byChange {
 		f.Changes += n
 	}
-	t.Logf("%s chaos: %d changes %v on %d proxies, %d role kills %v, %d NATS kills in %.0f s; converged %.1f s and clean %.1f s after the last kill; %d live; %d acquires, %d over cap",
+	t.Logf("%s chaos: %d changes %v on %d proxies, %d role kills %v, %d NATS kills in %.0f s; converged %.1f s and clean %.1f s after the last kill; %d live; %d orphans collected; %d acquires, %d over cap",
 		sizeName, f.Changes, byChange, f.Proxies, roleKills, byRole, natsKills, float64(f.ChaosMs)/1000,
-		float64(f.ConvergedMs)/1000, float64(f.CleanMs)/1000, f.Live, acquires, f.OverCap)
+		float64(f.ConvergedMs)/1000, float64(f.CleanMs)/1000, f.Live, orphans, acquires, f.OverCap)
 	b, _ := json.Marshal(f)
 	t.Logf("RELIABILITY %s", b)
 }

@@ -57,11 +57,10 @@ func TestClusterLeaseFailover(t *testing.T) {
 		healthy := time.Now()
 		time.Sleep(3 * time.Second)
 		end := time.Now()
-		gap, p50, p99 := ll.window(kill, end)
-		bgap, bp50, bp99 := ll.window(baseFrom.Add(time.Second), kill)
+		w, b := ll.window(kill, end), ll.window(baseFrom.Add(time.Second), kill)
 		figures = append(figures, failoverFigures{Test: test, Killed: victim, LeadStreams: led, Clients: failoverClients,
-			GapMs: ms(gap), BaselineGapMs: ms(bgap), P50Ms: ms(p50), P99Ms: ms(p99), BaselineP50Ms: ms(bp50),
-			BaselineP99Ms: ms(bp99), RecoveredMs: ms(healthy.Sub(kill))})
+			GapMs: ms(w.gap), BaselineGapMs: ms(b.gap), P50Ms: ms(w.p50), P99Ms: ms(w.p99), P99AllMs: ms(w.p99All),
+			Failed: w.failed, Full: w.full, BaselineP50Ms: ms(b.p50), BaselineP99Ms: ms(b.p99), RecoveredMs: ms(healthy.Sub(kill))})
 	}
 	leasePrefix := "KV_" + events.BucketLeases
 	round("lease-stream-leader", func() (string, int) {
@@ -111,9 +110,9 @@ func TestClusterLeaseFailover(t *testing.T) {
 	for _, f := range figures {
 		f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled = acquires, len(ll.checked), lost, ll.unsettle
 		f.OverCapHolders, f.OverCapBucket = len(ll.overCap), len(sw.overCap)
-		t.Logf("%s: killed %s (led %d lease streams); longest acquire gap %.0f ms (baseline %.0f ms); acquire p50 %.1f ms p99 %.1f ms (baseline %.1f / %.1f ms); healthy again %.1f s after the kill; %d acquires, %d leases checked across kills, %d lost, %d unsettled, over cap %d (holders) %d (buckets)",
+		t.Logf("%s: killed %s (led %d lease streams); longest acquire gap %.0f ms (baseline %.0f ms); acquire p50 %.1f ms p99 %.1f ms (baseline %.1f / %.1f ms), p99 of every attempt %.0f ms, %d failed, %d refused as full; healthy again %.1f s after the kill; %d acquires, %d leases checked across kills, %d lost, %d unsettled, over cap %d (holders) %d (buckets)",
 			f.Test, f.Killed, f.LeadStreams, f.GapMs, f.BaselineGapMs, f.P50Ms, f.P99Ms, f.BaselineP50Ms, f.BaselineP99Ms,
-			f.RecoveredMs/1000, f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled, f.OverCapHolders, f.OverCapBucket)
+			f.P99AllMs, f.Failed, f.Full, f.RecoveredMs/1000, f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled, f.OverCapHolders, f.OverCapBucket)
 		b, _ := json.Marshal(f)
 		t.Logf("RELIABILITY %s", b)
 	}

@@ -42,6 +42,7 @@ type leaseLoad struct {
 type acquireSample struct {
 	start, end time.Time
 	ok         bool
+	full       bool // refused with 503: every matching proxy at capacity, not a failure of the service
 }
 
 // leaseCheck is the verdict on a lease held across a kill: still held (a renewal went
@@ -94,10 +95,10 @@ func (ll *leaseLoad) drop(id, proxy string) {
 	}
 }
 
-func (ll *leaseLoad) sample(start time.Time, ok bool) {
+func (ll *leaseLoad) sample(start time.Time, err error) {
 	ll.mu.Lock()
 	defer ll.mu.Unlock()
-	ll.samples = append(ll.samples, acquireSample{start, time.Now(), ok})
+	ll.samples = append(ll.samples, acquireSample{start, time.Now(), err == nil, errors.Is(err, client.ErrNoProxy)})
 }
 
 // markKill records the start of a failover.
@@ -161,7 +162,7 @@ func (ll *leaseLoad) crawl(ctx context.Context, cl *client.Client, holder string
 	for long == nil && !ll.churn && ctx.Err() == nil {
 		start := time.Now()
 		l, err := cl.Acquire(ctx, opts)
-		ll.sample(start, err == nil)
+		ll.sample(start, err)
 		if err != nil {
 			sleepCtx(ctx, 50*time.Millisecond)
 			continue
@@ -172,9 +173,9 @@ func (ll *leaseLoad) crawl(ctx context.Context, cl *client.Client, holder string
 	for ctx.Err() == nil {
 		start := time.Now()
 		g, err := cl.AcquireOnce(ctx, opts)
-		ll.sample(start, err == nil)
+		ll.sample(start, err)
 		if err != nil {
-			sleepCtx(ctx, 20*time.Millisecond)
+			sleepCtx(ctx, 50*time.Millisecond)
 			continue
 		}
 		at := time.Now()
@@ -312,40 +313,68 @@ type failoverFigures struct {
 	BaselineGapMs     float64 `json:"baselineGapMs"` // the same before the kill
 	P50Ms             float64 `json:"p50Ms"`         // acquires started during the failover, successful ones
 	P99Ms             float64 `json:"p99Ms"`
+	P99AllMs          float64 `json:"p99AllMs"` // every acquire started during the failover but those refused as full, failed ones at their duration
+	Failed            int     `json:"failed"`   // acquires started during the failover that failed (timeouts, no responders, 5xx)
+	Full              int     `json:"full"`     // acquires started during the failover refused as full (503)
 	BaselineP50Ms     float64 `json:"baselineP50Ms"`
 	BaselineP99Ms     float64 `json:"baselineP99Ms"`
 	RecoveredMs       float64 `json:"recoveredMs"` // kill to the restarted server healthy
 }
 
-// window returns the longest gap between successful acquires that ended in [from, to), and
-// the p50 and p99 of the successful acquires that started in it.
-func (ll *leaseLoad) window(from, to time.Time) (gap, p50, p99 time.Duration) {
+// windowFigures describe the acquires of a time window.
+type windowFigures struct {
+	gap      time.Duration // longest gap between successful acquires that ended in it
+	p50, p99 time.Duration // of the successful acquires that started in it
+	p99All   time.Duration // of every acquire that started in it and was not refused as full, failed ones at their duration
+	failed   int           // acquires that started in it and failed (timeouts, no responders, 5xx)
+	full     int           // acquires that started in it and were refused with 503 (all at capacity)
+}
+
+func (ll *leaseLoad) window(from, to time.Time) windowFigures {
 	ll.mu.Lock()
 	defer ll.mu.Unlock()
+	var w windowFigures
 	var ends []time.Time
-	var lat []time.Duration
+	var lat, all []time.Duration
 	for _, s := range ll.samples {
+		started := !s.start.Before(from) && s.start.Before(to)
+		switch {
+		case started && s.full:
+			w.full++
+		case started:
+			all = append(all, s.end.Sub(s.start))
+			if !s.ok {
+				w.failed++
+			}
+		}
 		if !s.ok {
 			continue
 		}
 		if !s.end.Before(from) && s.end.Before(to) {
 			ends = append(ends, s.end)
 		}
-		if !s.start.Before(from) && s.start.Before(to) {
+		if started {
 			lat = append(lat, s.end.Sub(s.start))
 		}
 	}
 	slices.SortFunc(ends, func(a, b time.Time) int { return a.Compare(b) })
 	prev := from
 	for _, e := range append(ends, to) {
-		gap = max(gap, e.Sub(prev))
+		w.gap = max(w.gap, e.Sub(prev))
 		prev = e
 	}
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		p50, p99 = lat[len(lat)*50/100], lat[min(len(lat)*99/100, len(lat)-1)]
+	w.p50, w.p99 = quantile(lat, 50), quantile(lat, 99)
+	w.p99All = quantile(all, 99)
+	return w
+}
+
+// quantile is the q-th percentile of ds (which it sorts), 0 for none.
+func quantile(ds []time.Duration, q int) time.Duration {
+	if len(ds) == 0 {
+		return 0
 	}
-	return gap, p50, p99
+	slices.Sort(ds)
+	return ds[min(len(ds)*q/100, len(ds)-1)]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -185,9 +185,22 @@ func instanceDirs(t *testing.T, dataDir string) int {
 // opResults reads every op result on EGRESS_EVENTS so far.
 func opResults(t *testing.T, js jetstream.JetStream) []events.OpResult {
 	t.Helper()
+	var out []events.OpResult
+	for _, e := range readEvents(t, js, events.OpResultSubjects) {
+		if e.Op == nil {
+			t.Fatalf("op event %s without a result", e.ID)
+		}
+		out = append(out, *e.Op)
+	}
+	return out
+}
+
+// readEvents reads every event on EGRESS_EVENTS so far whose subject matches filter.
+func readEvents(t *testing.T, js jetstream.JetStream, filter string) []events.Event {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.OpResultSubjects}})
+	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,17 +208,17 @@ func opResults(t *testing.T, js jetstream.JetStream) []events.OpResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []events.OpResult
+	var out []events.Event
 	for pending := info.NumPending; pending > 0; pending-- {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
-			t.Fatalf("read op results: %v", err)
+			t.Fatalf("read events %s: %v", filter, err)
 		}
 		var e events.Event
-		if err := json.Unmarshal(m.Data(), &e); err != nil || e.Op == nil {
-			t.Fatalf("op result %s: %v", m.Data(), err)
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			t.Fatalf("event %s: %v", m.Data(), err)
 		}
-		out = append(out, *e.Op)
+		out = append(out, e)
 	}
 	return out
 }
