@@ -2,16 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	mrand "math/rand/v2"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/testcert"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -461,56 +455,19 @@ func (c *cluster) busiestLeader(js jetstream.JetStream, prefix string) (string, 
 	return best, leaders
 }
 
-// writeTLS writes a CA and one certificate for 127.0.0.1 signed by it, with both the
-// serverAuth and clientAuth usages the config's client and route TLS need.
+// writeTLS writes the CA and the certificate the servers' client and route TLS use.
 func (c *cluster) writeTLS() {
-	t := c.t
-	t.Helper()
+	c.t.Helper()
 	dir := filepath.Join(c.dir, "tls")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	f, err := testcert.Write(dir)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "egressd cluster test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	c.caFile = write("ca.pem", "CERTIFICATE", caDER)
-	c.env = append(c.env, "EGRESSD_NATS_TLS_CERT="+write("server.pem", "CERTIFICATE", der),
-		"EGRESSD_NATS_TLS_KEY="+write("server-key.pem", "EC PRIVATE KEY", keyDER), "EGRESSD_NATS_TLS_CA="+c.caFile)
+	c.caFile = f.CA
+	c.env = append(c.env, "EGRESSD_NATS_TLS_CERT="+f.Cert, "EGRESSD_NATS_TLS_KEY="+f.Key, "EGRESSD_NATS_TLS_CA="+f.CA)
 }
 
 // reservePorts picks n free loopback ports below the kernel's ephemeral range: a server
@@ -534,7 +491,7 @@ func reservePorts(t testing.TB, n int) []int {
 		if tries > 1000 {
 			t.Fatal("no free loopback ports below the ephemeral range")
 		}
-		p := 10000 + mrand.IntN(lo-10000)
+		p := 10000 + rand.IntN(lo-10000)
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
 			continue
