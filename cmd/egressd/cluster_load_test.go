@@ -121,14 +121,15 @@ func (ll *leaseLoad) spansKill(granted time.Time) bool {
 }
 
 // verify learns whether lease id is still held, by renewing it until the service answers
-// yes (renewed) or no (404: unknown or expired; 409: another holder's). Timeouts and 5xx
-// while the cluster elects leaders are retried within budget.
+// yes (renewed) or no (a 4xx: unknown or expired, another holder's, ended by the service).
+// Timeouts and 5xx while the cluster elects leaders are retried within budget.
 func (ll *leaseLoad) verify(ctx context.Context, cl *client.Client, id string, granted time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
 		_, err := cl.Renew(ctx, id, 0)
-		if err == nil || errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrLost) {
+		var se *client.Error
+		if err == nil || errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
 			ll.mu.Lock()
 			ll.checked = append(ll.checked, leaseCheck{id: id, granted: granted, lost: err})
 			ll.mu.Unlock()
