@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,19 @@ type chaosSize struct {
 	Change                                     time.Duration // between lifecycle changes
 }
 
+// chaosSeed seeds the run's choices (changes, victims, pauses): EGRESSD_CHAOS_SEED repeats
+// a run's choices, otherwise every run makes new ones. Either way the test prints it.
+func chaosSeed(t *testing.T) uint64 {
+	if s := os.Getenv("EGRESSD_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EGRESSD_CHAOS_SEED=%q: %v", s, err)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
 func chaosSizeFromEnv() (chaosSize, string) {
 	if os.Getenv("EGRESSD_CHAOS") == "full" {
 		return chaosSize{Proxies: 50, Changes: 500, RoleKills: 100, NATSKillEvery: 20, Change: 300 * time.Millisecond}, "full"
@@ -35,6 +49,7 @@ func chaosSizeFromEnv() (chaosSize, string) {
 type chaosFigures struct {
 	Test        string         `json:"test"`
 	Size        string         `json:"size"`
+	Seed        uint64         `json:"seed"`
 	Proxies     int            `json:"proxies"`
 	Changes     int            `json:"changes"` // creates, port changes and deletes applied
 	ByChange    map[string]int `json:"byChange"`
@@ -58,6 +73,8 @@ type chaosFigures struct {
 // proxy outlives its TTL.
 func TestClusterChaos(t *testing.T) {
 	size, sizeName := chaosSizeFromEnv()
+	seed := chaosSeed(t)
+	t.Logf("chaos seed %d (EGRESSD_CHAOS_SEED repeats its choices)", seed)
 	c := startCluster(t, clusterOptions{net: 43, extra: []string{"--gc-interval", "5s", "--gc-min-age", "10s"}})
 	admin := c.connect("admin")
 	js := c.jetStream(admin)
@@ -90,7 +107,7 @@ func TestClusterChaos(t *testing.T) {
 	lifeDone := make(chan struct{})
 	go func() {
 		defer close(lifeDone)
-		rng := rand.New(rand.NewPCG(1, 9))
+		rng := rand.New(rand.NewPCG(seed, 1))
 		for i := 0; i < size.Changes && ctx.Err() == nil; i++ {
 			name := names[rng.IntN(len(names))]
 			lifeMu.Lock()
@@ -140,7 +157,7 @@ func TestClusterChaos(t *testing.T) {
 		}
 	}
 	sort.Slice(procs, func(i, j int) bool { return procs[i].n.cmd.Process.Pid < procs[j].n.cmd.Process.Pid })
-	rng := rand.New(rand.NewPCG(2, 7))
+	rng := rand.New(rand.NewPCG(seed, 2))
 	byRole := map[string]int{}
 	roleKills, natsKills := 0, 0
 	begin := time.Now()
@@ -226,7 +243,7 @@ func TestClusterChaos(t *testing.T) {
 		}
 	}
 	ll.mu.Unlock()
-	f := chaosFigures{Test: "chaos", Size: sizeName, Proxies: size.Proxies, ByChange: byChange, RoleKills: roleKills,
+	f := chaosFigures{Test: "chaos", Size: sizeName, Seed: seed, Proxies: size.Proxies, ByChange: byChange, RoleKills: roleKills,
 		ByRole: byRole, NATSKills: natsKills, Live: len(desired), Orphans: orphans, Acquires: acquires, OverCap: len(sw.overCap),
 		ConvergedMs: converged.Milliseconds(), CleanMs: clean.Milliseconds(), ChaosMs: lastKill.Sub(begin).Milliseconds()}
 	for _, n := range byChange {
