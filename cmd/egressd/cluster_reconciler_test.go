@@ -129,7 +129,7 @@ func (c *cluster) reconcilerLeader(locks jetstream.KeyValue, not *node) *node {
 		} else if err != nil {
 			return false, err.Error()
 		}
-		var rec kvstore.LockRecord
+		var rec events.LockRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return false, err.Error()
 		}
