@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,19 +143,16 @@ func TestClusterChaos(t *testing.T) {
 	}()
 
 	// The kill driver.
-	var procs []struct {
+	type roleProc struct {
 		role string
 		n    *node
 	}
-	for role, ns := range c.roles {
-		for _, n := range ns {
-			procs = append(procs, struct {
-				role string
-				n    *node
-			}{role, n})
+	var procs []roleProc
+	for _, r := range clusterRoles { // in a fixed order, so a seed repeats its victims
+		for _, n := range c.roles[r.role] {
+			procs = append(procs, roleProc{r.role, n})
 		}
 	}
-	sort.Slice(procs, func(i, j int) bool { return procs[i].n.cmd.Process.Pid < procs[j].n.cmd.Process.Pid })
 	rng := rand.New(rand.NewPCG(seed, 2))
 	byRole := map[string]int{}
 	roleKills, natsKills := 0, 0
