@@ -169,10 +169,22 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	for _, s := range c.servers {
 		c.waitHealthy(s)
 	}
+	c.waitMetaComplete()
 
 	c.cfg = writeConfig(t, c.dir, o.net)
 	c.admin = &node{t: t, dir: c.dir, url: c.urls, env: c.userEnv("admin")}
-	out := c.egressdAs("admin", "setup", "--nats-url", c.urls, "--replicas", "3", "--config", c.cfg, "--data-dir", c.dataDir())
+	// Right after the cluster forms, the meta leader may still count a peer offline for a
+	// moment (routes are replaced as duplicates settle), and a stream of three replicas then
+	// finds no place. Setup is idempotent, so it is run again, as an operator would.
+	var out string
+	waitUntil(t, "egressd setup --replicas 3", time.Minute, func() (bool, string) {
+		var err error
+		out, err = c.tryEgressdAs("admin", "setup", "--nats-url", c.urls, "--replicas", "3", "--config", c.cfg, "--data-dir", c.dataDir())
+		if err != nil {
+			t.Logf("egressd setup: %v: %s", err, out)
+		}
+		return err == nil, out
+	})
 	if !strings.Contains(out, "OPS_local") {
 		t.Fatalf("egressd setup: %s", out)
 	}
@@ -221,18 +233,14 @@ func (c *cluster) startRole(role, user string, args ...string) *node {
 	return n
 }
 
-// egressdAs runs an egressd command as user and returns its combined output.
-func (c *cluster) egressdAs(user string, args ...string) string {
-	c.t.Helper()
+// tryEgressdAs runs an egressd command as user and returns its combined output.
+func (c *cluster) tryEgressdAs(user string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, egressdBin, args...)
 	cmd.Env = append(os.Environ(), c.userEnv(user)...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		c.t.Fatalf("egressd %s as %s: %v\n%s", strings.Join(args, " "), user, err, out)
-	}
-	return string(out)
+	return string(out), err
 }
 
 // connect opens a connection as user to every server, reconnecting for ever.
@@ -370,32 +378,68 @@ func (c *cluster) server(name string) *natsProc {
 	return nil
 }
 
+// metaCluster is the part of a server's /jsz that names the meta leader and its peers.
+type metaCluster struct {
+	Leader   string `json:"leader"`
+	Size     int    `json:"cluster_size"`
+	Replicas []struct {
+		Name    string `json:"name"`
+		Current bool   `json:"current"`
+		Offline bool   `json:"offline"`
+	} `json:"replicas"`
+}
+
+// meta reads the meta cluster as server s sees it.
+func (s *natsProc) meta() (metaCluster, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get(s.monitorURL + "/jsz")
+	if err != nil {
+		return metaCluster{}, err
+	}
+	defer resp.Body.Close()
+	var jsz struct {
+		Meta metaCluster `json:"meta_cluster"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&jsz)
+	return jsz.Meta, err
+}
+
 // metaLeader is the JetStream meta leader as a live server's /jsz reports it.
 func (c *cluster) metaLeader() string {
 	c.t.Helper()
-	hc := &http.Client{Timeout: 2 * time.Second}
 	var leader string
 	waitUntil(c.t, "a meta leader", 60*time.Second, func() (bool, string) {
 		for _, s := range c.servers {
-			resp, err := hc.Get(s.monitorURL + "/jsz")
-			if err != nil {
-				continue
-			}
-			var jsz struct {
-				Meta struct {
-					Leader string `json:"leader"`
-				} `json:"meta_cluster"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&jsz)
-			resp.Body.Close()
-			if err == nil && jsz.Meta.Leader != "" {
-				leader = jsz.Meta.Leader
+			if m, err := s.meta(); err == nil && m.Leader != "" {
+				leader = m.Leader
 				return true, ""
 			}
 		}
 		return false, "no server names a meta leader"
 	})
 	return leader
+}
+
+// waitMetaComplete waits until the meta leader sees both other servers online and current:
+// until then a stream of three replicas finds no place ("no suitable peers for placement"),
+// even though every server's /healthz is already fine.
+func (c *cluster) waitMetaComplete() {
+	c.t.Helper()
+	waitUntil(c.t, "the meta leader to see all three servers", 90*time.Second, func() (bool, string) {
+		m, err := c.server(c.metaLeader()).meta()
+		if err != nil {
+			return false, err.Error()
+		}
+		if m.Size != 3 || len(m.Replicas) != 2 {
+			return false, fmt.Sprintf("%+v", m)
+		}
+		for _, r := range m.Replicas {
+			if !r.Current || r.Offline {
+				return false, fmt.Sprintf("%+v", m)
+			}
+		}
+		return true, ""
+	})
 }
 
 // streamLeaders maps each stream whose name starts with prefix to its leader, read from

@@ -209,8 +209,16 @@ func readEvents(t *testing.T, js jetstream.JetStream, filter string) []events.Ev
 		t.Fatal(err)
 	}
 	var out []events.Event
-	for pending := info.NumPending; pending > 0; pending-- {
+	// A pull may find no responder while the new consumer's interest spreads over the
+	// cluster; the ordered consumer picks up where it was, so the read is tried again.
+	for pending, fails := info.NumPending, 0; pending > 0; pending-- {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
+		if err != nil && fails < 20 && ctx.Err() == nil {
+			fails++
+			pending++
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
 		if err != nil {
 			t.Fatalf("read events %s: %v", filter, err)
 		}
