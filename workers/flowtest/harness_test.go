@@ -53,7 +53,7 @@ type harness struct {
 	// stop cancels the roles and waits for them; it runs before any connection closes, so a
 	// role never ends on a closed connection (an error its Run rightly returns).
 	stop func()
-	log   *slog.Logger
+	log  *slog.Logger
 	// tracing is the TracerProvider of the roles started from now on (nil: the global one).
 	tracing trace.TracerProvider
 }
