@@ -119,7 +119,7 @@ func TestLeaseLostFiresWhenTheSlotIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if err := kvstore.DeleteAt(ctx, s.store.Leases, "px-1.0", 0); err != nil {
+	if err := kvstore.DeleteAt(ctx, s.store.Leases.Of("px-1"), "px-1.0", 0); err != nil {
 		t.Fatal(err)
 	}
 	var other events.LeaseGrant

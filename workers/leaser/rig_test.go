@@ -322,3 +322,13 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// slots counts the keys of every lease shard.
+func (r *rig) slots() int {
+	r.t.Helper()
+	n := 0
+	for _, kv := range r.store.Leases.All() {
+		n += r.keys(kv)
+	}
+	return n
+}

@@ -31,7 +31,12 @@ func (l *Leaser) Run(ctx context.Context) error {
 		{st.Status, l.view.applyStatus},
 		{st.Health, l.view.applyHealth},
 		{st.Cooldowns, l.view.applyCooldown},
-		{st.Leases, l.applyLease},
+	}
+	for _, kv := range st.Leases.All() {
+		watches = append(watches, struct {
+			kv    jetstream.KeyValue
+			apply func(jetstream.KeyValueEntry)
+		}{kv, l.applyLease})
 	}
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
@@ -47,6 +52,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
+	wg.Go(func() { l.sweep(watchCtx) })
 
 	for range watches {
 		select {
@@ -58,6 +64,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		}
 	}
 
+	l.view.startSweeping()
 	svc, err := l.serve(watchCtx)
 	if err != nil {
 		return err
