@@ -32,8 +32,8 @@ func SpreadLeaseLeaders(ctx context.Context, js jetstream.JetStream, s LeaseShar
 		if err != nil {
 			return nil, err
 		}
-		if ci == nil || ci.Leader == "" {
-			continue // not clustered, or no leader right now: nothing to choose
+		if ci == nil || ci.Leader == "" || len(ci.Replicas) == 0 {
+			continue // one server, or no leader right now: nothing to choose
 		}
 		best := ci.Leader
 		for _, p := range ci.Replicas {

@@ -23,20 +23,18 @@ func (l *Leaser) Run(ctx context.Context) error {
 	defer stopWatches()
 
 	st := l.cfg.Store
-	watches := []struct {
+	type watch struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
-	}{
+	}
+	watches := []watch{
 		{st.Proxies, l.view.applySpec},
 		{st.Status, l.view.applyStatus},
 		{st.Health, l.view.applyHealth},
 		{st.Cooldowns, l.view.applyCooldown},
 	}
 	for _, kv := range st.Leases.All() {
-		watches = append(watches, struct {
-			kv    jetstream.KeyValue
-			apply func(jetstream.KeyValueEntry)
-		}{kv, l.applyLease})
+		watches = append(watches, watch{kv, l.applyLease})
 	}
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
