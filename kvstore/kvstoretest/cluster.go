@@ -22,8 +22,9 @@ type Cluster struct {
 	relays  [][]*relay // relays[from][to], nil on the diagonal
 }
 
-// StartCluster starts the cluster and waits until JetStream has a meta leader. Everything is
-// shut down when the test ends.
+// StartCluster starts the cluster and waits until JetStream has a meta leader that knows
+// every server as a peer and every server is current with it (before that, an R3 stream may
+// not be placed). Everything is shut down when the test ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	ports := make([]int, n)
@@ -73,18 +74,27 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			t.Fatalf("%s not ready within 10s", s.Name())
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, s := range c.Servers {
-			if s.JetStreamIsLeader() {
-				return c
-			}
-		}
+	deadline := time.Now().Add(60 * time.Second)
+	for !c.ready() {
 		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader within 30s")
+			t.Fatal("JetStream cluster not ready within 60s (a meta leader with every peer, every server current)")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	return c
+}
+
+func (c *Cluster) ready() bool {
+	leader := false
+	for _, s := range c.Servers {
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		if s.JetStreamIsLeader() {
+			leader = len(s.JetStreamClusterPeers()) == len(c.Servers)
+		}
+	}
+	return leader
 }
 
 // CutOff closes every connection between server i and its peers and refuses new ones, as
