@@ -224,7 +224,7 @@ func TestLeaseLostFiresWhenItsProxyIsDeleted(t *testing.T) {
 		t.Fatal("Lost not closed after the proxy was deleted")
 	}
 	var se *client.Error
-	if !errors.Is(l.Err(), client.ErrEnded) || !errors.As(l.Err(), &se) || se.End != events.LeaseEndProxyDeleted {
-		t.Fatalf("Err = %v, want ErrEnded with End %s", l.Err(), events.LeaseEndProxyDeleted)
+	if !errors.Is(l.Err(), client.ErrEnded) || !errors.As(l.Err(), &se) || se.End != events.ReasonProxyDeleted {
+		t.Fatalf("Err = %v, want ErrEnded with End %s", l.Err(), events.ReasonProxyDeleted)
 	}
 }

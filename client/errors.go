@@ -35,7 +35,7 @@ type Error struct {
 	Message      string               // names the problem; never carries credentials
 	Field        string               // the request field at fault, if one is
 	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
-	End          events.LeaseEnd      // on ErrEnded: the proxy was deleted or its instance replaced
+	End          events.Reason        // on ErrEnded: the proxy was deleted or its instance replaced
 }
 
 func (e *Error) Error() string {

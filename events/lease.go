@@ -36,23 +36,13 @@ type Lease struct {
 	Instance       string `json:"instance,omitempty"`
 }
 
-// LeaseEnd is why the lease service ended a lease its holder neither released nor let run
-// out: the reason of its lease event, and of the refusal of its next renewal.
-type LeaseEnd string
-
-// Lease ends.
-const (
-	LeaseEndProxyDeleted  LeaseEnd = "ProxyDeleted"  // the proxy's spec was deleted
-	LeaseEndProxyReplaced LeaseEnd = "ProxyReplaced" // the instance it was granted on is gone or going
-)
-
 // SlotEnd is the body of the delete marker a leaser writes when it removes the slot of an
 // ended lease: every leaser's watch delivers it, so whichever answers the holder's next
 // renewal can say why the lease is gone.
 type SlotEnd struct {
-	V     int      `json:"v"`
-	Token string   `json:"token"`
-	End   LeaseEnd `json:"end"`
+	V     int    `json:"v"`
+	Token string `json:"token"`
+	End   Reason `json:"end"` // ReasonProxyDeleted or ReasonProxyReplaced
 }
 
 // Cooldown is the value of <proxy> (global) or <proxy>.<b64url(target)> in proxy_cooldowns.
@@ -159,7 +149,7 @@ type ErrorDetail struct {
 	Message      string        `json:"message"`
 	Field        string        `json:"field,omitempty"`
 	Availability *Availability `json:"availability,omitempty"`
-	End          LeaseEnd      `json:"end,omitempty"` // with CodeGone
+	End          Reason        `json:"end,omitempty"` // with CodeGone: ReasonProxyDeleted or ReasonProxyReplaced
 }
 
 // Availability is why no proxy could be leased, as numbers, so a crawler can tell "wait"

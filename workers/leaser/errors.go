@@ -18,7 +18,7 @@ type apiError struct {
 	field string
 	msg   string
 	avail *events.Availability
-	end   events.LeaseEnd // with CodeGone
+	end   events.Reason // with CodeGone
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }

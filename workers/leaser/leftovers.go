@@ -41,12 +41,12 @@ type removal struct {
 	key   string
 	rev   uint64
 	lease events.Lease
-	end   events.LeaseEnd
+	end   events.Reason
 }
 
 // endedLease is why a lease was ended, kept for its holder's next renewal.
 type endedLease struct {
-	end events.LeaseEnd
+	end events.Reason
 	at  time.Time
 }
 
@@ -58,12 +58,12 @@ const (
 )
 
 // staleEnd is why p's slot holding l must go, "" when it may stay. Callers hold mu.
-func (v *view) staleEnd(p *proxyView, l events.Lease) events.LeaseEnd {
+func (v *view) staleEnd(p *proxyView, l events.Lease) events.Reason {
 	switch {
 	case (p.specRev == 0 || p.specGone) && v.specHigh >= l.SpecRevision:
-		return events.LeaseEndProxyDeleted
+		return events.ReasonProxyDeleted
 	case l.StatusRevision != 0 && p.hasStatus && p.statusRev > l.StatusRevision && (p.instance != l.Instance || p.teardown):
-		return events.LeaseEndProxyReplaced
+		return events.ReasonProxyReplaced
 	}
 	return ""
 }
@@ -138,7 +138,7 @@ func (v *view) noteSlot(p *proxyView, key string, rev uint64, l events.Lease) {
 }
 
 // noteEnded remembers why the lease of token ended.
-func (v *view) noteEnded(token string, end events.LeaseEnd) {
+func (v *view) noteEnded(token string, end events.Reason) {
 	if token == "" || end == "" {
 		return
 	}
@@ -150,7 +150,7 @@ func (v *view) noteEnded(token string, end events.LeaseEnd) {
 
 // endOf is why the lease of token was ended by a leaser, "" if no leaser did (as far as
 // this one knows).
-func (v *view) endOf(token string) events.LeaseEnd {
+func (v *view) endOf(token string) events.Reason {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	e, ok := v.ended[token]
@@ -224,7 +224,7 @@ func (l *Leaser) remove(ctx context.Context, r removal) {
 	l.view.noteEnded(r.lease.Token, r.end)
 	rec := r.lease
 	rec.ExpiresAt = l.now()
-	l.emitLease(events.Reason(r.end), fmt.Sprintf("ended:%s:%d", r.key, r.rev), rec)
+	l.emitLease(r.end, fmt.Sprintf("ended:%s:%d", r.key, r.rev), rec)
 	l.log.Info("lease ended with its proxy", "id", leaseID{Proxy: rec.Proxy, Slot: rec.Slot, Token: rec.Token}.String(), "end", r.end)
 }
 
@@ -234,12 +234,12 @@ func (l *Leaser) goneError(id leaseID) error {
 }
 
 // endedError is the answer to a renewal of a lease ended for end, nil for "".
-func endedError(id leaseID, end events.LeaseEnd) error {
+func endedError(id leaseID, end events.Reason) error {
 	if end == "" {
 		return nil
 	}
 	why := "its proxy was deleted"
-	if end == events.LeaseEndProxyReplaced {
+	if end == events.ReasonProxyReplaced {
 		why = "its proxy's instance was replaced"
 	}
 	return &apiError{code: events.CodeGone, field: "id", end: end, msg: fmt.Sprintf("lease %s was ended: %s", id, why)}
@@ -247,7 +247,7 @@ func endedError(id leaseID, end events.LeaseEnd) error {
 
 // staleLease is why the slot key at rev holding l must go, "" if it may stay; a stale slot
 // is queued for the sweeper.
-func (v *view) staleLease(key string, rev uint64, l events.Lease) events.LeaseEnd {
+func (v *view) staleLease(key string, rev uint64, l events.Lease) events.Reason {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p := v.proxies[l.Proxy]

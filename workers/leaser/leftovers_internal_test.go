@@ -15,19 +15,19 @@ func TestLeaseStaleEnd(t *testing.T) {
 		specHigh uint64
 		p        proxyView
 		lease    events.Lease
-		want     events.LeaseEnd
+		want     events.Reason
 	}{
 		{"current", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 20, instance: "i@1"}, lease, ""},
 		{"spec updated, same instance", 30, proxyView{specRev: 25, hasStatus: true, statusRev: 28, instance: "i@1"}, lease, ""},
-		{"spec deleted", 30, proxyView{specRev: 25, specGone: true, hasStatus: true, statusRev: 20, instance: "i@1"}, lease, events.LeaseEndProxyDeleted},
-		{"spec absent, read past the grant", 30, proxyView{}, lease, events.LeaseEndProxyDeleted},
+		{"spec deleted", 30, proxyView{specRev: 25, specGone: true, hasStatus: true, statusRev: 20, instance: "i@1"}, lease, events.ReasonProxyDeleted},
+		{"spec absent, read past the grant", 30, proxyView{}, lease, events.ReasonProxyDeleted},
 		{"spec not read up to the grant yet", 9, proxyView{}, lease, ""},
-		{"another instance", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, lease, events.LeaseEndProxyReplaced},
-		{"no instance any more", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25}, lease, events.LeaseEndProxyReplaced},
-		{"the instance must go", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: true}, lease, events.LeaseEndProxyReplaced},
+		{"another instance", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, lease, events.ReasonProxyReplaced},
+		{"no instance any more", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25}, lease, events.ReasonProxyReplaced},
+		{"the instance must go", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: true}, lease, events.ReasonProxyReplaced},
 		{"status older than the grant", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 15, instance: "i@0"}, lease, ""},
 		{"a lease from before the records", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, events.Lease{}, ""},
-		{"a lease from before the records, proxy deleted", 30, proxyView{specRev: 25, specGone: true}, events.Lease{}, events.LeaseEndProxyDeleted},
+		{"a lease from before the records, proxy deleted", 30, proxyView{specRev: 25, specGone: true}, events.Lease{}, events.ReasonProxyDeleted},
 	} {
 		v := newView()
 		v.specHigh = tc.specHigh

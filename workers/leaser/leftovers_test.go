@@ -17,17 +17,17 @@ import (
 func TestSlotsOfADeletedOrReplacedProxyAreRemoved(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		end  events.LeaseEnd
+		end  events.Reason
 		// change deletes or replaces "gone"; it returns the status of the new instance, if any.
 		change func(r *rig, ctx context.Context) *events.ProxyStatus
 	}{
-		{"deleted", events.LeaseEndProxyDeleted, func(r *rig, ctx context.Context) *events.ProxyStatus {
+		{"deleted", events.ReasonProxyDeleted, func(r *rig, ctx context.Context) *events.ProxyStatus {
 			if err := r.store.Proxies.Delete(ctx, "gone"); err != nil {
 				r.t.Fatal(err)
 			}
 			return nil
 		}},
-		{"replaced", events.LeaseEndProxyReplaced, func(r *rig, ctx context.Context) *events.ProxyStatus {
+		{"replaced", events.ReasonProxyReplaced, func(r *rig, ctx context.Context) *events.ProxyStatus {
 			// As the reconciler does it: the old instance must go, then it is gone, then a new
 			// one under the same name and ID is Ready.
 			st := instanceStatus(time.Unix(1, 0))
@@ -75,7 +75,7 @@ func TestSlotsOfADeletedOrReplacedProxyAreRemoved(t *testing.T) {
 				t.Errorf("the lease of another proxy: %d %s", rep.code, rep.err.Message)
 			}
 			eventually(t, 5*time.Second, "one event per ended lease", func() bool {
-				return r.countEvents(events.KindLease, string(tc.end)) >= len(held)
+				return r.countEvents(events.KindLease, tc.end) >= len(held)
 			})
 			if next == nil {
 				return
@@ -94,7 +94,7 @@ func TestSlotsOfADeletedOrReplacedProxyAreRemoved(t *testing.T) {
 			if _, rep := r.renew(fresh.ID, 0); rep.code != 0 {
 				t.Fatalf("the lease on the new instance: %d %s", rep.code, rep.err.Message)
 			}
-			if n := r.countEvents(events.KindLease, string(tc.end)); n != len(held) {
+			if n := r.countEvents(events.KindLease, tc.end); n != len(held) {
 				t.Errorf("%d %s events for %d leases (the stream keeps one per lease by its ID)", n, tc.end, len(held))
 			}
 		})
@@ -133,7 +133,7 @@ func (r *rig) held(proxy string) (int, error) {
 }
 
 // countEvents counts the events of kind and reason stored in EGRESS_EVENTS.
-func (r *rig) countEvents(kind, reason string) int {
+func (r *rig) countEvents(kind events.EventKind, reason events.Reason) int {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
