@@ -1,6 +1,7 @@
 package kvstoretest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Cluster is n embedded JetStream servers named n1…nn whose routes each go through a
@@ -81,7 +84,40 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	c.waitPlacement(t, deadline)
 	return c
+}
+
+// waitPlacement creates and deletes a stream on every server until that works: the meta
+// leader may count a peer offline for a moment after it has joined ("no suitable peers for
+// placement").
+func (c *Cluster) waitPlacement(t testing.TB, deadline time.Time) {
+	t.Helper()
+	nc, err := nats.Connect(c.Servers[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kvstoretest_placement", Subjects: []string{"kvstoretest.placement"},
+			Storage: jetstream.MemoryStorage, Replicas: len(c.Servers)})
+		if err == nil {
+			err = js.DeleteStream(ctx, "kvstoretest_placement")
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster cannot place a stream on %d servers: %v", len(c.Servers), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func (c *Cluster) ready() bool {

@@ -30,7 +30,7 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 	}
 	cluster := kvstoretest.StartCluster(t, 3)
 	servers := cluster.Servers
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	admin := connectTo(t, servers[0])
 	adminJS, _ := jetstream.New(admin)
@@ -108,8 +108,10 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 		t.Fatal("leaser not serving within 30s")
 	}
 	crawler := connectTo(t, alive[1])
+	// TTLs far longer than any election on a loaded machine: the lease kept across the
+	// failover must not simply run out.
 	acquire := func() (events.LeaseGrant, reply) {
-		m, err := crawler.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":30}`), 10*time.Second)
+		m, err := crawler.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":900}`), 10*time.Second)
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
@@ -187,6 +189,11 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 	}
 
 	// The lease in the stalled shard is renewable again (it was never lost).
+	for deadline := time.Now().Add(3 * time.Minute); leaderless(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("shard %d still has no leader %v after the cut", stalled, time.Since(cut).Round(time.Second))
+		}
+	}
 	var renewed bool
 	for try := 0; try < 100 && !renewed; try++ {
 		m, err := crawler.Request(events.LeaseRenewSubject, []byte(`{"id":"`+kept.ID+`"}`), 10*time.Second)
