@@ -138,7 +138,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if code := m.Header.Get(errorCodeHeader); code != "" {
 		var er events.ErrorReply
 		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
-			return &Error{Code: er.Error.Code, Message: er.Error.Message, Field: er.Error.Field, Availability: er.Error.Availability}
+			return &Error{Code: er.Error.Code, Message: er.Error.Message, Field: er.Error.Field, Availability: er.Error.Availability, End: er.Error.End}
 		}
 		n, _ := strconv.Atoi(code)
 		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}

@@ -119,7 +119,7 @@ func TestLeaseLostFiresWhenTheSlotIsTakenOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
-	if err := kvstore.DeleteAt(ctx, s.store.Leases, "px-1.0", 0); err != nil {
+	if err := kvstore.DeleteAt(ctx, s.store.Leases.Of("px-1"), "px-1.0", 0); err != nil {
 		t.Fatal(err)
 	}
 	var other events.LeaseGrant
@@ -202,5 +202,29 @@ func TestLeaseTypedErrors(t *testing.T) {
 	s.stop()
 	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service: %v", err)
+	}
+}
+
+// A lease whose proxy is deleted is ended by the service: the holder's next renewal is
+// refused, Lost fires, and Err says why with the typed end.
+func TestLeaseLostFiresWhenItsProxyIsDeleted(t *testing.T) {
+	s, c := startService(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := s.store.Proxies.Delete(ctx, "px-1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost not closed after the proxy was deleted")
+	}
+	var se *client.Error
+	if !errors.Is(l.Err(), client.ErrEnded) || !errors.As(l.Err(), &se) || se.End != events.ReasonProxyDeleted {
+		t.Fatalf("Err = %v, want ErrEnded with End %s", l.Err(), events.ReasonProxyDeleted)
 	}
 }

@@ -21,7 +21,7 @@
 //	}
 //
 // Errors of the service are *Error values; errors.Is matches them against ErrBadRequest,
-// ErrNotFound, ErrLost, ErrNoProxy and ErrInternal. When no lease service runs at all, the
+// ErrNotFound, ErrLost, ErrEnded, ErrNoProxy and ErrInternal. When no lease service runs at all, the
 // error wraps nats.ErrNoResponders.
 //
 // This package imports only the standard library, nats.go and egressd's events.

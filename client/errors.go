@@ -14,6 +14,7 @@ var (
 	ErrBadRequest = errors.New("bad request")                    // 400: the request names the field at fault
 	ErrNotFound   = errors.New("lease unknown or expired")       // 404
 	ErrLost       = errors.New("lease lost to another holder")   // 409
+	ErrEnded      = errors.New("lease ended with its proxy")     // 410: Error.End says why
 	ErrInternal   = errors.New("lease service internal error")   // 500: retry
 	ErrNoProxy    = errors.New("no proxy available")             // 503: see Error.Availability
 	ErrExpired    = errors.New("lease expired: renewals failed") // local: the service was unreachable for a whole TTL
@@ -23,6 +24,7 @@ var byCode = map[events.ErrorCode]error{
 	events.CodeBadRequest:  ErrBadRequest,
 	events.CodeNotFound:    ErrNotFound,
 	events.CodeConflict:    ErrLost,
+	events.CodeGone:        ErrEnded,
 	events.CodeInternal:    ErrInternal,
 	events.CodeUnavailable: ErrNoProxy,
 }
@@ -33,6 +35,7 @@ type Error struct {
 	Message      string               // names the problem; never carries credentials
 	Field        string               // the request field at fault, if one is
 	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
+	End          events.Reason        // on ErrEnded: the proxy was deleted or its instance replaced
 }
 
 func (e *Error) Error() string {

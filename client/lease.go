@@ -54,8 +54,9 @@ func (l *Lease) ExpiresAt() time.Time {
 }
 
 // Lost is closed when the lease is lost: a renewal was refused (errors.Is(Err(), ErrLost) or
-// ErrNotFound), or none got through before the TTL ran out (ErrExpired). Release does not
-// close it.
+// ErrNotFound; ErrEnded when the service ended it because its proxy was deleted or replaced,
+// with the *Error's End saying which), or none got through before the TTL ran out
+// (ErrExpired). Release does not close it.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
 // Err is why the lease was lost, nil while it is not.

@@ -263,14 +263,15 @@ func bindStore(ctx context.Context, js jetstream.JetStream) (*kvstore.Store, err
 	return kvstore.Bind(ctx, js)
 }
 
-// declare is `egressd setup` as admin: every bucket, EGRESS_EVENTS, the ops streams of the
+// declare is `egressd setup` as admin: every bucket (with kvstore.MaxLeaseShards lease shards), EGRESS_EVENTS, the ops streams of the
 // providers local (host "local") and kvm-home (host "kvm1") with their host consumers, and
 // the installation ID.
 func declare(t *testing.T, admin *client, hosts map[string][]kvstore.HostConfig) *kvstore.Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := kvstore.Ensure(ctx, admin.js, kvstore.Options{})
+	// Every lease shard the config grants, so each role's rules for all of them are tried.
+	store, err := kvstore.Ensure(ctx, admin.js, kvstore.Options{LeaseShards: kvstore.MaxLeaseShards})
 	if err != nil {
 		t.Fatalf("admin declares the buckets: %v", err)
 	}
@@ -539,6 +540,46 @@ func TestPermissions(t *testing.T) {
 		})
 		if e, err := store.Proxies.Get(ctx, "crawl-1"); err != nil || string(e.Value()) != `{"v":1,"provider":"local"}` {
 			t.Fatalf("the provisioner's write must not have reached proxies: %v %v", e, err)
+		}
+	})
+
+	t.Run("every lease shard: the leaser writes it, the viewer and the reconciler read it, the crawler neither", func(t *testing.T) {
+		leaser, viewer, reconciler, crawler := ts.connect(t, "leaser"), ts.connect(t, "viewer"), ts.connect(t, "reconciler"), ts.connect(t, "crawler")
+		var shards kvstore.LeaseShards
+		leaser.mustAllow(t, "bind every lease shard", func(ctx context.Context) (err error) {
+			shards, err = kvstore.OpenLeaseShards(ctx, leaser.js)
+			return err
+		})
+		if shards.Len() != kvstore.MaxLeaseShards {
+			t.Fatalf("%d shards bound, want %d", shards.Len(), kvstore.MaxLeaseShards)
+		}
+		for i, kv := range shards.All() {
+			key := fmt.Sprintf("shard-%d.0", i)
+			leaser.mustAllow(t, "create, read and delete a slot in "+kv.Bucket(), func(ctx context.Context) error {
+				rev, err := kvstore.CreateTTL(ctx, kv, key, []byte(`{"v":1}`), time.Minute)
+				if err != nil {
+					return err
+				}
+				if _, _, err := kvstore.Get(ctx, kv, key); err != nil {
+					return err
+				}
+				return kvstore.DeleteNoted(ctx, leaser.js, kv, key, rev, []byte(`{"v":1}`))
+			})
+			crawler.mustDeny(t, "write "+kv.Bucket(), "$KV."+kv.Bucket()+"."+key, kvPut(crawler, kv.Bucket(), key))
+		}
+		for _, c := range []*client{viewer, reconciler} {
+			c.mustAllow(t, "read every lease shard", func(ctx context.Context) error {
+				s, err := kvstore.OpenLeaseShards(ctx, c.js)
+				if err != nil {
+					return err
+				}
+				for _, kv := range s.All() {
+					if _, err := kvstore.Latest(ctx, kv); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		}
 	})
 

@@ -49,6 +49,9 @@ const (
 	ReasonRenewed  Reason = "renewed"
 	ReasonReleased Reason = "released"
 	ReasonExpired  Reason = "expired"
+	// The service ended the lease: its proxy was deleted (ReasonProxyDeleted, as the
+	// reconciler's), or the instance it was granted on is gone or going.
+	ReasonProxyReplaced Reason = "ProxyReplaced"
 )
 
 // ReasonOrphanDeleted is the reason of a gc event.

@@ -53,6 +53,12 @@ func goldenCases() map[string]any {
 			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4},
 		"lease.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60, Holder: "crawler-7",
 			Target: "example.com", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute)},
+		// A lease granted since leases record what they were granted against; lease.v1.json
+		// is one from before, which must still read.
+		"lease_granted_against.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
+			Holder: "crawler-7", AcquiredAt: at, ExpiresAt: at.Add(time.Minute),
+			SpecRevision: 41, StatusRevision: 97, Instance: "local/egress-crawl-1@2026-11-30T10:58:00Z"},
+		"slot_end.v1.json": SlotEnd{V: 1, Token: "0123456789abcdef", End: ReasonProxyReplaced},
 		"cooldown.v1.json": Cooldown{V: 1, Proxy: "crawl-1", Target: "example.com", Result: ReportBlocked, Holder: "crawler-7",
 			Until: at.Add(10 * time.Minute)},
 		"lock.v1.json": LockRecord{V: 1, Holder: "host-1", Purpose: "leader", Acquired: at},
@@ -74,6 +80,8 @@ func goldenCases() map[string]any {
 		"event_lease.v1.json": Event{V: 1, ID: "granted:crawl-1.1.0123456789abcdef", Kind: KindLease, Proxy: "crawl-1", At: at,
 			Reason: ReasonGranted, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Target: "example.com",
 				Until: at.Add(time.Minute)}},
+		"event_lease_ended.v1.json": Event{V: 1, ID: "ended:crawl-1.1:97", Kind: KindLease, Proxy: "crawl-1", At: at,
+			Reason: ReasonProxyReplaced, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Until: at}},
 		"event_report.v1.json": Event{V: 1, ID: "report:crawl-1.1.0123456789abcdef:aa", Kind: KindReport, Proxy: "crawl-1", At: at,
 			Reason: Reason(ReportBlocked), Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7",
 				Target: "example.com", Result: ReportBlocked, Until: at.Add(10 * time.Minute)}},
@@ -101,6 +109,8 @@ func goldenCases() map[string]any {
 		"lease_report_reply.v1.json": ReportReply{CooldownUntil: at.Add(10 * time.Minute), Released: true},
 		"lease_error_bad_request.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeBadRequest, Message: "ttlSeconds: must be between 1 and 3600",
 			Field: "ttlSeconds"}},
+		"lease_error_gone.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeGone, Field: "id", End: ReasonProxyDeleted,
+			Message: "lease crawl-1.1.0123456789abcdef was ended: its proxy was deleted"}},
 		"lease_error_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
 			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1}}},
 	}

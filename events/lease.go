@@ -27,6 +27,22 @@ type Lease struct {
 	Sticky     string    `json:"sticky,omitempty"`
 	AcquiredAt time.Time `json:"acquiredAt"`
 	ExpiresAt  time.Time `json:"expiresAt"`
+	// What the lease was granted against, so that any leaser can tell, from its own view,
+	// that the proxy has since been deleted or replaced (and remove the slot) without
+	// mistaking a view that lags behind the grant for one: the revisions of the spec and
+	// the status the granting leaser had read, and the instance (ProxyStatus.Incarnation).
+	SpecRevision   uint64 `json:"specRevision,omitempty"`
+	StatusRevision uint64 `json:"statusRevision,omitempty"`
+	Instance       string `json:"instance,omitempty"`
+}
+
+// SlotEnd is the body of the delete marker a leaser writes when it removes the slot of an
+// ended lease: every leaser's watch delivers it, so whichever answers the holder's next
+// renewal can say why the lease is gone.
+type SlotEnd struct {
+	V     int    `json:"v"`
+	Token string `json:"token"`
+	End   Reason `json:"end"` // ReasonProxyDeleted or ReasonProxyReplaced
 }
 
 // Cooldown is the value of <proxy> (global) or <proxy>.<b64url(target)> in proxy_cooldowns.
@@ -117,6 +133,7 @@ const (
 	CodeBadRequest  ErrorCode = 400
 	CodeNotFound    ErrorCode = 404 // unknown lease
 	CodeConflict    ErrorCode = 409 // the lease expired and its slot belongs to someone else now
+	CodeGone        ErrorCode = 410 // the service ended the lease; ErrorDetail.End says why
 	CodeUnavailable ErrorCode = 503 // no proxy available; Availability says why
 	CodeInternal    ErrorCode = 500
 )
@@ -132,6 +149,7 @@ type ErrorDetail struct {
 	Message      string        `json:"message"`
 	Field        string        `json:"field,omitempty"`
 	Availability *Availability `json:"availability,omitempty"`
+	End          Reason        `json:"end,omitempty"` // with CodeGone: ReasonProxyDeleted or ReasonProxyReplaced
 }
 
 // Availability is why no proxy could be leased, as numbers, so a crawler can tell "wait"

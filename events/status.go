@@ -82,6 +82,16 @@ type ProxyStatus struct {
 	UpdatedAt    time.Time  `json:"updatedAt,omitzero"`
 }
 
+// Incarnation names the instance the status describes, "" while there is none: the
+// instance ID with the start of the create that made it, since a replacement may reuse the
+// instance's name and ID.
+func (s ProxyStatus) Incarnation() string {
+	if s.InstanceID == "" && s.ProvisionAt.IsZero() {
+		return ""
+	}
+	return s.InstanceID + "@" + s.ProvisionAt.UTC().Format(time.RFC3339Nano)
+}
+
 // OpRef is the op in flight for a proxy. At most one exists at a time.
 type OpRef struct {
 	Kind     OpKind    `json:"kind"`

@@ -12,7 +12,16 @@ import (
 // Options tune the resources for the deployment.
 type Options struct {
 	Replicas int // 1 on a single server, 3 in a cluster
+	// LeaseShards is how many buckets the lease slots are spread over (1 to MaxLeaseShards).
+	// 0 keeps the count already recorded, or takes DefaultLeaseShards at the first setup.
+	LeaseShards int
 }
+
+// DefaultLeaseShards is the shard count a first setup takes: one per replica, so that on the
+// smallest cluster the buckets can live on (as many nodes as replicas) each node can lead one
+// shard and a node's crash stalls a third of the proxies (R3), not all of them; one on a
+// single server, where a crash stops everything anyway and more streams would only cost.
+func DefaultLeaseShards(replicas int) int { return min(max(replicas, 1), MaxLeaseShards) }
 
 // Store holds the handles of egressd's buckets.
 type Store struct {
@@ -23,7 +32,7 @@ type Store struct {
 	Catalog   jetstream.KeyValue
 	Locks     jetstream.KeyValue
 	Health    jetstream.KeyValue
-	Leases    jetstream.KeyValue
+	Leases    LeaseShards // proxy_leases and its shards
 	Cooldowns jetstream.KeyValue
 	Probers   jetstream.KeyValue
 	Providers jetstream.KeyValue // provider_health
@@ -52,7 +61,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 		}
 		*b.dst = kv
 	}
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	leases, err := ensureLeaseShards(ctx, js, o.LeaseShards, DefaultLeaseShards(r),
+		jetstream.KeyValueConfig{Storage: jetstream.FileStorage, Replicas: r})
+	if err != nil {
+		return nil, err
+	}
+	s.Leases = leases
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        events.StreamEvents,
 		Description: "egressd events: phases, op results, transitions",
 		Subjects:    []string{events.EventsSubjects},
@@ -74,7 +89,8 @@ type bucket struct {
 	cfg jetstream.KeyValueConfig
 }
 
-// buckets is every bucket of DESIGN §3.1 with its configuration and its handle in s.
+// buckets is every bucket of DESIGN §3.1 with its configuration and its handle in s, but the
+// lease shards (leaseshards.go).
 func (s *Store) buckets() []bucket {
 	return []bucket{
 		{&s.Proxies, jetstream.KeyValueConfig{Bucket: events.BucketProxies, History: 5, Description: "desired proxies (ProxySpec)"}},
@@ -84,7 +100,6 @@ func (s *Store) buckets() []bucket {
 		// Per-key TTLs need History 1, or the server stretches them to the marker TTL.
 		{&s.Locks, jetstream.KeyValueConfig{Bucket: events.BucketLocks, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "leader, op and GC locks"}},
 		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
-		{&s.Leases, jetstream.KeyValueConfig{Bucket: events.BucketLeases, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "lease slots <proxy>.<slot> with the lease's TTL"}},
 		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
 		{&s.Probers, jetstream.KeyValueConfig{Bucket: events.BucketProbers, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "live probers (ProberMember), each with a TTL of a few seconds"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
@@ -103,6 +118,11 @@ func Bind(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 		}
 		*b.dst = kv
 	}
+	leases, err := OpenLeaseShards(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	s.Leases = leases
 	return s, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,4 +30,15 @@ func PutTTL(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, 
 func CreateTTL(ctx context.Context, kv Writer, key string, value []byte, ttl time.Duration) (uint64, error) {
 	rev, err := kv.Create(ctx, key, value, jetstream.KeyTTL(ttl))
 	return rev, mapErr(err)
+}
+
+// DeleteNoted deletes key at revision rev (ErrConflict if it moved on) with a delete marker
+// that carries note as its value: a KV delete is a message with the header KV-Operation: DEL
+// (ADR-8), which reads as absent, and every watcher receives the note with the delete entry.
+func DeleteNoted(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, rev uint64, note []byte) error {
+	m := nats.NewMsg("$KV." + kv.Bucket() + "." + key)
+	m.Header.Set("KV-Operation", "DEL")
+	m.Data = note
+	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	return mapErr(err)
 }

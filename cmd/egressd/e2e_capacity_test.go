@@ -10,6 +10,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -105,13 +106,13 @@ func TestLeaseCapacityAcrossThreeLeaserProcesses(t *testing.T) {
 	}
 	// No client action: the server expires every slot after the TTL.
 	waitUntil(t, "every slot to expire", burstTTL+30*time.Second, func() (bool, string) {
-		keys, err := store.Leases.ListKeys(ctx)
+		counts, err := leaser.ActiveLeases(ctx, store.Leases)
 		if err != nil {
 			return false, err.Error()
 		}
 		k := 0
-		for range keys.Keys() {
-			k++
+		for _, n := range counts {
+			k += n
 		}
 		return k == 0, fmt.Sprintf("%d slots held", k)
 	})

@@ -48,9 +48,11 @@ func TestRolesAsSeparateProcesses(t *testing.T) {
 	defer killProcs(t, dir)
 	cfg := writeConfig(t, dir, 25)
 	n := startNode(t, dir, "--config", cfg, "--roles", "reconciler")
+	// Three lease shards (the node's own start declared one): no role that leases has
+	// started yet, and none holds a slot.
 	out, err := exec.CommandContext(context.Background(), egressdBin, "setup", "--nats-url", n.url, "--config", cfg,
-		"--data-dir", filepath.Join(dir, "data")).CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OPS_local") {
+		"--data-dir", filepath.Join(dir, "data"), "--lease-shards", "3").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OPS_local") || !strings.Contains(string(out), "lease shards: 3: proxy_leases, proxy_leases_1, proxy_leases_2\n") {
 		t.Fatalf("egressd setup: %v\n%s", err, out)
 	}
 	startRole(t, dir, n.url, "--config", cfg, "--roles", "provisioner")

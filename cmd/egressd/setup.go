@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
@@ -23,10 +24,15 @@ func setupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	configPath := fs.String("config", "", "YAML config declaring providers (default: one local provider named local)")
 	replicas := fs.Int("replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
 	dataDir := fs.String("data-dir", "./egressd-data", "data directory the config's relative paths are resolved against")
+	shards := fs.Int("lease-shards", 0, fmt.Sprintf("buckets the lease slots are spread over, 1 to %d (default: the count already set up, or at the first setup one per replica); changing it needs every lease ended", kvstore.MaxLeaseShards))
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if err := setup(ctx, *natsURL, *configPath, *dataDir, kvstore.Options{Replicas: *replicas}, stdout); err != nil {
+	if *shards < 0 || *shards > kvstore.MaxLeaseShards {
+		fmt.Fprintf(stderr, "egressd setup: --lease-shards: must be between 1 and %d, got %d\n", kvstore.MaxLeaseShards, *shards)
+		return 2
+	}
+	if err := setup(ctx, *natsURL, *configPath, *dataDir, kvstore.Options{Replicas: *replicas, LeaseShards: *shards}, stdout); err != nil {
 		fmt.Fprintln(stderr, "egressd setup:", err)
 		return 1
 	}
@@ -54,6 +60,11 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 		return err
 	}
 	fmt.Fprintln(stdout, "buckets and EGRESS_EVENTS declared")
+	leaders, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, leaseShardsLine(store.Leases, leaders))
 	for _, pc := range cfg.Providers {
 		b, err := buildProvider(pc, dataDir, discardLogger(), nil)
 		if err != nil {
@@ -71,4 +82,21 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	}
 	fmt.Fprintln(stdout, "installation", id)
 	return nil
+}
+
+// leaseShardsLine names the lease shards and, on a cluster, the server leading each.
+func leaseShardsLine(s kvstore.LeaseShards, leaders []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lease shards: %d", s.Len())
+	for i, kv := range s.All() {
+		sep := ","
+		if i == 0 {
+			sep = ":"
+		}
+		fmt.Fprintf(&b, "%s %s", sep, kv.Bucket())
+		if leaders[i] != "" {
+			fmt.Fprintf(&b, " (leader %s)", leaders[i])
+		}
+	}
+	return b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -122,10 +123,14 @@ func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
 	sctx, scancel := context.WithTimeout(ctx, specsBudget)
 	b.Proxies, _ = openBucket(sctx, js, events.BucketProxies)
 	scancel()
-	for name, dst := range map[string]*jetstream.KeyValue{events.BucketStatus: &b.Status, events.BucketHealth: &b.Health, events.BucketLeases: &b.Leases} {
+	for name, dst := range map[string]*jetstream.KeyValue{events.BucketStatus: &b.Status, events.BucketHealth: &b.Health} {
 		if *dst, err = openBucket(ctx, js, name); err != nil {
 			return nil, err
 		}
+	}
+	// Not set up yet reads as no leases, as for the other buckets.
+	if b.Leases, err = kvstore.OpenLeaseShards(ctx, js); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, err
 	}
 	fl := fleet.Load(ctx, b, time.Now())
 	for _, e := range fl.Errors {

@@ -17,7 +17,8 @@ import (
 // declared yet, or proxies for a reader not allowed to see specs (the viewer of deploy/nats),
 // whose rows then come from the statuses alone.
 type Buckets struct {
-	Proxies, Status, Health, Leases jetstream.KeyValue
+	Proxies, Status, Health jetstream.KeyValue
+	Leases                  kvstore.LeaseShards // every shard is read; none reads as empty
 }
 
 // FromStore is the four buckets of an open store.
@@ -73,10 +74,24 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 	read(events.BucketProxies, b.Proxies, func(m map[string]jetstream.KeyValueEntry) { in.specs = decodeSpecs(m) })
 	read(events.BucketStatus, b.Status, func(m map[string]jetstream.KeyValueEntry) { in.statuses = decodeAll[events.ProxyStatus](m) })
 	read(events.BucketHealth, b.Health, func(m map[string]jetstream.KeyValueEntry) { in.health = decodeAll[events.ProxyHealth](m) })
-	read(events.BucketLeases, b.Leases, func(m map[string]jetstream.KeyValueEntry) { in.leases = activeLeases(m) })
+	in.leases = map[string]int{}
+	for _, kv := range b.Leases.All() {
+		// The shards hold disjoint proxies: their counts add up. A shard that fails is an
+		// error of proxy_leases, the source readers judge.
+		read(events.BucketLeases, kv, func(m map[string]jetstream.KeyValueEntry) {
+			counts := activeLeases(m)
+			mu.Lock()
+			defer mu.Unlock()
+			for proxy, n := range counts {
+				in.leases[proxy] += n
+			}
+		})
+	}
 	wg.Wait()
-	// The reads finish in any order; a reader's error list should not reshuffle.
-	slices.SortFunc(errs, func(a, b ReadError) int { return strings.Compare(a.Bucket, b.Bucket) })
+	// The reads finish in any order; a reader's error list should not reshuffle, and names
+	// each source once.
+	errs = slices.CompactFunc(slices.SortedStableFunc(slices.Values(errs), func(a, b ReadError) int { return strings.Compare(a.Bucket, b.Bucket) }),
+		func(a, b ReadError) bool { return a.Bucket == b.Bucket })
 	f := build(now, in)
 	f.Errors = errs
 	return f

@@ -28,6 +28,20 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	var cur cursor
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
+	// Candidates in a shard that stalled lately go last, and a shard that stalls now moves
+	// the acquire on: a node's crash then holds up only the acquires that nothing else fits.
+	// Those last tries have the rest of the request's budget: with nothing else to move on
+	// to, waiting for the shard is all there is (and a write that was only slow succeeds).
+	var later []candidate
+	try := func(c candidate, patient bool) (any, bool, error) {
+		g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at, patient)
+		if errors.Is(err, errShardStalled) {
+			later = append(later, c)
+			return nil, false, nil
+		}
+		lost = lost || conflicts > 0
+		return g, err != nil || g != nil, err
+	}
 	for {
 		batch := l.view.next(q, &cur, tried, candidateBatch)
 		if len(batch) == 0 {
@@ -39,11 +53,18 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 			}
 			c := batch[i]
 			tried[c.name] = true
-			g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
-			if err != nil || g != nil {
+			if l.shards.stalled(c.name) {
+				later = append(later, c)
+				continue
+			}
+			if g, done, err := try(c, false); done {
 				return g, err
 			}
-			lost = lost || conflicts > 0
+		}
+	}
+	for _, c := range later {
+		if g, done, err := try(c, true); done {
+			return g, err
 		}
 	}
 	av := l.view.availability(q, at)
@@ -54,7 +75,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 
 // tryCandidate tries c's free slots in turn while it reads c's cooldowns, returning the grant
 // or how many of its slots turned out taken.
-func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt) (any, int, error) {
+func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt, patient bool) (any, int, error) {
 	// The view learns of a cooldown through a watch, a moment after the report that set it;
 	// reading the keys here means a report answered before this acquire is honoured whichever
 	// replica served it. The read runs alongside the Create, since a proxy the view holds
@@ -70,20 +91,30 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	for _, slot := range c.free {
 		now := l.now()
 		lease = events.Lease{V: 1, Proxy: c.name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
-			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
+			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
+			SpecRevision: c.basis.specRev, StatusRevision: c.basis.statusRev, Instance: c.basis.instance}
 		var b []byte
 		if b, err = json.Marshal(lease); err != nil {
 			break
 		}
 		key = slotKey(c.name, slot)
-		rev, err = l.createSlot(ctx, key, slot, b, ttl)
+		wctx, cancel := l.shards.writeContext(ctx, patient)
+		rev, err = l.createSlot(wctx, l.cfg.Store.Leases.Of(c.name), key, slot, b, ttl)
+		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
 			conflicts++
 			rev, err = 0, nil
 			continue // taken by another replica since the view last heard
 		}
 		if err != nil {
+			// The write may still be committed later: if it is, the slot is given back when
+			// the watch delivers it.
+			l.view.abandon(lease.Token)
 			err = fmt.Errorf("create %s: %w", key, err)
+			if ctx.Err() == nil && l.cfg.Store.Leases.Len() > 1 && !patient {
+				l.shards.markStalled(c.name)
+				err = fmt.Errorf("%w: %w", errShardStalled, err)
+			}
 		}
 		break
 	}
@@ -118,7 +149,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 // giveBack deletes a slot just created for a proxy that turned out to be cooling down. If
 // that fails the slot is only lost until its TTL runs out: it never carried a grant.
 func (l *Leaser) giveBack(ctx context.Context, key string, rev uint64) {
-	if err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases, key, rev); err != nil {
+	if err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases.ForKey(key), key, rev); err != nil {
 		l.log.Warn("give back a slot of a proxy cooling down; it frees itself at its TTL", "slot", key, "err", err)
 	}
 }

@@ -75,7 +75,7 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 	}
 
 	time.Sleep(200 * time.Millisecond) // let the events of the setup arrive
-	leasesBefore, coolBefore, eventsBefore := r.revisions(r.store.Leases), r.revisions(r.store.Cooldowns), len(r.seenEvents())
+	leasesBefore, coolBefore, eventsBefore := r.revisions(r.store.Leases.All()...), r.revisions(r.store.Cooldowns), len(r.seenEvents())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := r.call(tc.subject, []byte(tc.body))
@@ -97,7 +97,7 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
-	if after := r.revisions(r.store.Leases); !maps.Equal(after, leasesBefore) {
+	if after := r.revisions(r.store.Leases.All()...); !maps.Equal(after, leasesBefore) {
 		t.Errorf("proxy_leases changed: %v → %v", leasesBefore, after)
 	}
 	if after := r.revisions(r.store.Cooldowns); !maps.Equal(after, coolBefore) {
@@ -112,19 +112,21 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 }
 
 // revisions maps every live key of kv to its revision.
-func (r *rig) revisions(kv jetstream.KeyValue) map[string]uint64 {
+func (r *rig) revisions(kvs ...jetstream.KeyValue) map[string]uint64 {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	out := map[string]uint64{}
-	l, err := kv.ListKeys(ctx)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	for k := range l.Keys() {
-		e, err := kv.Get(ctx, k)
-		if err == nil {
-			out[k] = e.Revision()
+	for _, kv := range kvs {
+		l, err := kv.ListKeys(ctx)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for k := range l.Keys() {
+			e, err := kv.Get(ctx, k)
+			if err == nil {
+				out[kv.Bucket()+"/"+k] = e.Revision()
+			}
 		}
 	}
 	return out

@@ -109,10 +109,10 @@ func BenchmarkBaselineKVCreateDelete(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		key := fmt.Sprintf("p%d.0", i%10)
-		if _, err := kvstore.CreateTTL(ctx, store.Leases, key, []byte(`{}`), time.Minute); err != nil {
+		if _, err := kvstore.CreateTTL(ctx, store.Leases.ForKey(key), key, []byte(`{}`), time.Minute); err != nil {
 			b.Fatal(err)
 		}
-		if err := store.Leases.Delete(ctx, key); err != nil {
+		if err := store.Leases.ForKey(key).Delete(ctx, key); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -107,7 +107,7 @@ func TestLeaseCapacityIsExactAcrossReplicas(t *testing.T) {
 	}
 
 	// Nobody renews or releases: the server expires every slot.
-	eventually(t, 2*ttl, "every slot expires", func() bool { return r.keys(r.store.Leases) == 0 })
+	eventually(t, 2*ttl, "every slot expires", func() bool { return r.slots() == 0 })
 	t.Logf("all %d slots were free again %v after the burst began (TTL %v)", granted, time.Since(start).Round(time.Millisecond), ttl)
 	// Every slot can be leased again. A replica whose watch is a moment behind may still
 	// refuse one, so refusals are retried; grants must reach exactly 30.

@@ -18,6 +18,7 @@ type apiError struct {
 	field string
 	msg   string
 	avail *events.Availability
+	end   events.Reason // with CodeGone
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
@@ -37,7 +38,7 @@ func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
 		l.log.Error("request failed", "endpoint", endpoint, "err", err)
 		ae = errInternal
 	}
-	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail}})
+	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end}})
 	if merr != nil {
 		body = nil
 	}
@@ -64,6 +65,8 @@ func result(endpoint string, err error) string {
 		return "not_found"
 	case events.CodeConflict:
 		return "conflict"
+	case events.CodeGone:
+		return "gone"
 	case events.CodeUnavailable:
 		return "unavailable"
 	}

@@ -29,8 +29,11 @@ func grant(id string, l events.Lease, t endpoint) events.LeaseGrant {
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
 	key := slotKey(id.Proxy, id.Slot)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.Leases, key)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
+		if gone := l.goneError(id); gone != nil {
+			return events.Lease{}, 0, gone
+		}
 		return events.Lease{}, 0, &apiError{code: events.CodeNotFound, field: "id",
 			msg: fmt.Sprintf("lease %s is unknown or has expired", id)}
 	}
@@ -77,7 +80,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 		}
 		// At rev only: if the lease expired and was granted again since the read, this fails
 		// instead of removing the new holder's lease.
-		err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases, key, rev)
+		err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases.Of(id.Proxy), key, rev)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue
 		}

@@ -38,8 +38,11 @@ type Config struct {
 	FailedCooldown  time.Duration // default 5m
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
 
-	RequestBudget  time.Duration // all the KV calls of one request together; default 5s
-	ShutdownBudget time.Duration // for requests in flight when Run's context ends; default 5s
+	RequestBudget time.Duration // all the KV calls of one request together; default 5s
+	// SlotWriteBudget bounds one slot write of an acquire when there are several lease
+	// shards: past it, or on an error, the acquire moves on to a proxy of another shard.
+	SlotWriteBudget time.Duration // default DefaultSlotWriteBudget
+	ShutdownBudget  time.Duration // for requests in flight when Run's context ends; default 5s
 
 	Log      *slog.Logger
 	Now      func() time.Time     // record timestamps; expiry itself runs on the server's clock
@@ -73,6 +76,7 @@ type Leaser struct {
 	cfg      Config
 	log      *slog.Logger
 	view     *view
+	shards   *shardHealth
 	emitter  *emitter
 	inflight atomic.Int64
 	ready    chan struct{}
@@ -91,6 +95,7 @@ func New(cfg Config) (*Leaser, error) {
 	cfg.FailedCooldown = cmp.Or(cfg.FailedCooldown, DefaultFailedCooldown)
 	cfg.MaxCooldown = cmp.Or(cfg.MaxCooldown, DefaultMaxCooldown)
 	cfg.RequestBudget = cmp.Or(cfg.RequestBudget, 5*time.Second)
+	cfg.SlotWriteBudget = cmp.Or(cfg.SlotWriteBudget, DefaultSlotWriteBudget)
 	cfg.ShutdownBudget = cmp.Or(cfg.ShutdownBudget, 5*time.Second)
 	for _, d := range []time.Duration{cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.BlockedCooldown, cfg.FailedCooldown, cfg.MaxCooldown} {
 		if d < time.Second || d%time.Second != 0 {
@@ -117,8 +122,8 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	return &Leaser{cfg: cfg, log: log, view: newView(), emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}),
-		tracer: tracing.Tracer(cfg.Tracing)}, nil
+	return &Leaser{cfg: cfg, log: log, view: newView(), shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
+		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing)}, nil
 }
 
 // Ready is closed once the replica serves requests (its view is complete); for health checks

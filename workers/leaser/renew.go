@@ -25,6 +25,9 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		if gone := endedError(id, l.view.staleLease(key, rev, rec)); gone != nil {
+			return nil, gone // its proxy went: the sweeper removes the slot
+		}
 		t, known, inRange := l.view.lookup(id.Proxy, id.Slot)
 		switch {
 		case !known:
@@ -42,7 +45,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		nrev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Leases, key, b, rev, ttl)
+		nrev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Leases.Of(id.Proxy), key, b, rev, ttl)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue // renewed (or released) concurrently: read again
 		}

@@ -68,7 +68,7 @@ func TestLeasesSurviveARestartOfEveryLeaser(t *testing.T) {
 	if g.ID == held[1].ID || g.Proxy != "px-a" {
 		t.Fatalf("new grant %s", g.ID)
 	}
-	if r.keys(r.store.Leases) != 3 {
-		t.Fatalf("%d slots held, want 3", r.keys(r.store.Leases))
+	if r.slots() != 3 {
+		t.Fatalf("%d slots held, want 3", r.slots())
 	}
 }

@@ -20,6 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// rigShards is the lease shard count of every rig.
+const rigShards = 3
+
 // rig is an embedded NATS server with egressd's buckets, a client connection, and leaser
 // replicas on connections of their own.
 type rig struct {
@@ -41,7 +44,8 @@ func newRig(t *testing.T, cfg func(*leaser.Config)) *rig {
 	nc, js := kvstoretest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	// Three lease shards on one server: every test here runs on sharded slots.
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{LeaseShards: rigShards})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,4 +325,14 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// slots counts the keys of every lease shard.
+func (r *rig) slots() int {
+	r.t.Helper()
+	n := 0
+	for _, kv := range r.store.Leases.All() {
+		n += r.keys(kv)
+	}
+	return n
 }

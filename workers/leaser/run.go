@@ -23,15 +23,18 @@ func (l *Leaser) Run(ctx context.Context) error {
 	defer stopWatches()
 
 	st := l.cfg.Store
-	watches := []struct {
+	type watch struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
-	}{
+	}
+	watches := []watch{
 		{st.Proxies, l.view.applySpec},
 		{st.Status, l.view.applyStatus},
 		{st.Health, l.view.applyHealth},
 		{st.Cooldowns, l.view.applyCooldown},
-		{st.Leases, l.applyLease},
+	}
+	for _, kv := range st.Leases.All() {
+		watches = append(watches, watch{kv, l.applyLease})
 	}
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
@@ -47,6 +50,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
+	wg.Go(func() { l.sweep(watchCtx) })
 
 	for range watches {
 		select {
@@ -58,6 +62,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		}
 	}
 
+	l.view.startSweeping()
 	svc, err := l.serve(watchCtx)
 	if err != nil {
 		return err

@@ -203,13 +203,13 @@ func floorService(nc *nats.Conn, store *kvstore.Store) (micro.Service, error) {
 		})
 	}
 	if err := g.AddEndpoint("create", handle(func(ctx context.Context, key string) error {
-		_, err := kvstore.CreateTTL(ctx, store.Leases, key, []byte(`{"v":1}`), time.Minute)
+		_, err := kvstore.CreateTTL(ctx, store.Leases.ForKey(key), key, []byte(`{"v":1}`), time.Minute)
 		return err
 	})); err != nil {
 		return nil, err
 	}
 	if err := g.AddEndpoint("delete", handle(func(ctx context.Context, key string) error {
-		return store.Leases.Delete(ctx, key)
+		return store.Leases.ForKey(key).Delete(ctx, key)
 	})); err != nil {
 		return nil, err
 	}

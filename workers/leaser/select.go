@@ -12,6 +12,7 @@ type candidate struct {
 	free   []int // a few of the slots the view believes free, in random order
 	rank   rank
 	sticky bool
+	basis  basis // what a grant records it was made against
 	endpoint
 }
 
@@ -79,7 +80,7 @@ func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candida
 
 // candidate is p as an acquire tries it. Callers hold mu.
 func (p *proxyView) candidate(sticky bool) candidate {
-	return candidate{name: p.name, free: freeSlots(p, slotsPerCandidate), rank: p.ix.rank, sticky: sticky, endpoint: p.endpoint()}
+	return candidate{name: p.name, free: freeSlots(p, slotsPerCandidate), rank: p.ix.rank, sticky: sticky, basis: p.basis(), endpoint: p.endpoint()}
 }
 
 // spreadTies shuffles the leading candidates that rank equal but for their names. It is used

@@ -8,6 +8,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -29,12 +30,14 @@ func requestResult(span trace.Span, result string) {
 }
 
 // tryCandidateTraced is tryCandidate inside a span naming the proxy and what became of it.
-func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt) (any, int, error) {
+func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt, patient bool) (any, int, error) {
 	ctx, span := l.tracer.Start(ctx, "lease candidate", trace.WithAttributes(tracing.Proxy.String(c.name)))
 	defer span.End()
-	g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at)
+	g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at, patient)
 	outcome := "granted"
 	switch {
+	case errors.Is(err, errShardStalled):
+		outcome = "shard_stalled" // the acquire moves on to another shard
 	case err != nil:
 		outcome = "error"
 		tracing.Fail(span, "error")
@@ -52,11 +55,11 @@ func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest
 
 // createSlot is the slot-key write of an acquire, in a span of its own: "taken" when another
 // replica got the slot first.
-func (l *Leaser) createSlot(ctx context.Context, key string, slot int, value []byte, ttl time.Duration) (uint64, error) {
-	ctx, span := l.tracer.Start(ctx, "create "+events.BucketLeases, trace.WithSpanKind(trace.SpanKindClient),
+func (l *Leaser) createSlot(ctx context.Context, kv jetstream.KeyValue, key string, slot int, value []byte, ttl time.Duration) (uint64, error) {
+	ctx, span := l.tracer.Start(ctx, "create "+kv.Bucket(), trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(tracing.Slot.Int(slot)))
 	defer span.End()
-	rev, err := kvstore.CreateTTL(ctx, l.cfg.Store.Leases, key, value, ttl)
+	rev, err := kvstore.CreateTTL(ctx, kv, key, value, ttl)
 	switch {
 	case err == nil:
 		span.SetAttributes(tracing.LeaseOutcome.String("created"))

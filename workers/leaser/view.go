@@ -33,6 +33,16 @@ type view struct {
 	sets       map[string]*selSet                   // by selectorKey
 	coolTarget map[string]map[*proxyView]struct{}   // proxies cooling down, by target
 	clock      atomic.Uint64                        // orders the sets' last use
+
+	// Leftovers (leftovers.go): the newest revision of proxies seen, whether stale slots are
+	// looked for yet (once every watch has its initial values), the slots found stale and
+	// waiting for the sweeper, grants given up on, and why recently removed leases ended.
+	specHigh  uint64
+	sweeping  bool
+	removals  map[string]removal
+	wake      chan struct{}
+	abandoned map[string]time.Time  // token → until
+	ended     map[string]endedLease // token → why
 }
 
 // proxyView is what the view knows of one proxy. Fields are grouped by the bucket that feeds
@@ -45,6 +55,8 @@ type proxyView struct {
 	maxLeases int
 	auth      *schemas.Auth
 	external  bool
+	specRev   uint64 // of the newest entry of the proxy's key, a delete included
+	specGone  bool   // that entry is a delete or purge
 	// proxy_status
 	hasStatus bool
 	phase     events.Phase
@@ -52,6 +64,9 @@ type proxyView struct {
 	port      int
 	provider  string
 	host      string
+	statusRev uint64
+	instance  string // events.ProxyStatus.Incarnation
+	teardown  bool   // the instance must go (replaced, recreated or deleted)
 	// proxy_health
 	latencyMs float64 // 0: unknown
 	// proxy_leases
@@ -81,7 +96,8 @@ const maxSticky = 100_000
 func newView() *view {
 	return &view{proxies: map[string]*proxyView{}, leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
 		sticky: map[string]stickyRef{}, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
-		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{}}
+		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
+		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{}}
 }
 
 // proxy returns the entry of name, creating it. Callers hold mu.
@@ -148,6 +164,9 @@ func (v *view) applySpec(e jetstream.KeyValueEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	p := v.proxy(name)
+	p.specRev, p.specGone = e.Revision(), !isPut(e)
+	v.specHigh = max(v.specHigh, e.Revision())
+	defer v.findStale(p)
 	p.hasSpec = ok
 	p.attrs, p.auth, p.maxLeases, p.external = nil, nil, 0, false
 	if ok {
@@ -172,6 +191,8 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	p := v.proxy(e.Key())
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
+	p.statusRev, p.instance, p.teardown = e.Revision(), st.Incarnation(), st.Teardown != ""
+	v.findStale(p)
 	v.changed(p)
 }
 
@@ -197,6 +218,10 @@ func (v *view) applyLease(e jetstream.KeyValueEntry) (expired *slotState) {
 		return nil
 	}
 	if !isPut(e) {
+		var note events.SlotEnd
+		if len(e.Value()) > 0 && json.Unmarshal(e.Value(), &note) == nil {
+			v.noteEnded(note.Token, note.End) // a leaser ended the lease with its proxy
+		}
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		if e.Revision() <= v.leaseRev[e.Key()] {
@@ -233,6 +258,7 @@ func (v *view) noteLease(key string, rev uint64, l events.Lease) {
 	v.leaseRev[key] = rev
 	p := v.proxy(proxy)
 	p.setSlot(slot, slotState{rev: rev, lease: l})
+	v.noteSlot(p, key, rev, l)
 	if l.AcquiredAt.After(p.lastLeased) {
 		p.lastLeased = l.AcquiredAt
 	}

@@ -62,9 +62,9 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 	// their health now, and both are overdue.
 	put(st.Health, "e", healthy("127.0.0.99:3128", true, now))
 	put(st.Health, "f", healthy("127.0.0.5:3128", true, now.Add(-5*time.Minute)))
-	put(st.Leases, "a.0", events.Lease{V: 1, Proxy: "a"})
-	put(st.Leases, "a.1", events.Lease{V: 1, Proxy: "a", Slot: 1})
-	put(st.Leases, "b.0", events.Lease{V: 1, Proxy: "b"})
+	put(st.Leases.Of("a"), "a.0", events.Lease{V: 1, Proxy: "a"})
+	put(st.Leases.Of("a"), "a.1", events.Lease{V: 1, Proxy: "a", Slot: 1})
+	put(st.Leases.Of("b"), "b.0", events.Lease{V: 1, Proxy: "b"})
 	put(st.Providers, "local.local", events.TargetHealth{V: 1, Provider: "local", Target: "local", Ready: true, LatencyMs: 2.5})
 	// Two ops queued for the host, none taken yet.
 	for _, p := range []string{"a", "b"} {
@@ -137,7 +137,7 @@ egress_probe_failures_total 1
 // having counted anything.
 func TestMetricsFollowState(t *testing.T) {
 	st, m := seed(t)
-	if err := st.Leases.Delete(context.Background(), "a.1"); err != nil {
+	if err := st.Leases.Of("a").Delete(context.Background(), "a.1"); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(healthy("127.0.0.3:3128", true, time.Now()))

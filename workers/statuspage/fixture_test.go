@@ -137,7 +137,7 @@ func (r *rig) seedFleet(t *testing.T) {
 	}
 	for _, key := range []string{"crawl-eu-1.0", "crawl-eu-1.1", "ext-office.0"} {
 		proxy, _, _ := strings.Cut(key, ".")
-		r.put(t, r.store.Leases, key, events.Lease{V: 1, Proxy: proxy, Token: "t", TTLSeconds: 300, Holder: "crawler-7",
+		r.put(t, r.store.Leases.Of(proxy), key, events.Lease{V: 1, Proxy: proxy, Token: "t", TTLSeconds: 300, Holder: "crawler-7",
 			AcquiredAt: ago(time.Minute), ExpiresAt: r.now.Add(4 * time.Minute)})
 	}
 	targets := []events.TargetHealth{

@@ -118,7 +118,7 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 	}
 	leases := []string{"ready-de.0", "ready-de.1", "office.0", "gone.0", "deleted-long-ago.0"}
 	for _, key := range leases {
-		Put(tb, st.Leases, key, events.Lease{V: 1, Proxy: key[:len(key)-2], Holder: "crawler-7", ExpiresAt: now.Add(time.Minute)})
+		Put(tb, st.Leases.ForKey(key), key, events.Lease{V: 1, Proxy: key[:len(key)-2], Holder: "crawler-7", ExpiresAt: now.Add(time.Minute)})
 	}
 	return Want{
 		Phases: map[events.Phase]int{events.PhaseReady: 5, events.PhaseRunning: 2, events.PhaseUnhealthy: 1, events.PhasePending: 1,
@@ -155,7 +155,7 @@ func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
 				SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 3.2, CheckURL: "http://127.0.0.1:1/echo", Prober: "prober-1",
 				LastProbeAt: now.Add(-time.Duration(i%90) * time.Second)})
 			if i%3 == 0 {
-				Put(tb, st.Leases, name+".0", events.Lease{V: 1, Proxy: name, Holder: "crawler", ExpiresAt: now.Add(time.Hour)})
+				Put(tb, st.Leases.Of(name), name+".0", events.Lease{V: 1, Proxy: name, Holder: "crawler", ExpiresAt: now.Add(time.Hour)})
 			}
 		})
 	}

@@ -1,0 +1,232 @@
+package kvstoretest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cluster is n embedded JetStream servers named n1…nn whose routes each go through a
+// loopback relay of their own (one per ordered pair of servers), so that a test can cut a
+// server off as kill -9 would: its connections to its peers close at once, and it does
+// nothing about its Raft groups. (A Shutdown is no crash: a server that shuts down hands its
+// leaderships over, and a new leader is there within milliseconds.)
+type Cluster struct {
+	Servers []*server.Server
+	relays  [][]*relay // relays[from][to], nil on the diagonal
+}
+
+// StartCluster starts the cluster and waits until JetStream has a meta leader that knows
+// every server as a peer and every server is current with it (before that, an R3 stream may
+// not be placed). Everything is shut down when the test ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	c := &Cluster{Servers: make([]*server.Server, n), relays: make([][]*relay, n)}
+	for from := range n {
+		c.relays[from] = make([]*relay, n)
+		for to := range n {
+			if from != to {
+				c.relays[from][to] = startRelay(t, fmt.Sprintf("127.0.0.1:%d", ports[to]))
+			}
+		}
+	}
+	for i := range n {
+		var routes []*url.URL
+		for to, r := range c.relays[i] {
+			if to != i {
+				routes = append(routes, &url.URL{Scheme: "nats", Host: r.addr})
+			}
+		}
+		opts := &server.Options{
+			ServerName:         fmt.Sprintf("n%d", i+1),
+			Host:               "127.0.0.1",
+			Port:               -1,
+			JetStream:          true,
+			StoreDir:           t.TempDir(),
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+			// Only the configured routes (the relays), never a peer's own address.
+			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
+			Routes:  routes,
+			NoLog:   true,
+			NoSigs:  true,
+		}
+		s, err := server.NewServer(opts)
+		if err != nil {
+			t.Fatalf("nats-server %s: %v", opts.ServerName, err)
+		}
+		go s.Start()
+		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+		c.Servers[i] = s
+	}
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatalf("%s not ready within 10s", s.Name())
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for !c.ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("JetStream cluster not ready within 60s (a meta leader with every peer, every server current)")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.waitPlacement(t, deadline)
+	return c
+}
+
+// waitPlacement creates and deletes a stream on every server until that works: the meta
+// leader may count a peer offline for a moment after it has joined ("no suitable peers for
+// placement").
+func (c *Cluster) waitPlacement(t testing.TB, deadline time.Time) {
+	t.Helper()
+	nc, err := nats.Connect(c.Servers[0].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "kvstoretest_placement", Subjects: []string{"kvstoretest.placement"},
+			Storage: jetstream.MemoryStorage, Replicas: len(c.Servers)})
+		if err == nil {
+			err = js.DeleteStream(ctx, "kvstoretest_placement")
+		}
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("JetStream cluster cannot place a stream on %d servers: %v", len(c.Servers), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) ready() bool {
+	leader := false
+	for _, s := range c.Servers {
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		if s.JetStreamIsLeader() {
+			leader = len(s.JetStreamClusterPeers()) == len(c.Servers)
+		}
+	}
+	return leader
+}
+
+// CutOff closes every connection between server i and its peers and refuses new ones, as
+// the kernel does for a process killed with SIGKILL: the peers lose its routes at once, and
+// its Raft groups learn of no leader change but by their election timeouts. Server i keeps
+// running, alone; its client connections stay (a test connects its clients elsewhere).
+func (c *Cluster) CutOff(i int) {
+	for j := range c.Servers {
+		if j != i {
+			c.relays[i][j].cut()
+			c.relays[j][i].cut()
+		}
+	}
+}
+
+// relay forwards the TCP connections it accepts to one address until it is cut.
+type relay struct {
+	addr  string
+	mu    sync.Mutex
+	conns []net.Conn
+	down  bool
+}
+
+// cut closes the relay's connections; it refuses new ones from now on.
+func (r *relay) cut() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.down = true
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.conns = nil
+}
+
+// track keeps c for cut and cleanup; false (c closed) once the relay is cut.
+func (r *relay) track(cs ...net.Conn) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.down {
+		for _, c := range cs {
+			c.Close()
+		}
+		return false
+	}
+	r.conns = append(r.conns, cs...)
+	return true
+}
+
+func startRelay(t testing.TB, target string) *relay {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{addr: l.Addr().String()}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			if !r.track(in, out) {
+				continue
+			}
+			wg.Go(func() { pipe(out, in) })
+			wg.Go(func() { pipe(in, out) })
+		}
+	})
+	t.Cleanup(func() {
+		l.Close()
+		r.cut()
+		wg.Wait()
+	})
+	return r
+}
+
+// pipe copies src to dst until either closes, then closes both.
+func pipe(dst, src net.Conn) {
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+// freePort is a loopback TCP port nothing listens on right now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
