@@ -346,21 +346,19 @@ func initial(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.K
 	}
 }
 
+// loadStatuses reads every status at once (kvstore.Latest: one watch, read to the stream's
+// last sequence, stopped on every return) rather than a key list and a Get per key.
 func (l *loop) loadStatuses(ctx context.Context) error {
-	keys, err := l.r.cfg.Store.Status.ListKeys(ctx)
+	entries, err := kvstore.Latest(ctx, l.r.cfg.Store.Status)
 	if err != nil {
-		return fmt.Errorf("list statuses: %w", err)
+		return fmt.Errorf("read statuses: %w", err)
 	}
-	for k := range keys.Keys() {
+	for k, e := range entries {
 		var st events.ProxyStatus
-		rev, err := kvstore.GetJSON(ctx, l.r.cfg.Store.Status, k, &st)
-		if errors.Is(err, kvstore.ErrNotFound) {
-			continue
-		}
-		if err != nil {
+		if err := json.Unmarshal(e.Value(), &st); err != nil {
 			return fmt.Errorf("read status %s: %w", k, err)
 		}
-		l.statuses[k] = statusEntry{st: st, rev: rev}
+		l.statuses[k] = statusEntry{st: st, rev: e.Revision()}
 	}
 	return nil
 }
