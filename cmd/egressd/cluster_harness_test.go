@@ -174,17 +174,12 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	c.cfg = writeConfig(t, c.dir, o.net)
 	c.admin = &node{t: t, dir: c.dir, url: c.urls, env: c.userEnv("admin")}
 	// Right after the cluster forms, the meta leader may still count a peer offline for a
-	// moment (routes are replaced as duplicates settle), and a stream of three replicas then
-	// finds no place. Setup is idempotent, so it is run again, as an operator would.
-	var out string
-	waitUntil(t, "egressd setup --replicas 3", time.Minute, func() (bool, string) {
-		var err error
-		out, err = c.tryEgressdAs("admin", "setup", "--nats-url", c.urls, "--replicas", "3", "--config", c.cfg, "--data-dir", c.dataDir())
-		if err != nil {
-			t.Logf("egressd setup: %v: %s", err, out)
-		}
-		return err == nil, out
-	})
+	// moment, and a stream of three replicas then finds no place: setup itself waits that out
+	// (ensureWhileClusterForms), so one run must succeed, as it must for an operator.
+	out, err := c.tryEgressdAs("admin", "setup", "--nats-url", c.urls, "--replicas", "3", "--config", c.cfg, "--data-dir", c.dataDir())
+	if err != nil {
+		t.Fatalf("egressd setup --replicas 3: %v: %s", err, out)
+	}
 	if !strings.Contains(out, "OPS_local") {
 		t.Fatalf("egressd setup: %s", out)
 	}

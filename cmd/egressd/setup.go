@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,7 +56,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	store, err := kvstore.Ensure(ctx, js, o)
+	store, err := ensureWhileClusterForms(ctx, js, o, stdout)
 	if err != nil {
 		return err
 	}
@@ -99,4 +100,32 @@ func leaseShardsLine(s kvstore.LeaseShards, leaders []string) string {
 		}
 	}
 	return b.String()
+}
+
+// jsErrClusterNoPeers is nats-server's JSClusterNoPeersErrF ("no suitable peers for
+// placement"); nats.go names no constant for it.
+const jsErrClusterNoPeers jetstream.ErrorCode = 10005
+
+// ensureWhileClusterForms declares the buckets and streams, retrying while a freshly started
+// cluster's meta leader does not yet see enough servers for the replicas asked: every
+// server's /healthz is fine then, but an R3 stream finds no place for a few seconds. Any
+// other error, or the end of ctx's budget, is returned as it is.
+func ensureWhileClusterForms(ctx context.Context, js jetstream.JetStream, o kvstore.Options, stdout io.Writer) (*kvstore.Store, error) {
+	told := false
+	for wait := 250 * time.Millisecond; ; wait = min(2*wait, 4*time.Second) {
+		store, err := kvstore.Ensure(ctx, js, o)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsErrClusterNoPeers {
+			return store, err
+		}
+		if !told {
+			fmt.Fprintf(stdout, "waiting for the cluster to have %d servers for the replicas (%v)\n", o.Replicas, apiErr.Description)
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (still no place for %d replicas when the setup budget ran out)", err, o.Replicas)
+		case <-time.After(wait):
+		}
+	}
 }
