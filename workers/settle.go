@@ -29,19 +29,20 @@ type Settlement struct {
 }
 
 // Settle maps the class of an op's error (none for success, a provider's class, or
-// events.ClassStale) and the delivery count to how the message is settled. It is the only
-// place this mapping lives.
-func Settle(class events.ErrorClass, delivered, maxDeliver int) Settlement {
+// events.ClassStale) and the attempt number to how the message is settled. It is the only
+// place this mapping lives. attempt counts only deliveries that ran the op (see the
+// provisioner's attempts), not the server's delivery count.
+func Settle(class events.ErrorClass, attempt, maxAttempts int) Settlement {
 	switch class {
 	case events.ClassNone, events.ClassNotFound, events.ClassQuota, events.ClassStale:
 		return Settlement{Action: Ack, Final: true}
 	case events.ClassPermanent:
 		return Settlement{Action: Term, Final: true}
 	}
-	if delivered >= maxDeliver {
+	if attempt >= maxAttempts {
 		return Settlement{Action: Term, Final: true}
 	}
-	return Settlement{Action: NakDelay, Delay: Backoff(delivered, time.Second, 30*time.Second)}
+	return Settlement{Action: NakDelay, Delay: Backoff(attempt, time.Second, 30*time.Second)}
 }
 
 // ClassOf is the wire class of a provider's error: none for nil, and for anything

@@ -73,8 +73,9 @@ func DefaultTimings() Timings {
 
 // Provisioner consumes one provider's ops.
 type Provisioner struct {
-	cfg    Config
-	tracer trace.Tracer
+	cfg      Config
+	tracer   trace.Tracer
+	attempts *attempts
 }
 
 // New checks the config; it does no I/O.
@@ -97,7 +98,7 @@ func New(cfg Config) (*Provisioner, error) {
 		}
 	}
 	cfg.Log = cfg.Log.With("role", "provisioner", "provider", cfg.Provider)
-	return &Provisioner{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing)}, nil
+	return &Provisioner{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing), attempts: &attempts{js: cfg.Store.JS}}, nil
 }
 
 // CatalogRecord is provider's catalog as provider_catalog holds it.
@@ -201,8 +202,8 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		return
 	}
 	delivered := int(meta.NumDelivered)
-	span.SetAttributes(append(opAttrs(op), tracing.OpAttempt.Int(delivered))...)
-	log := p.cfg.Log.With("proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "attempt", delivered)
+	span.SetAttributes(opAttrs(op)...)
+	log := p.cfg.Log.With("proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "delivery", delivered)
 
 	lock, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.OpLockKey(op.Proxy), p.cfg.Worker, string(op.Kind), p.cfg.Timings.LockTTL)
 	if err != nil {
@@ -211,6 +212,10 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.NakWithDelay(p.cfg.Timings.LockBusyWait)
 		return
 	}
+	// Counted under the lock: only deliveries that run the op spend attempts.
+	attempt := p.attemptOf(ctx, op, delivered)
+	log = log.With("attempt", attempt)
+	span.SetAttributes(tracing.OpAttempt.Int(attempt))
 	started := time.Now().UTC()
 	res, lost := p.runLocked(ctx, m, lock, op)
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -224,9 +229,9 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 		_ = m.Nak()
 		return
 	}
-	s := workers.Settle(res.ErrorClass, delivered, kvstore.OpsMaxAttempts)
+	s := workers.Settle(res.ErrorClass, attempt, kvstore.OpsMaxAttempts)
 	res.V, res.OpID, res.Kind, res.Proxy, res.Provider, res.Host = 1, op.ID, op.Kind, op.Proxy, p.cfg.Provider, op.Host
-	res.Attempt, res.Final, res.Worker, res.StartedAt, res.At = delivered, s.Final, p.cfg.Worker, started, time.Now().UTC()
+	res.Attempt, res.Final, res.Worker, res.StartedAt, res.At = attempt, s.Final, p.cfg.Worker, started, time.Now().UTC()
 	tracing.Fail(span, res.ErrorClass)
 	if err := p.publishResult(relCtx, res); err != nil {
 		log.Error("publish result", "err", err)
