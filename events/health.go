@@ -68,6 +68,31 @@ func (h ProxyHealth) Judged() bool {
 	return h.Healthy || h.ConsecutiveFailures >= h.FailureThreshold
 }
 
+// About reports whether h is about the instance a proxy has now: probed at address, the
+// proxy's current ip:port, and not before since, when that address last appeared (AddressAt
+// in its status). A replacement often gets its predecessor's ip:port; the predecessor's record
+// is not about it. A nil record is about nothing.
+func (h *ProxyHealth) About(address string, since time.Time) bool {
+	return h != nil && address != "" && h.Address == address && !h.LastProbeAt.Before(since)
+}
+
+// Verdict is the one judgement of a proxy's health from its record, for every reader: the
+// reconciler's phase, the read model's HEALTHY and egress_proxies_healthy. judged is false
+// when there is no current verdict: the record is not About the proxy's instance at address
+// since since, its thresholds have not produced one, or, when the probe interval is known
+// (> 0), its last probe is older than ProbeOverdueAfter(interval), so nobody keeps it
+// current. interval 0 leaves staleness to the record's TTL (a reader that does not know the
+// spec, or the reconciler, which decides on changes rather than on the clock).
+func (h *ProxyHealth) Verdict(address string, since time.Time, interval time.Duration, now time.Time) (healthy, judged bool) {
+	if !h.About(address, since) || !h.Judged() {
+		return false, false
+	}
+	if interval > 0 && now.Sub(h.LastProbeAt) > ProbeOverdueAfter(interval) {
+		return false, false
+	}
+	return h.Healthy, true
+}
+
 // ReasonProbeOverdue is the reason a reader of the fleet (status, page, metrics) gives a
 // proxy that has an address but whose last probe there is older than ProbeOverdueAfter: no
 // prober is keeping up with it, so its health says nothing current.

@@ -1,6 +1,10 @@
 package events
 
-import "time"
+import (
+	"net"
+	"strconv"
+	"time"
+)
 
 // Phase is a proxy's lifecycle phase.
 type Phase string
@@ -90,6 +94,14 @@ func (s ProxyStatus) Incarnation() string {
 		return ""
 	}
 	return s.InstanceID + "@" + s.ProvisionAt.UTC().Format(time.RFC3339Nano)
+}
+
+// Address is the proxy's ip:port, or "" while it has none.
+func (s *ProxyStatus) Address() string {
+	if s == nil || s.IP == "" {
+		return ""
+	}
+	return net.JoinHostPort(s.IP, strconv.Itoa(s.Port))
 }
 
 // OpRef is the op in flight for a proxy. At most one exists at a time.

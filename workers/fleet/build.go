@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"maps"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,9 +65,7 @@ func build(now time.Time, in decoded) *Fleet {
 		if st.Provider != "" {
 			r.Provider = st.Provider
 		}
-		if st.IP != "" {
-			r.Address = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
-		}
+		r.Address = st.Address()
 		if st.LastError != nil {
 			r.LastError = string(st.LastError.Class) + ": " + st.LastError.Message
 		}

@@ -12,33 +12,28 @@ import (
 // AddressLost, …) and is kept; ProbeOverdue is shown only where the row has no other reason,
 // or only ExternalEndpoint. Overdue or not, the row's ProbeOverdue field says so.
 func judge(r *Row, h *events.ProxyHealth, now time.Time) {
-	if h != nil && r.Address != "" && h.Address == r.Address {
-		r.LastProbeAt = h.LastProbeAt
-	} else {
-		h = nil // a record about another address says nothing about this one
+	var since time.Time
+	if r.Status != nil {
+		since = r.Status.AddressAt
 	}
-	r.Healthy = verdict(h, r.interval, now)
+	if !h.About(r.Address, since) {
+		h = nil // a record about another address, or a predecessor at this one, says nothing
+	}
+	if h != nil {
+		r.LastProbeAt = h.LastProbeAt
+	}
+	switch healthy, judged := h.Verdict(r.Address, since, r.interval, now); {
+	case !judged:
+		r.Healthy = HealthUnknown
+	case healthy:
+		r.Healthy = HealthTrue
+	default:
+		r.Healthy = HealthFalse
+	}
 	r.ProbeOverdue = probeOverdue(r.Status, r.Address, h, r.interval, now)
 	if r.ProbeOverdue && (r.Reason == "" || r.Reason == events.ReasonExternalEndpoint) {
 		r.Reason = events.ReasonProbeOverdue
 	}
-}
-
-// verdict is the health a record at the current address (nil: none) gives. With the probe
-// interval known, a record whose last probe is older than events.ProbeOverdueAfter is
-// stale: nobody is keeping it current, so it is no verdict. The bucket's TTL of about three
-// intervals removes such records too, but later, and only if probers set it.
-func verdict(h *events.ProxyHealth, interval time.Duration, now time.Time) Health {
-	if h == nil || !h.Judged() {
-		return HealthUnknown
-	}
-	if interval > 0 && now.Sub(h.LastProbeAt) > events.ProbeOverdueAfter(interval) {
-		return HealthUnknown
-	}
-	if h.Healthy {
-		return HealthTrue
-	}
-	return HealthFalse
 }
 
 // probeOverdue reports whether a proxy the probers should be checking has gone unchecked too

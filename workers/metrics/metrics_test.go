@@ -47,7 +47,7 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 	ready := func(ip string) events.ProxyStatus {
 		return events.ProxyStatus{V: 1, Phase: events.PhaseReady, Provider: "local", IP: ip, Port: 3128, AddressAt: now.Add(-time.Hour)}
 	}
-	for _, name := range []string{"a", "b", "e", "f"} {
+	for _, name := range []string{"a", "b", "e", "f", "g"} {
 		put(st.Proxies, name, json.RawMessage(`{"provider":"local"}`))
 	}
 	put(st.Status, "a", ready("127.0.0.2"))
@@ -62,6 +62,12 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 	// their health now, and both are overdue.
 	put(st.Health, "e", healthy("127.0.0.99:3128", true, now))
 	put(st.Health, "f", healthy("127.0.0.5:3128", true, now.Add(-5*time.Minute)))
+	// g was replaced ten seconds ago by an instance on the same address; its record is fresh
+	// but from the predecessor, probed before the address reappeared: no verdict on g now.
+	gs := ready("127.0.0.6")
+	gs.AddressAt = now.Add(-10 * time.Second)
+	put(st.Status, "g", gs)
+	put(st.Health, "g", healthy("127.0.0.6:3128", true, now.Add(-20*time.Second)))
 	put(st.Leases.Of("a"), "a.0", events.Lease{V: 1, Proxy: "a"})
 	put(st.Leases.Of("a"), "a.1", events.Lease{V: 1, Proxy: "a", Slot: 1})
 	put(st.Leases.Of("b"), "b.0", events.Lease{V: 1, Proxy: "b"})
@@ -93,7 +99,7 @@ func TestMetricsLintAndMatchKV(t *testing.T) {
 # HELP egress_proxies Proxies by provider and phase.
 # TYPE egress_proxies gauge
 egress_proxies{phase="Invalid",provider=""} 1
-egress_proxies{phase="Ready",provider="local"} 4
+egress_proxies{phase="Ready",provider="local"} 5
 egress_proxies{phase="Running",provider="external"} 1
 # HELP egress_proxies_healthy Proxies with a current healthy verdict at the address they have now.
 # TYPE egress_proxies_healthy gauge

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"sync"
 	"time"
 
@@ -52,8 +50,8 @@ func whereOf(st events.ProxyStatus) *where {
 	if st.Mode == schemas.ModeExternal {
 		w.provider, w.host = events.External, events.External
 	}
-	if st.IP != "" && st.Port != 0 && st.Teardown == "" {
-		w.addr = net.JoinHostPort(st.IP, strconv.Itoa(st.Port))
+	if st.Port != 0 && st.Teardown == "" {
+		w.addr = st.Address()
 	}
 	return w
 }
@@ -249,15 +247,13 @@ func probeAddr(t *target) (addr, provider, host string) {
 	return t.st.addr, t.st.provider, t.st.host
 }
 
-// current is the target's health record if it is about the instance at its address now: the
-// same ip:port, probed since the address appeared (a replacement often gets its
-// predecessor's address), or nil.
+// current is the target's health record if it is about the instance at its address now
+// (events.ProxyHealth.About), or nil.
 func (t *target) current() *events.ProxyHealth {
-	h := t.health
-	if h == nil || t.st == nil || h.Address != t.st.addr || h.LastProbeAt.Before(t.st.since) {
+	if t.st == nil || !t.health.About(t.st.addr, t.st.since) {
 		return nil
 	}
-	return h
+	return t.health
 }
 
 func interval(t *target) time.Duration { return seconds(t.spec.check.IntervalSeconds) }

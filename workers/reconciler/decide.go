@@ -5,9 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -522,16 +520,11 @@ func (d *decider) healthPhase() events.Phase {
 	return events.PhaseUnhealthy
 }
 
-// verdict is the probers' verdict on the proxy's current address, if they have one. A
-// verdict made before the address last appeared is about a predecessor that had the same
-// ip:port (a replacement often gets its predecessor's address), so it is none.
+// verdict is the probers' verdict on the proxy's current address, if they have one
+// (events.ProxyHealth.Verdict: a predecessor's record at the same ip:port is none). Staleness
+// is left to the record's TTL: Decide runs on changes, not on the clock.
 func (d *decider) verdict() (healthy, judged bool) {
-	h := d.in.Health
-	if h == nil || d.st.IP == "" || h.Address != net.JoinHostPort(d.st.IP, strconv.Itoa(d.st.Port)) || !h.Judged() ||
-		h.LastProbeAt.Before(d.st.AddressAt) {
-		return false, false
-	}
-	return h.Healthy, true
+	return d.in.Health.Verdict(d.st.Address(), d.st.AddressAt, 0, d.now)
 }
 
 // authHash identifies the credentials without revealing them: salted with the UID, so equal
