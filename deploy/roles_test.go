@@ -194,6 +194,11 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 		_, err := adminStore.Status.Get(ctx, "web")
 		return errors.Is(err, jetstream.ErrKeyNotFound), fmt.Sprint(err)
 	})
+	// Its health record goes with it (the reconciler removes it), not at its TTL.
+	waitFor(t, "web's health record to be removed", 5*time.Second, func() (bool, string) {
+		_, err := adminStore.Health.Get(ctx, "web")
+		return errors.Is(err, jetstream.ErrKeyNotFound), fmt.Sprint(err)
+	})
 
 	waitFor(t, "the orphan to be collected", 10*time.Second, func() (bool, string) {
 		_, ok := fake.Request("ghost")

@@ -36,8 +36,8 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	}
 	spec := *se.spec
 	in.Spec = &spec
-	if h, ok := l.health[name]; ok {
-		in.Health = &h
+	if he, ok := l.health[name]; ok {
+		in.Health = &he.h
 	}
 	in.UserData = []byte(spec.CloudInit)
 	if spec.CloudInitRef != "" {
@@ -87,6 +87,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 			}
 			continue
 		}
+		l.dropStaleHealth(ctx, s.name)
 		for _, op := range s.d.Ops {
 			ops = append(ops, l.startOp(s.trace.ctx, op))
 		}
@@ -140,6 +141,35 @@ func (l *loop) startStatus(ctx context.Context, name string, old, st *events.Pro
 		return nil, l.conflict(ctx, name, err)
 	}
 	return p, nil
+}
+
+// dropStaleHealth removes a proxy's health record as soon as it can be about nothing the
+// proxy has (DESIGN §5.1: a deleted proxy's health goes with its status): the proxy is gone
+// (no status), or has no address, or the record is about another ip:port or about a
+// predecessor at this one (events.ProxyHealth.About, the judgement every reader applies).
+// The delete is at the revision the leader judged, so a record a prober wrote since, about
+// the new instance, is never removed; a prober whose cached revision is gone re-reads and
+// starts afresh. If this leader dies first, the record's TTL removes it.
+func (l *loop) dropStaleHealth(ctx context.Context, name string) {
+	he, ok := l.health[name]
+	if !ok {
+		return
+	}
+	if l.aboutStatus(name, &he.h) {
+		return
+	}
+	dctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
+	defer cancel()
+	err := kvstore.DeleteAt(dctx, l.r.cfg.Store.Health, name, he.rev)
+	switch {
+	case err == nil, errors.Is(err, kvstore.ErrNotFound):
+		delete(l.health, name)
+		l.log.Debug("health record removed", "proxy", name, "address", he.h.Address)
+	case errors.Is(err, kvstore.ErrConflict):
+		// A prober wrote since; the watch brings that record, and it is judged then.
+	default:
+		l.log.Warn("remove health record; its TTL will", "proxy", name, "err", err)
+	}
 }
 
 // finishStatus waits for a status write and records the revision it got.

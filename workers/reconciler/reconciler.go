@@ -81,6 +81,11 @@ type statusEntry struct {
 	rev uint64
 }
 
+type healthEntry struct {
+	h   events.ProxyHealth
+	rev uint64
+}
+
 // loop is the leader's state: what the watches delivered and what it wrote.
 type loop struct {
 	r           *Reconciler
@@ -90,7 +95,7 @@ type loop struct {
 	statuses    map[string]statusEntry
 	cloudInit   map[string][]byte
 	catalog     map[string]ProviderInfo
-	health      map[string]events.ProxyHealth
+	health      map[string]healthEntry
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
 	events      *kvstore.Publisher
@@ -106,7 +111,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Store
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
-		health: map[string]events.ProxyHealth{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
+		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
@@ -437,6 +442,9 @@ func (l *loop) names() map[string]struct{} {
 	for k := range l.statuses {
 		n[k] = struct{}{}
 	}
+	for k := range l.health {
+		n[k] = struct{}{} // a record of a proxy that is gone is decided on, and so removed
+	}
 	return n
 }
 
@@ -486,7 +494,7 @@ func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
 	var h events.ProxyHealth
 	var was *events.ProxyHealth
 	if old, ok := l.health[e.Key()]; ok {
-		was = &old
+		was = &old.h
 	}
 	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil {
 		delete(l.health, e.Key()) // expired: nobody probes it, so its health is unknown
@@ -495,11 +503,18 @@ func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
 		}
 		return []string{e.Key()}
 	}
-	l.health[e.Key()] = h
-	if sameVerdict(was, &h) {
+	l.health[e.Key()] = healthEntry{h: h, rev: e.Revision()}
+	if sameVerdict(was, &h) && l.aboutStatus(e.Key(), &h) {
 		return nil // a probe like the last one: nothing to decide again
 	}
 	return []string{e.Key()}
+}
+
+// aboutStatus reports whether a health record is about the proxy's instance as its stored
+// status has it; one that is not is decided on, so dropStaleHealth removes it.
+func (l *loop) aboutStatus(name string, h *events.ProxyHealth) bool {
+	cur, ok := l.statuses[name]
+	return ok && h.About(cur.st.Address(), cur.st.AddressAt)
 }
 
 func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
