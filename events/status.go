@@ -33,6 +33,7 @@ type Reason string
 const (
 	ReasonInvalidSpec       Reason = "InvalidSpec"
 	ReasonUnknownProvider   Reason = "UnknownProvider"
+	ReasonProviderRemoved   Reason = "ProviderRemoved" // an instance may exist on a provider no longer configured
 	ReasonInvalidPlacement  Reason = "InvalidPlacement"
 	ReasonCloudInitNotFound Reason = "CloudInitNotFound"
 	ReasonQuota             Reason = "QuotaExceeded"

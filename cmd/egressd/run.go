@@ -203,6 +203,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			return err
 		}
 		installation, err = ensureInstallation(setupCtx, store)
+		if err == nil && f.natsURL == "" {
+			err = pruneCatalogLogged(setupCtx, store, cfg, log)
+		}
 	} else {
 		if store, err = bindWhenReady(setupCtx, js, log); err != nil {
 			return err

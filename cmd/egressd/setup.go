@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/nats-io/nats.go"
@@ -16,8 +17,9 @@ import (
 )
 
 // setupCmd declares everything on a shared NATS, as the admin: the buckets, EGRESS_EVENTS,
-// each configured provider's op stream with one consumer per host, and the installation ID.
-// It is idempotent; run it again after adding a provider or a host.
+// each configured provider's op stream with one consumer per host, and the installation ID;
+// and it removes the catalog records of providers the config no longer declares. It is
+// idempotent; run it again after adding or removing a provider or a host.
 func setupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("setup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -76,6 +78,13 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 			return err
 		}
 		fmt.Fprintf(stdout, "provider %s: OPS_%s with %d host consumer(s)\n", pc.Name, pc.Name, len(hosts))
+	}
+	removed, err := pruneCatalog(ctx, store.Catalog, cfg)
+	if err != nil {
+		return err
+	}
+	for _, name := range removed {
+		fmt.Fprintf(stdout, "provider %s: removed from %s (no longer configured; its instances are left alone)\n", name, events.BucketCatalog)
 	}
 	id, err := ensureInstallation(ctx, store)
 	if err != nil {

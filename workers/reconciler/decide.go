@@ -119,7 +119,37 @@ func (d *decider) teardown() {
 	if d.waitForOp() || d.waitForRetry() {
 		return
 	}
+	d.deleteInstance()
+}
+
+// deleteInstance issues a delete of the instance that may exist, unless its provider is no
+// longer configured: then nobody could run the op, and the instance is left alone, the status
+// saying so, until the provider is configured again.
+func (d *decider) deleteInstance() {
+	if msg, gone := d.unmanaged(); gone {
+		d.st.Reason, d.st.Message = events.ReasonProviderRemoved, msg
+		return
+	}
 	d.issue(events.OpDelete)
+}
+
+// unmanaged reports whether an instance may exist on a provider the catalog no longer has
+// (removed from the config: `egressd setup` or the all-in-one pruned its record), and the
+// message that says it is left alone.
+func (d *decider) unmanaged() (string, bool) {
+	st := d.st
+	if st == nil || !d.mayExist() || st.Provider == "" || st.Mode == schemas.ModeExternal {
+		return "", false
+	}
+	if _, ok := d.in.Catalog[st.Provider]; ok {
+		return "", false
+	}
+	at := ""
+	if a := st.Address(); a != "" {
+		at = " at " + a
+	}
+	return fmt.Sprintf("provider: %q is no longer configured (known: %s); its instance %s%s is left alone, unmanaged",
+		st.Provider, knownProviders(d.in.Catalog), st.InstanceName, at), true
 }
 
 func (d *decider) invalid(reason events.Reason, msg string) {
@@ -150,6 +180,10 @@ func (d *decider) external() {
 func (d *decider) managed() {
 	spec := d.in.Spec
 	prov, ok := d.in.Catalog[spec.Provider]
+	if msg, gone := d.unmanaged(); !ok && gone && d.st.Provider == spec.Provider {
+		d.invalid(events.ReasonProviderRemoved, msg)
+		return
+	}
 	if !ok {
 		d.invalid(events.ReasonUnknownProvider, fmt.Sprintf("provider: unknown provider %q (known: %s)", spec.Provider, knownProviders(d.in.Catalog)))
 		return
@@ -198,7 +232,7 @@ func (d *decider) managed() {
 			if d.st.LastError == nil && d.st.Reason != d.st.Teardown {
 				d.st.Reason, d.st.Message = d.st.Teardown, "deleting the instance to create it again"
 			}
-			d.issue(events.OpDelete)
+			d.deleteInstance()
 			return
 		}
 		d.st.Teardown = ""

@@ -298,6 +298,39 @@ func TestDecide(t *testing.T) {
 				t.Errorf("message %q", d.Status.Message)
 			}
 		}}},
+		{"a removed provider: Invalid naming provider, its instance left alone", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, want{phase: events.PhaseInvalid, reason: events.ReasonProviderRemoved, check: func(t *testing.T, d Decision) {
+			m := d.Status.Message
+			if !strings.HasPrefix(m, `provider: "local" is no longer configured (known: kvm)`) || !strings.Contains(m, "127.0.0.2:3128") ||
+				!strings.Contains(m, "left alone, unmanaged") || d.Status.InstanceID != "local/x" || d.Status.IP != "127.0.0.2" {
+				t.Errorf("status %+v", d.Status)
+			}
+			if len(d.Events) != 1 || d.Events[0].Reason != events.ReasonProviderRemoved || d.Events[0].Message != m {
+				t.Errorf("events %+v", d.Events)
+			}
+		}}},
+		{"a removed provider's proxy deleted: its instance left alone, no op nobody would run", func(t *testing.T) Input {
+			in := input(t, nil, running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, want{phase: events.PhaseDeleting, reason: events.ReasonProviderRemoved, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "unmanaged") || d.Status.InstanceID != "local/x" {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"moved off a removed provider: the old instance is left alone, not deleted", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, want{phase: events.PhaseReplacing, reason: events.ReasonProviderRemoved}},
+		{"the provider configured again: the instance is managed again", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.Phase, st.Reason, st.Message = events.PhaseInvalid, events.ReasonProviderRemoved, "provider: ..."
+			return input(t, spec(t, base), st, t0.Add(2*time.Minute))
+		}, want{phase: events.PhaseRunning, ops: []events.OpKind{events.OpGet}}},
 		{"a fixed spec recovers from Invalid", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonUnknownProvider, Message: "provider: ..."}
 			return input(t, spec(t, base), st, t0)
