@@ -19,13 +19,16 @@ const (
 	envCA       = "EGRESSD_NATS_CA"
 )
 
+// defaultDialTimeout bounds a short-lived command's connect.
+const defaultDialTimeout = 5 * time.Second
+
 // dial connects a short-lived command (status, events, lease) to NATS.
-func dial(serverURL, name string, timeout time.Duration) (*nats.Conn, error) {
+func dial(serverURL, name string, timeout time.Duration, extra ...nats.Option) (*nats.Conn, error) {
 	opts, err := authOptions()
 	if err != nil {
 		return nil, err
 	}
-	opts = append(opts, nats.Name(name), nats.Timeout(timeout))
+	opts = append(append(opts, nats.Name(name), nats.Timeout(timeout)), extra...)
 	nc, err := nats.Connect(serverURL, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w (is `egressd run` running?)", redactURL(serverURL), err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -90,68 +91,65 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "egressd status:", err)
 		return 1
 	}
+	code := reportReadErrors(stderr, fl.Errors)
 	rows := fl.Select(filter)
-	if *output == "json" {
+	switch {
+	case *output == "json":
 		writeJSON(stdout, rows)
-		return 0
-	}
-	if len(rows) == 0 && len(fl.Rows) > 0 {
+	case len(rows) == 0 && len(fl.Rows) > 0:
 		fmt.Fprintf(stdout, "No proxies match (%d in the fleet).\n", len(fl.Rows))
-		return 0
+	default:
+		printTable(stdout, rows)
 	}
-	printTable(stdout, rows)
-	return 0
+	return code
 }
 
-// specsBudget bounds opening the proxies bucket: a viewer (deploy/nats) may not read specs,
-// and its denied request only ends at a timeout.
-const specsBudget = 3 * time.Second
-
-// loadFleet reads the fleet through the read model (workers/fleet). Without read access to
-// specs the rows come from statuses alone: no lease limits, attributes or probe intervals.
+// loadFleet reads the fleet through the read model (workers/fleet). A bucket that cannot be
+// opened or read is in the fleet's Errors, its part left empty, and the rest is read all the
+// same. A denied read fails at once (reader): the viewer of deploy/nats may not read specs, and
+// gets its rows from the statuses alone, without lease limits, attributes or probe intervals.
 func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
-	nc, err := dial(url, "egressd status", 5*time.Second)
+	r, err := dialReader(url, "egressd status")
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: %w", err)
-	}
-	var b fleet.Buckets
-	sctx, scancel := context.WithTimeout(ctx, specsBudget)
-	b.Proxies, _ = openBucket(sctx, js, events.BucketProxies)
-	scancel()
-	for name, dst := range map[string]*jetstream.KeyValue{events.BucketStatus: &b.Status, events.BucketHealth: &b.Health} {
-		if *dst, err = openBucket(ctx, js, name); err != nil {
-			return nil, err
+	defer r.Close()
+	var (
+		b    fleet.Buckets
+		errs []fleet.ReadError
+	)
+	for _, o := range []struct {
+		name string
+		dst  *jetstream.KeyValue
+	}{{events.BucketProxies, &b.Proxies}, {events.BucketStatus, &b.Status}, {events.BucketHealth, &b.Health}} {
+		if *o.dst, err = r.open(ctx, o.name); err != nil {
+			errs = append(errs, fleet.ReadError{Bucket: o.name, Err: err})
 		}
 	}
 	// Not set up yet reads as no leases, as for the other buckets.
-	if b.Leases, err = kvstore.OpenLeaseShards(ctx, js); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, err
+	if b.Leases, err = kvstore.OpenLeaseShards(ctx, r.js); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		errs = append(errs, fleet.ReadError{Bucket: events.LeaseBucket(0), Err: err})
 	}
 	fl := fleet.Load(ctx, b, time.Now())
-	for _, e := range fl.Errors {
-		if e.Bucket != events.BucketProxies {
-			return nil, e
-		}
-	}
+	fl.Errors = append(fl.Errors, errs...)
+	slices.SortFunc(fl.Errors, func(a, b fleet.ReadError) int { return strings.Compare(a.Bucket, b.Bucket) })
 	return fl, nil
 }
 
-// openBucket opens a bucket for reading; one that does not exist yet is nil, which the read
-// model reads as empty.
-func openBucket(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
+// reportReadErrors prints what could not be read and returns the exit code: 1, except when
+// the only failure is specs the user may not read (the viewer), which status is built for.
+func reportReadErrors(w io.Writer, errs []fleet.ReadError) int {
+	code := 0
+	for _, e := range errs {
+		var de *deniedError
+		if e.Bucket == events.BucketProxies && errors.As(e.Err, &de) {
+			fmt.Fprintf(w, "egressd status: %v; rows come from the statuses alone (no lease limits, attributes or overdue judgement)\n", e)
+			continue
+		}
+		fmt.Fprintln(w, "egressd status:", e)
+		code = 1
 	}
-	if err != nil {
-		return nil, fmt.Errorf("open bucket %s: %w", bucket, err)
-	}
-	return kv, nil
+	return code
 }
 
 func printTable(w io.Writer, rows []fleet.Row) {

@@ -31,16 +31,12 @@ func showList[T any](ctx context.Context, url, bucket string, read func(context.
 
 // readBucket opens one bucket on a connection of its own and reads it with read.
 func readBucket[T any](ctx context.Context, url, bucket string, read func(context.Context, jetstream.KeyValue) ([]T, error)) ([]T, error) {
-	nc, err := dial(url, "egressd status", 5*time.Second)
+	r, err := dialReader(url, "egressd status")
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := openBucket(ctx, js, bucket)
+	defer r.Close()
+	kv, err := r.open(ctx, bucket)
 	if err != nil {
 		return nil, err
 	}
