@@ -2,7 +2,6 @@ package provisioner_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/providertest"
 	"github.com/egressd/egressd/workers/provisioner"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -44,17 +42,7 @@ func TestLockBusyDeliveriesSpendNoAttempts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results := make(chan events.OpResult, 16)
-	sub, err := nc.Subscribe(events.OpResultSubjects, func(m *nats.Msg) {
-		var ev events.Event
-		if json.Unmarshal(m.Data, &ev) == nil && ev.Op != nil {
-			results <- *ev.Op
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	results := collectResults(t, nc)
 
 	fake := providertest.NewFake("fake", providers.Host{Name: "h1", MaxConcurrentOps: 2})
 	fake.Fail("create", providers.ErrTransient, 2)
@@ -94,7 +82,12 @@ func TestLockBusyDeliveriesSpendNoAttempts(t *testing.T) {
 	}
 	done := make(chan struct{}, len(provs))
 	for _, p := range provs {
-		go func() { _ = p.Run(ctx); done <- struct{}{} }()
+		go func() {
+			defer func() { done <- struct{}{} }()
+			if err := p.Run(ctx); err != nil {
+				t.Errorf("provisioner: %v", err)
+			}
+		}()
 	}
 	t.Cleanup(func() {
 		cancel()
