@@ -99,9 +99,9 @@ func TestLockBusyDeliveriesSpendNoAttempts(t *testing.T) {
 	r := &rig{t: t, nc: nc, store: store, fake: fake, results: results}
 	r.publish(createOp(r, "p1", `{"provider":"fake"}`))
 	for i, want := range []struct {
-		class string
+		class events.ErrorClass
 		final bool
-	}{{"Transient", false}, {"Transient", false}, {"", true}} {
+	}{{events.ClassTransient, false}, {events.ClassTransient, false}, {events.ClassNone, true}} {
 		res := r.result()
 		if res.ErrorClass != want.class || res.Final != want.final || res.Attempt != i+1 {
 			t.Fatalf("result %d: class %q, final %v, attempt %d; want class %q, final %v, attempt %d (lock-busy deliveries: %d)",
