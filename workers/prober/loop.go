@@ -161,6 +161,13 @@ func (l *loop) run(ctx context.Context) error {
 		case <-timer.C:
 			continue
 		case <-stats.C:
+			// The wall clock, not cfg.Now: it is compared with the server's timestamps.
+			if l.mem.prune(time.Now(), staleAfter(p.cfg.MemberTTL)) && started {
+				now := p.cfg.Now()
+				for _, t := range l.targets {
+					l.refresh(t, now)
+				}
+			}
 			l.sample(ctx, p.cfg.Now())
 			continue
 		}

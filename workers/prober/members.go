@@ -30,6 +30,31 @@ const (
 type members struct {
 	self   events.ProberMember
 	others map[string]events.ProberMember // by member ID, from the watch
+	// renewed is when the server stored each other member's last record. The server's expiry
+	// of a dead prober's record is what normally removes it; but a record the server fails to
+	// expire (seen after kill -9s of cluster nodes: the stream's new leader did not act on an
+	// expired per-key TTL) would keep owning its share for good, leaving those proxies
+	// unprobed. So a record not renewed for staleAfter is dropped here too.
+	renewed map[string]time.Time
+}
+
+// staleAfter is how long past its last renewal a member record is still believed: three
+// TTLs, so that a skew between this host's clock and the server's of up to two TTLs does not
+// drop a live prober.
+func staleAfter(memberTTL time.Duration) time.Duration { return 3 * memberTTL }
+
+// prune drops the members whose records were last renewed before now-stale and reports
+// whether any was dropped.
+func (m *members) prune(now time.Time, stale time.Duration) bool {
+	dropped := false
+	for id, at := range m.renewed {
+		if now.Sub(at) > stale {
+			delete(m.others, id)
+			delete(m.renewed, id)
+			dropped = true
+		}
+	}
+	return dropped
 }
 
 // apply folds a watch entry in and reports whether the set of members or their filters
@@ -42,14 +67,20 @@ func (m *members) apply(e jetstream.KeyValueEntry) bool {
 	old, had := m.others[id]
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(m.others, id)
+		delete(m.renewed, id)
 		return had
 	}
 	var rec events.ProberMember
 	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.ID != id {
 		delete(m.others, id) // not a member record we can reason about
+		delete(m.renewed, id)
 		return had
 	}
 	m.others[id] = rec
+	if m.renewed == nil {
+		m.renewed = map[string]time.Time{}
+	}
+	m.renewed[id] = e.Created()
 	return !had || !slices.Equal(old.Filters, rec.Filters)
 }
 

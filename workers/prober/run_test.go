@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -316,4 +317,56 @@ func TestReplacementAtTheSameAddressIsProbedAtOnce(t *testing.T) {
 		h, ok := e.health("p1")
 		return ok && h.ConsecutiveSuccesses == 1 && h.LastProbeAt.After(old.LastProbeAt)
 	})
+}
+
+// A presence record that the server never expires (written here without a TTL, as one that a
+// cluster's new stream leader failed to expire looked in the chaos test) must not keep its
+// share of the fleet: once it is staleAfter past its last renewal, the live prober probes
+// every proxy.
+func TestUnexpiredPresenceOfADeadProberIsDropped(t *testing.T) {
+	e := newEnv(t)
+	addr, _ := startForwardProxy(t, "127.0.0.2:0", "", "")
+	const n = 20
+	for i := range n {
+		proxy := fmt.Sprintf("p%d", i)
+		e.putSpec(proxy, spec{check: map[string]any{"intervalSeconds": 1}})
+		e.putStatus(proxy, "local", "h1", addr)
+	}
+	dead := events.ProberMember{V: 1, ID: "dead-member", Worker: "gone", Concurrency: 1, StartedAt: time.Now()}
+	b, err := json.Marshal(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Probers.Put(context.Background(), dead.ID, b); err != nil {
+		t.Fatal(err)
+	}
+	p := e.prober(nil, fast(Config{Worker: "w1"}))
+	e.run(p)
+	// While the record is believed, the dead member owns a share (about half of 20): the live
+	// prober's own presence record reports owning fewer than all. Then, the dead record stale,
+	// it owns and probes every proxy.
+	owned := func() int {
+		entries, err := kvstore.Latest(context.Background(), e.store.Probers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, en := range entries {
+			var m events.ProberMember
+			if json.Unmarshal(en.Value(), &m) == nil && m.Worker == "w1" {
+				return m.Owned
+			}
+		}
+		return -1
+	}
+	eventually(t, 10*time.Second, "w1 reporting a share smaller than the fleet", func() bool { k := owned(); return k > 0 && k < n })
+	probed := func() int {
+		k := 0
+		for i := range n {
+			if h, ok := e.health(fmt.Sprintf("p%d", i)); ok && h.Prober == "w1" {
+				k++
+			}
+		}
+		return k
+	}
+	eventually(t, 30*time.Second, "w1 owning and probing every proxy once the dead record is stale", func() bool { return owned() == n && probed() == n })
 }
