@@ -35,10 +35,42 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	}
 	now := c.cfg.Now()
 	snap := v.snapshot(name, ledger)
-	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Taken: v.taken, Phase: snap.phases, Now: now,
+	// The view may lag: a member it does not show is read fresh before the plan counts it
+	// gone, so that a spec the other controller just wrote is never dropped from the ledger
+	// (and then doubled by a replacement).
+	taken := map[string]bool{}
+	if ledger != nil {
+		for _, m := range ledger.Members {
+			if _, ok := snap.owned[m.Name]; ok {
+				continue
+			}
+			e, err := s.Proxies.Get(rctx, m.Name)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return fmt.Errorf("read member %s: %w", m.Name, err)
+			default:
+				pe := v.decodeProxy(e.Value())
+				if pe.owner == name {
+					snap.owned[m.Name] = owned{rev: e.Revision(), spec: pe.spec}
+				} else {
+					taken[m.Name] = true
+				}
+			}
+		}
+	}
+	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Now: now,
+		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
 		NewSuffix: newSuffix, Load: func(provider, zone string) int { return snap.load[[2]string{provider, zone}] }}
-	if snap.exists {
-		in.Spec, in.SpecErr, in.SpecRev = snap.pool.spec, snap.pool.err, snap.pool.rev
+	// The spec is read fresh too: the watches of pools and proxies are not ordered with each
+	// other, and a member seen before its pool must not read as a pool deleted.
+	switch e, err := s.Pools.Get(rctx, name); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("read pool: %w", err)
+	default:
+		pe := parsePool(name, e)
+		in.Spec, in.SpecErr, in.SpecRev = pe.spec, pe.err, pe.rev
 	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
@@ -54,7 +86,9 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	}
 	out := plan(in)
 
-	if lrev, err = c.recordLedger(ctx, name, ledger, lrev, out.Ledger); err != nil {
+	// The ledger is written even unchanged when there are member writes: the compare-and-set
+	// is what proves that no other controller moved the pool since it was read.
+	if lrev, err = c.recordLedger(ctx, name, ledger, lrev, out.Ledger, len(out.Writes) > 0); err != nil {
 		return err
 	}
 	for _, ev := range out.Events {
@@ -83,13 +117,13 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	}
 	// A conflict here is harmless: the next pass finds the deletes done and the revisions
 	// equal to what it would write.
-	_, _ = c.recordLedger(ctx, name, out.Ledger, lrev, &final)
+	_, _ = c.recordLedger(ctx, name, out.Ledger, lrev, &final, false)
 	return nil
 }
 
-// recordLedger writes want over have (at rev) if they differ, and returns the new revision.
-// want nil deletes the record.
-func (c *Controller) recordLedger(ctx context.Context, name string, have *events.PoolStatus, rev uint64, want *events.PoolStatus) (uint64, error) {
+// recordLedger writes want over have (at rev) if they differ or fence says so, and returns
+// the new revision. want nil deletes the record.
+func (c *Controller) recordLedger(ctx context.Context, name string, have *events.PoolStatus, rev uint64, want *events.PoolStatus, fence bool) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, writeBudget)
 	defer cancel()
 	kv := c.cfg.Store.PoolStatus
@@ -99,13 +133,14 @@ func (c *Controller) recordLedger(ctx context.Context, name string, have *events
 		}
 		return 0, kvstore.DeleteAt(wctx, kv, name, rev)
 	}
-	if have != nil && sameLedger(*have, *want) {
+	if have != nil && !fence && sameLedger(*have, *want) {
 		return rev, nil
 	}
 	nrev, err := kvstore.WriteJSON(wctx, kv, name, want, rev)
 	if err != nil {
 		return 0, fmt.Errorf("record ledger of pool %s: %w", name, err)
 	}
+	c.cfg.Log.Debug("ledger recorded", "pool", name, "rev", nrev, "from", rev, "members", len(want.Members), "holder", c.cfg.Holder)
 	return nrev, nil
 }
 

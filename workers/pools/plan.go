@@ -10,16 +10,9 @@ import (
 	"github.com/egressd/egressd/schemas"
 )
 
-// Timing of the plan.
-const (
-	// createGrace: a ledger entry whose spec is not in proxies this long after it was recorded
-	// was deleted by hand (or its create never landed); it is dropped and a new member takes
-	// its place. Well above writeBudget, so that a create still in flight cannot land after.
-	createGrace = 30 * time.Second
-	// drainSettle: a drained member's leases are counted only this long after its spec said
-	// drain, so that a grant racing the leasers' view of the drain is counted.
-	drainSettle = 3 * time.Second
-)
+// drainSettle: a drained member's leases are counted only this long after its spec said
+// drain, so that a grant racing the leasers' view of the drain is counted.
+const drainSettle = 3 * time.Second
 
 // owned is a spec in proxies that names a pool as its owner.
 type owned struct {
@@ -30,13 +23,16 @@ type owned struct {
 // input is everything plan looks at for one pool. Leases and Blocked are fresh counts for the
 // ledger's members; Phase is each member's phase as proxy_status has it ("" when none).
 type input struct {
-	Name      string
-	Spec      *schemas.PoolSpec // nil: the pool was deleted
-	SpecErr   error             // the spec does not parse or validate
-	SpecRev   uint64
-	Ledger    *events.PoolStatus // nil: none recorded yet
-	Owned     map[string]owned   // specs in proxies owned by this pool, by name
+	Name    string
+	Spec    *schemas.PoolSpec // nil: the pool was deleted
+	SpecErr error             // the spec does not parse or validate
+	SpecRev uint64
+	Ledger  *events.PoolStatus // nil: none recorded yet
+	Owned   map[string]owned   // specs in proxies owned by this pool, by name
+	// Taken says a ledger member's key holds a spec that is not the pool's (read fresh);
+	// InUse says a fresh name is a key already (the view is enough: a create fails anyway).
 	Taken     func(name string) bool
+	InUse     func(name string) bool
 	Phase     map[string]events.Phase
 	Leases    map[string]int
 	Blocked   map[string]int // distinct targets the member was reported blocked on in the window
@@ -139,11 +135,12 @@ func (p *planner) dropGone() {
 		case p.in.Taken(m.Name):
 			p.emit(events.ReasonMemberLost, m.Name, "", 0, "member %s's spec no longer names pool %s as owner: it is left alone and replaced", m.Name, p.in.Name)
 			return true
-		case p.in.Now.Sub(m.CreatedAt) >= createGrace:
+		case m.Rev != 0:
+			// It was written (the ledger recorded its revision) and is gone: deleted by hand.
 			p.emit(events.ReasonMemberLost, m.Name, "", 0, "member %s's spec is gone from proxies (deleted by hand?): a new member takes its place", m.Name)
 			return true
 		}
-		return false // recorded, its create not seen yet
+		return false // recorded, never seen written: its create is made (again)
 	})
 	// A successor that is gone no longer holds its predecessor back.
 	for i := range p.members {
@@ -419,7 +416,7 @@ func (p *planner) newMember(idx int, replaces string) string {
 	var name string
 	for {
 		name = memberName(p.in.Name, p.in.NewSuffix())
-		if !p.in.Taken(name) && !p.inLedger(name) {
+		if !p.in.InUse(name) && !p.inLedger(name) {
 			break
 		}
 	}

@@ -45,7 +45,8 @@ func newWorld(t *testing.T, doc string) *world {
 
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
-		Taken: func(n string) bool { return w.taken[n] }, Phase: w.phase, Leases: w.leases, Blocked: w.blocked, Now: w.now,
+		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Leases: w.leases, Blocked: w.blocked, Now: w.now,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

@@ -65,6 +65,12 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 		v.mark(name)
 		return
 	}
+	v.pools[name] = parsePool(name, e)
+	v.mark(name)
+}
+
+// parsePool parses a pool's entry; a bad name or spec is its error.
+func parsePool(name string, e jetstream.KeyValueEntry) poolEntry {
 	pe := poolEntry{rev: e.Revision()}
 	if err := schemas.ValidPoolName(name); err != nil {
 		pe.err = &schemas.FieldError{Field: "(name)", Problem: err.Error()}
@@ -73,8 +79,7 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	} else {
 		pe.spec = &s
 	}
-	v.pools[name] = pe
-	v.mark(name)
+	return pe
 }
 
 func (v *view) applyLedger(e jetstream.KeyValueEntry) {
