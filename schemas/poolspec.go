@@ -61,7 +61,7 @@ type Rotation struct {
 	// a share of it fixed by the member's name, so a pool created at once does not rotate at once.
 	JitterSeconds       int  `json:"jitterSeconds,omitempty"`
 	MaxSurge            *int `json:"maxSurge,omitempty"`     // members above replicas while replacing; default 1
-	MinAvailable        *int `json:"minAvailable,omitempty"` // Ready members rotation keeps; default replicas
+	MinAvailable        *int `json:"minAvailable,omitempty"` // Ready members rotation keeps; default replicas (replicas-1 with no surge)
 	DrainTimeoutSeconds int  `json:"drainTimeoutSeconds,omitempty"`
 }
 
@@ -130,7 +130,7 @@ func (s *PoolSpec) applyDefaults() {
 }
 
 // Validate checks a pool spec whose defaults are applied; all problems are joined, the
-// template's prefixed with "template.".
+// template's prefixed with "template.". A spec without its defaults gets errors, not a panic.
 func (s PoolSpec) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
