@@ -55,7 +55,7 @@ type proxyView struct {
 	maxLeases int
 	auth      *schemas.Auth
 	external  bool
-	drain     bool // "drain": true: never granted again, held leases renew and run on
+	drain     bool   // "drain": true: never granted again, held leases renew and run on
 	specRev   uint64 // of the newest entry of the proxy's key, a delete included
 	specGone  bool   // that entry is a delete or purge
 	// proxy_status

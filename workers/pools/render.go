@@ -10,31 +10,22 @@ import (
 	"github.com/egressd/egressd/schemas"
 )
 
-// attrPool is the attribute every member carries, so crawlers can select a pool.
-const attrPool = "pool"
-
 // render is the spec a member at placement idx should have, drained or not: the template,
-// the placement's fields over the template's, the pool as owner and attribute.
+// the placement's fields over the template's (schemas.PoolSpec.Place, the one home of that
+// rule, which validation also uses to find repeated placements), the pool as owner and as the
+// attribute crawlers select it by.
 func render(p schemas.PoolSpec, pool string, idx int, drain bool) schemas.ProxySpec {
 	s := p.Template
 	if idx >= 0 && idx < len(p.Placements) {
-		pl := p.Placements[idx]
-		over := func(dst *string, v string) {
-			if v != "" {
-				*dst = v
-			}
-		}
-		over(&s.Provider, pl.Provider)
-		over(&s.Placement.Region, pl.Region)
-		over(&s.Placement.Zone, pl.Zone)
-		over(&s.Placement.MachineType, pl.MachineType)
-		over(&s.Placement.Image, pl.Image)
+		pl := p.Place(idx)
+		s.Provider = pl.Provider
+		s.Placement = schemas.Placement{Region: pl.Region, Zone: pl.Zone, MachineType: pl.MachineType, Image: pl.Image}
 	}
 	s.Attributes = maps.Clone(p.Template.Attributes)
 	if s.Attributes == nil {
 		s.Attributes = map[string]string{}
 	}
-	s.Attributes[attrPool] = pool
+	s.Attributes[schemas.PoolAttribute] = pool
 	if s.MaxLeases != nil {
 		n := *s.MaxLeases
 		s.MaxLeases = &n
