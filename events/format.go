@@ -51,6 +51,20 @@ func (ev Event) Summary() string {
 		p := ev.Prober
 		what = fmt.Sprintf("prober %s %s: oldest waiting probe %.1fs late, %d of %d proxies waiting, concurrency %d",
 			p.Worker, ev.Reason, p.LagSeconds, p.Backlog, p.Owned, p.Concurrency)
+	case ev.Pool != nil:
+		// The subject's token is the pool; the member (and its successor) is what the
+		// decision was about, so they come first.
+		p := ev.Pool
+		what = string(ev.Reason)
+		if p.Member != "" {
+			what = p.Member + " " + what
+		}
+		if p.Successor != "" {
+			what += " (successor " + p.Successor + ")"
+		}
+		if p.Leases > 0 {
+			what += fmt.Sprintf(", %d leases held", p.Leases)
+		}
 	default:
 		what = string(ev.Reason)
 	}
