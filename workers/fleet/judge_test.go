@@ -66,6 +66,11 @@ func TestJudge(t *testing.T) {
 			h: healthy(addr, ago(5*time.Minute)), healthy: HealthTrue},
 		{name: "teardown: not judged", st: &events.ProxyStatus{Phase: events.PhaseRunning, IP: "127.0.0.2", Port: 3128, Teardown: events.ReasonSpecChanged, AddressAt: ago(time.Hour)},
 			address: addr, interval: interval, healthy: HealthUnknown},
+		// A draining member still carries leases: it is probed and judged like a Ready one.
+		{name: "Draining: judged at its address", st: status(events.PhaseDraining, ago(time.Hour)), address: addr,
+			h: healthy(addr, ago(10*time.Second)), interval: interval, reason: events.ReasonDrainStarted, healthy: HealthTrue, wantReason: events.ReasonDrainStarted},
+		{name: "Draining: overdue, the drain reason kept", st: status(events.PhaseDraining, ago(time.Hour)), address: addr,
+			h: healthy(addr, ago(5*time.Minute)), interval: interval, reason: events.ReasonDrainStarted, healthy: HealthUnknown, overdue: true, wantReason: events.ReasonDrainStarted},
 		{name: "Replacing: not judged", st: status(events.PhaseReplacing, ago(time.Hour)), address: addr, interval: interval, healthy: HealthUnknown},
 		{name: "no address", st: &events.ProxyStatus{Phase: events.PhaseRunning, AddressAt: ago(time.Hour)}, interval: interval, healthy: HealthUnknown},
 		{name: "no status (spec only)", interval: interval, healthy: HealthUnknown},
