@@ -102,12 +102,12 @@ func TestLoadPoolsBadSpecs(t *testing.T) {
 	st := newStore(t)
 	now := time.Now()
 	for name, spec := range map[string]string{
-		"notjson":  `{`,
-		"extra":    `{"replicas":1,"template":{"provider":"local"},"surge":2}`,
-		"external": `{"replicas":1,"template":{"mode":"external","endpoint":{"host":"192.0.2.1"}}}`,
-		"negative": `{"replicas":-1,"template":{"provider":"local"}}`,
+		"notjson":                            `{`,
+		"extra":                              `{"replicas":1,"template":{"provider":"local"},"surge":2}`,
+		"external":                           `{"replicas":1,"template":{"mode":"external","endpoint":{"host":"192.0.2.1"}}}`,
+		"negative":                           `{"replicas":-1,"template":{"provider":"local"}}`,
 		"toolong-" + strings.Repeat("a", 55): `{"replicas":1,"template":{"provider":"local"}}`,
-		"v2":       `{"v":2}`,
+		"v2":                                 `{"v":2}`,
 	} {
 		fleettest.Put(t, st.Pools, name, []byte(spec))
 	}
@@ -130,4 +130,3 @@ func mustFilter(t *testing.T, in fleet.FilterInput) fleet.Filter {
 	}
 	return f
 }
-
