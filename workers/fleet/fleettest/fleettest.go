@@ -188,11 +188,11 @@ func Pools(tb testing.TB, st *kvstore.Store, now time.Time) PoolWant {
 		Members: []events.PoolMember{
 			{Name: "crawl-aaaaa", CreatedAt: ago(5 * time.Hour), RotateAt: ago(time.Minute), Retire: events.ReasonMaxAge,
 				Successor: "crawl-ddddd", DrainingSince: ago(time.Minute)},
-			{Name: "crawl-bbbbb", CreatedAt: ago(3 * time.Hour), RotateAt: now.Add(2 * time.Hour)},
+			{Name: "crawl-bbbbb", CreatedAt: ago(3 * time.Hour), RotateAt: now.Add(150 * time.Minute)},
 			{Name: "crawl-ccccc", CreatedAt: ago(2 * time.Hour), RotateAt: now.Add(3 * time.Hour)},
 			{Name: "crawl-ddddd", CreatedAt: ago(2 * time.Minute), RotateAt: now.Add(5 * time.Hour)},
 		},
-		NextRotation: now.Add(2 * time.Hour), UpdatedAt: ago(time.Minute)})
+		NextRotation: now.Add(150 * time.Minute), UpdatedAt: ago(time.Minute)})
 	Put(tb, st.PoolStatus, "old", events.PoolStatus{V: 1, Phase: events.PoolDeleting, Reason: events.ReasonPoolDeleted,
 		Message: "deleting 1 member", Members: []events.PoolMember{{Name: "old-eeeee", CreatedAt: ago(48 * time.Hour),
 			Retire: events.ReasonPoolDeleted, Deleting: true}}, UpdatedAt: ago(time.Second)})

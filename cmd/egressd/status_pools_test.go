@@ -1,0 +1,102 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"context"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/workers/fleet/fleettest"
+)
+
+// poolsFleet is an embedded server holding fleettest.Pools, written straight into the
+// buckets as the pool controller and the reconciler would have.
+func poolsFleet(t *testing.T) (string, *kvstore.Store, fleettest.PoolWant) {
+	t.Helper()
+	srv, _, js := kvstoretest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL(), store, fleettest.Pools(t, store, time.Now())
+}
+
+func TestStatusPools(t *testing.T) {
+	url, _, _ := poolsFleet(t)
+	code, out, errs := runStatus(t, "pools", "--nats-url", url)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"NAME PHASE DESIRED MEMBERS READY LEASED DRAINING OLDEST NEXT-ROTATION REASON",
+		"broken Invalid ? 0 0 0 0 - - InvalidSpec",
+		"crawl Progressing 3 4 3 3 1 5h in 2h DrainStarted",
+		"old Deleting ? 1 0 0 0 2d - PoolDeleted",
+		"web Pending 2 0 0 0 0 - - -",
+		"broken: replicas: is required (0 to 1000)",
+	} {
+		if !strings.Contains(spaced(out), "\n"+want+"\n") {
+			t.Errorf("table lacks\n%s\nin\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, fleettest.SentinelPoolSecret) {
+		t.Error("the table shows a template's secret")
+	}
+
+	code, out, _ = runStatus(t, "pools", "-o", "json", "--nats-url", url)
+	var pools []fleet.PoolRow
+	if err := json.Unmarshal([]byte(out), &pools); code != 0 || err != nil {
+		t.Fatalf("json: exit %d, %v\n%s", code, err, out)
+	}
+	if len(pools) != 4 || pools[1].Name != "crawl" || pools[1].Status == nil || len(pools[1].Status.Members) != 4 ||
+		pools[1].Status.Members[0].Successor != "crawl-ddddd" || *pools[1].Desired != 3 || pools[1].Draining != 1 {
+		t.Errorf("json pools: %s", out)
+	}
+	if strings.Contains(out, fleettest.SentinelPoolSecret) || strings.Contains(out, "cloud-config") {
+		t.Error("the JSON shows a template's secret")
+	}
+}
+
+// --pool selects a pool's members by their spec's owner; a hand-written pool attribute is
+// only matched by --selector.
+func TestStatusPoolFilter(t *testing.T) {
+	url, store, _ := poolsFleet(t)
+	fleettest.Put(t, store.Proxies, "lookalike", []byte(`{"provider":"local","attributes":{"pool":"crawl"}}`))
+	for _, c := range []struct {
+		args  []string
+		names string
+	}{
+		{[]string{"--pool", "crawl"}, "crawl-aaaaa crawl-bbbbb crawl-ccccc crawl-ddddd"},
+		{[]string{"--pool", "crawl", "--phase", "Draining"}, "crawl-aaaaa"},
+		{[]string{"--pool", "old"}, "old-eeeee"},
+		{[]string{"--selector", "pool=crawl"}, "crawl-aaaaa crawl-bbbbb crawl-ccccc crawl-ddddd lookalike"},
+	} {
+		code, out, errs := runStatus(t, append([]string{"--nats-url", url}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		if got := tableNames(out); got != c.names {
+			t.Errorf("%v: rows %q, want %q\n%s", c.args, got, c.names, out)
+		}
+	}
+	if code, _, errs := runStatus(t, "pools", "--pool", "crawl", "--nats-url", url); code != 2 || !strings.Contains(errs, "do not apply") {
+		t.Errorf("--pool on the pools view: exit %d, %q", code, errs)
+	}
+}
+
+func TestStatusNoPools(t *testing.T) {
+	url, _, _, _ := mixedFleet(t)
+	code, out, _ := runStatus(t, "pools", "--nats-url", url)
+	if code != 0 || !strings.HasPrefix(out, "No pools. Declare one with: nats kv put pools") {
+		t.Errorf("exit %d: %q", code, out)
+	}
+	if _, out, _ = runStatus(t, "pools", "-o", "json", "--nats-url", url); strings.TrimSpace(out) != "[]" {
+		t.Errorf("json: %q", out)
+	}
+}
