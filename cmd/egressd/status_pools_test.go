@@ -1,16 +1,24 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"context"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/workers/fleet"
 	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/workers/statuspage"
+	"github.com/nats-io/nats.go"
 )
 
 // poolsFleet is an embedded server holding fleettest.Pools, written straight into the
@@ -98,5 +106,83 @@ func TestStatusNoPools(t *testing.T) {
 	}
 	if _, out, _ = runStatus(t, "pools", "-o", "json", "--nats-url", url); strings.TrimSpace(out) != "[]" {
 		t.Errorf("json: %q", out)
+	}
+}
+
+// For one KV state, `egressd status pools -o json`, the status page's JSON and /metrics say
+// the same about each pool.
+func TestPoolViewsAgree(t *testing.T) {
+	url, store, want := poolsFleet(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	line := func(p fleet.PoolRow) string {
+		desired := "?"
+		if p.Desired != nil {
+			desired = strconv.Itoa(*p.Desired)
+		}
+		return fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, desired, p.Members, p.Ready, p.Leased, p.Draining, p.Oldest)
+	}
+	_, out, _ := runStatus(t, "pools", "-o", "json", "--nats-url", url)
+	var cliPools []fleet.PoolRow
+	if err := json.Unmarshal([]byte(out), &cliPools); err != nil {
+		t.Fatal(err)
+	}
+	cli := map[string]string{}
+	for _, p := range cliPools {
+		cli[p.Name] = line(p)
+	}
+
+	page, err := statuspage.New(statuspage.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/api/status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap statuspage.Snapshot
+	err = json.NewDecoder(res.Body).Decode(&snap)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := map[string]string{}
+	for _, p := range snap.Pools {
+		pg[p.Name] = line(p)
+	}
+
+	msrv := httptest.NewServer(metrics.New(store, nc, true).Handler(func() error { return nil }))
+	defer msrv.Close()
+	mres, err := http.Get(msrv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(mres.Body)
+	mres.Body.Close()
+	text := string(b)
+	met := map[string]string{}
+	for _, p := range cliPools {
+		l := `pool="` + p.Name + `"`
+		desired := "?"
+		if strings.Contains(text, "egress_pool_desired{"+l+"}") {
+			desired = strconv.Itoa(int(sample(t, text, "egress_pool_desired", l)))
+		}
+		met[p.Name] = fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, desired, int(sample(t, text, "egress_pool_members", l)),
+			int(sample(t, text, "egress_pool_ready", l)), int(sample(t, text, "egress_pool_leased", l)),
+			int(sample(t, text, "egress_pool_draining", l)), p.Oldest)
+		if sample(t, text, "egress_pool_info", l+`,phase="`+string(p.Phase)+`"`) != 1 &&
+			sample(t, text, "egress_pool_info", `phase="`+string(p.Phase)+`",`+l) != 1 {
+			t.Errorf("egress_pool_info has no %s with phase %s", p.Name, p.Phase)
+		}
+	}
+	for name, got := range map[string]map[string]string{"egressd status pools": cli, "status page": pg, "metrics": met} {
+		if fmt.Sprint(got) != fmt.Sprint(map[string]string(want)) {
+			t.Errorf("%s: %v\nwant %v", name, got, want)
+		}
 	}
 }
