@@ -186,3 +186,26 @@ func TestPoolViewsAgree(t *testing.T) {
 		}
 	}
 }
+
+// Pool specs hold a template's secrets as proxy specs do: a user denied them (but not the
+// statuses) gets a note and exit 0; a denied pool_status is a failure like any other read.
+func TestDeniedPoolReads(t *testing.T) {
+	denied := func(bucket string) fleet.ReadError {
+		return fleet.ReadError{Bucket: bucket, Err: fmt.Errorf("read bucket %s: %w", bucket,
+			&deniedError{Bucket: bucket, Op: "publish", Subject: "$JS.API.CONSUMER.CREATE.KV_" + bucket, User: "viewer"})}
+	}
+	for _, c := range []struct {
+		errs []fleet.ReadError
+		code int
+		note string
+	}{
+		{[]fleet.ReadError{denied("pools")}, 0, "pools come from the controller's statuses alone"},
+		{[]fleet.ReadError{denied("pools"), denied("proxies")}, 0, "rows come from the statuses alone"},
+		{[]fleet.ReadError{denied("pool_status")}, 1, "read bucket pool_status: permission denied"},
+	} {
+		var b strings.Builder
+		if code := reportReadErrors(&b, c.errs); code != c.code || !strings.Contains(b.String(), c.note) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.errs, code, b.String(), c.code, c.note)
+		}
+	}
+}
