@@ -104,7 +104,7 @@ func goldenCases() map[string]any {
 			Reason: Reason(target.Reason), Message: target.Message, Target: &target},
 		"event_progress.v1.json": Event{V: 1, ID: "progress:kvm-home:h1:debian-13:1", Kind: KindProgress, Proxy: "kvm-home", At: at,
 			Reason: "download", Message: "download of image debian-13 on h1: 120 MiB of 400 MiB"},
-		"event_pool.v1.json": Event{V: 1, ID: "pool:crawl:crawl-a1b2c:drain:31", Kind: KindPool, Proxy: "crawl", At: at,
+		"event_pool.v1.json": Event{V: 1, ID: "e7", Kind: KindPool, Proxy: "crawl", At: at,
 			Reason: ReasonDrainStarted, Message: "crawl-a1b2c reached its maximum age; crawl-d3e4f is Ready in its place",
 			Pool: &PoolEvent{Pool: "crawl", Member: "crawl-a1b2c", Successor: "crawl-d3e4f", Leases: 2}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
