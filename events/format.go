@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -52,17 +53,17 @@ func (ev Event) Summary() string {
 		what = fmt.Sprintf("prober %s %s: oldest waiting probe %.1fs late, %d of %d proxies waiting, concurrency %d",
 			p.Worker, ev.Reason, p.LagSeconds, p.Backlog, p.Owned, p.Concurrency)
 	case ev.Pool != nil:
-		// The subject's token is the pool; the member (and its successor) is what the
-		// decision was about, so they come first.
+		// The controller's message names the member as a rule; what it leaves out of the
+		// detail is added, so the line is whole without repeating itself.
 		p := ev.Pool
 		what = string(ev.Reason)
-		if p.Member != "" {
+		if p.Member != "" && !strings.Contains(ev.Message, p.Member) {
 			what = p.Member + " " + what
 		}
-		if p.Successor != "" {
+		if p.Successor != "" && !strings.Contains(ev.Message, p.Successor) {
 			what += " (successor " + p.Successor + ")"
 		}
-		if p.Leases > 0 {
+		if p.Leases > 0 && !strings.Contains(ev.Message, " lease") {
 			what += fmt.Sprintf(", %d leases held", p.Leases)
 		}
 	default:

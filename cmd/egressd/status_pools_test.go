@@ -44,7 +44,7 @@ func TestStatusPools(t *testing.T) {
 	for _, want := range []string{
 		"NAME PHASE DESIRED MEMBERS READY LEASED DRAINING OLDEST NEXT-ROTATION REASON",
 		"broken Invalid ? 0 0 0 0 - - InvalidSpec",
-		"crawl Progressing 3 4 3 3 1 5h in 2h DrainStarted",
+		"crawl Progressing 3 4 3 3 1 5h in 2h MaxAge",
 		"old Deleting ? 1 0 0 0 2d - PoolDeleted",
 		"web Pending 2 0 0 0 0 - - -",
 		"broken: replicas: is required (0 to 1000)",

@@ -58,7 +58,8 @@ func decodePools(m map[string]jetstream.KeyValueEntry) map[string]poolFields {
 	out := make(map[string]poolFields, len(m))
 	for name, e := range m {
 		if err := schemas.ValidPoolName(name); err != nil {
-			out[name] = poolFields{problem: "name: " + err.Error()}
+			// As the controller says it (workers/pools), so the two read alike.
+			out[name] = poolFields{problem: (&schemas.FieldError{Field: "(name)", Problem: err.Error()}).Error()}
 			continue
 		}
 		s, err := schemas.ParsePoolSpec(e.Value())

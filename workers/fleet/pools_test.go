@@ -45,7 +45,7 @@ func TestLoadPools(t *testing.T) {
 	if p := byName["broken"]; p.Reason != events.ReasonInvalidSpec || !strings.HasPrefix(p.Message, "replicas: is required") || p.Status != nil {
 		t.Errorf("broken: %+v", p)
 	}
-	if p := byName["crawl"]; p.Reason != events.ReasonDrainStarted || p.Status == nil || len(p.Status.Members) != 4 ||
+	if p := byName["crawl"]; p.Reason != events.ReasonMaxAge || p.Status == nil || len(p.Status.Members) != 4 ||
 		!p.NextRotation.Equal(p.Status.NextRotation) || p.NextRotation.IsZero() {
 		t.Errorf("crawl: %+v", p)
 	}

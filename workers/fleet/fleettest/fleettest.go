@@ -183,8 +183,8 @@ func Pools(tb testing.TB, st *kvstore.Store, now time.Time) PoolWant {
 	Put(tb, st.Pools, "crawl", []byte(`{"replicas":3,"rotation":{"maxAgeSeconds":21600},"template":`+template+`}`))
 	Put(tb, st.Pools, "web", []byte(`{"replicas":2,"template":`+template+`}`))
 	Put(tb, st.Pools, "broken", []byte(`{"template":`+template+`}`)) // no replicas
-	Put(tb, st.PoolStatus, "crawl", events.PoolStatus{V: 1, Phase: events.PoolProgressing, Reason: events.ReasonDrainStarted,
-		Message: "crawl-aaaaa reached its maximum age; crawl-ddddd is Ready in its place", SpecRevision: 1, Replicas: 3, MaxMembers: 4,
+	Put(tb, st.PoolStatus, "crawl", events.PoolStatus{V: 1, Phase: events.PoolProgressing, Reason: events.ReasonMaxAge,
+		Message: "3 of 3 members Ready, 1 draining", SpecRevision: 1, Replicas: 3, MaxMembers: 4,
 		Members: []events.PoolMember{
 			{Name: "crawl-aaaaa", CreatedAt: ago(5 * time.Hour), RotateAt: ago(time.Minute), Retire: events.ReasonMaxAge,
 				Successor: "crawl-ddddd", DrainingSince: ago(time.Minute)},
