@@ -63,7 +63,11 @@ func (ev Event) Summary() string {
 		if p.Successor != "" && !strings.Contains(ev.Message, p.Successor) {
 			what += " (successor " + p.Successor + ")"
 		}
-		if p.Leases > 0 && !strings.Contains(ev.Message, " lease") {
+		switch {
+		case p.Leases <= 0 || strings.Contains(ev.Message, " lease"):
+		case p.Leases == 1:
+			what += ", 1 lease held"
+		default:
 			what += fmt.Sprintf(", %d leases held", p.Leases)
 		}
 	default:
