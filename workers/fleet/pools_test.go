@@ -130,3 +130,22 @@ func mustFilter(t *testing.T, in fleet.FilterInput) fleet.Filter {
 	}
 	return f
 }
+
+func TestUntil(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Time{}, "-"},
+		{now.Add(-time.Second), "due"},
+		{now, "due"},
+		{now.Add(45 * time.Second), "in 45s"},
+		{now.Add(150 * time.Minute), "in 2h"},
+		{now.Add(72 * time.Hour), "in 3d"},
+	} {
+		if got := fleet.Until(now, c.t); got != c.want {
+			t.Errorf("Until(%v) = %q, want %q", c.t, got, c.want)
+		}
+	}
+}
