@@ -236,7 +236,7 @@ func TestPoolRotationNeverCutsALease(t *testing.T) {
 	defer web.Close()
 	pool := func(port int) string {
 		return fmt.Sprintf(`{"template":{"provider":"local","port":%d,`+poolHealth+`},"replicas":3,`+
-			`"rotation":{"maxSurge":1,"minAvailable":3,"drainTimeoutSeconds":600},"recycle":{"blockedTargets":2,"windowSeconds":600}}`, port)
+			`"rotation":{"maxSurge":2,"minAvailable":3,"drainTimeoutSeconds":600},"recycle":{"blockedTargets":2,"windowSeconds":600}}`, port)
 	}
 	n.nats("kv", "put", "pools", "web", pool(3128))
 	n.waitRows("3 Ready members", 60*time.Second, poolReady("web", 3, nil))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -90,7 +91,8 @@ func (p *planner) run() {
 	case in.SpecErr != nil:
 		// Nothing is created, changed or deleted on an invalid spec: members made by the
 		// last valid one stay as they are, as a Deployment's pods do.
-		p.record(events.PoolInvalid, events.ReasonInvalidSpec, in.SpecErr.Error())
+		// One line, as the read model shows a spec error (its problems joined with "; ").
+		p.record(events.PoolInvalid, events.ReasonInvalidSpec, strings.ReplaceAll(in.SpecErr.Error(), "\n", "; "))
 		return
 	}
 	p.reconcileLedger()
@@ -516,7 +518,8 @@ func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg strin
 	if s := p.in.Spec; s != nil && p.in.SpecErr == nil {
 		st.Replicas, st.MaxMembers = *s.Replicas, s.MaxMembers()
 		for _, m := range st.Members {
-			if active(m) && m.Retire == "" && !m.RotateAt.IsZero() && (st.NextRotation.IsZero() || m.RotateAt.Before(st.NextRotation)) {
+			// A member already due but held (RotationHeld) counts: its time is in the past.
+			if active(m) && !m.RotateAt.IsZero() && (st.NextRotation.IsZero() || m.RotateAt.Before(st.NextRotation)) {
 				st.NextRotation = m.RotateAt
 			}
 		}
