@@ -61,7 +61,7 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	}
 	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Now: now,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
-		NewSuffix: newSuffix, Load: func(provider, zone string) int { return snap.load[[2]string{provider, zone}] }}
+		NewSuffix: newSuffix, Load: v.loadAt}
 	// The spec is read fresh too: the watches of pools and proxies are not ordered with each
 	// other, and a member seen before its pool must not read as a pool deleted.
 	switch e, err := s.Pools.Get(rctx, name); {

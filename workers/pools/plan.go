@@ -442,10 +442,17 @@ func (p *planner) spread(replaces string) int {
 			per[m.Placement]++
 		}
 	}
+	// The fleet's load counts specs in proxies; members recorded in this pass are not there yet.
+	pending := make([]int, len(spec.Placements))
+	for _, m := range p.members {
+		if _, ok := p.in.Owned[m.Name]; !ok && !m.Deleting && m.Placement < len(pending) {
+			pending[m.Placement]++
+		}
+	}
 	best := 0
 	for i := range per {
 		if spec.Spread == schemas.SpreadLeastLoaded {
-			li, lb := p.load(i), p.load(best)
+			li, lb := p.load(i)+pending[i], p.load(best)+pending[best]
 			if li != lb {
 				if li < lb {
 					best = i

@@ -420,6 +420,17 @@ func TestSpread(t *testing.T) {
 			t.Fatalf("least-loaded put a member at placement %d, want 1 (zone b)", m.Placement)
 		}
 	}
+	// The members a pass creates count towards the load of their placement.
+	l.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":4,"spread":"least-loaded","placements":[{"zone":"a"},{"zone":"b"}]}`)
+	in = l.input()
+	in.Load = func(_, zone string) int { return map[string]int{"a": 1, "b": 0}[zone] }
+	byIdx := map[int]int{}
+	for _, m := range plan(in).Ledger.Members {
+		byIdx[m.Placement]++
+	}
+	if byIdx[0] != 2 || byIdx[1] != 2 {
+		t.Fatalf("least-loaded spread %v over loads a:1 b:0, want 2 and 2 (b first, then even)", byIdx)
+	}
 }
 
 func TestRotateAtJitterIsStableAndBounded(t *testing.T) {

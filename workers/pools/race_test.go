@@ -23,7 +23,7 @@ import (
 
 // rig is an embedded nats-server with egressd's buckets and a clock the test can move.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *server.Server
 	store  *kvstore.Store
 	ctx    context.Context
@@ -32,7 +32,7 @@ type rig struct {
 	log    *slog.Logger
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	r := &rig{t: t, srv: kvstoretest.StartServer(t), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if testing.Verbose() {
 		r.log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))

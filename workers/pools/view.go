@@ -19,6 +19,8 @@ type view struct {
 	pools   map[string]poolEntry
 	ledgers map[string]bool // pools with a record in pool_status
 	proxies map[string]proxyEntry
+	byOwner map[string]map[string]bool // pool → the names of the specs naming it
+	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
 	phases  map[string]events.Phase
 	dirty   map[string]bool
 	wake    chan struct{}
@@ -39,7 +41,7 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
+		byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
@@ -109,15 +111,47 @@ func (v *view) applyProxy(e jetstream.KeyValueEntry) {
 	name := e.Key()
 	old := v.proxies[name]
 	if !isPut(e) {
-		delete(v.proxies, name)
+		v.forget(name)
 		v.mark(old.owner)
 		return
 	}
 	pe := v.decodeProxy(e.Value())
 	pe.rev = e.Revision()
-	v.proxies[name] = pe
+	v.set(name, pe)
 	v.mark(old.owner)
 	v.mark(pe.owner)
+}
+
+// set records a spec and keeps the indexes; v.mu is held.
+func (v *view) set(name string, pe proxyEntry) {
+	v.forget(name)
+	v.proxies[name] = pe
+	v.load[[2]string{pe.provider, pe.zone}]++
+	if pe.owner != "" {
+		if v.byOwner[pe.owner] == nil {
+			v.byOwner[pe.owner] = map[string]bool{}
+		}
+		v.byOwner[pe.owner][name] = true
+	}
+}
+
+// forget removes a spec and its index entries; v.mu is held.
+func (v *view) forget(name string) {
+	old, ok := v.proxies[name]
+	if !ok {
+		return
+	}
+	delete(v.proxies, name)
+	k := [2]string{old.provider, old.zone}
+	if v.load[k]--; v.load[k] <= 0 {
+		delete(v.load, k)
+	}
+	if m := v.byOwner[old.owner]; m != nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(v.byOwner, old.owner)
+		}
+	}
 }
 
 func (v *view) decodeProxy(b []byte) proxyEntry {
@@ -142,13 +176,13 @@ func (v *view) notePut(name string, b []byte, rev uint64) {
 	}
 	pe := v.decodeProxy(b)
 	pe.rev = rev
-	v.proxies[name] = pe
+	v.set(name, pe)
 }
 
 func (v *view) noteDelete(name string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	delete(v.proxies, name)
+	v.forget(name)
 }
 
 type phaseOnly struct {
@@ -181,10 +215,8 @@ func (v *view) names() []string {
 	for n := range v.ledgers {
 		set[n] = true
 	}
-	for _, p := range v.proxies {
-		if p.owner != "" {
-			set[p.owner] = true
-		}
+	for n := range v.byOwner {
+		set[n] = true
 	}
 	return sortedKeys(set)
 }
@@ -204,22 +236,19 @@ type snapshot struct {
 	exists bool
 	owned  map[string]owned
 	phases map[string]events.Phase
-	load   map[[2]string]int
 }
 
+// snapshot costs what the pool's members do, not what the fleet does: the specs come from the
+// owner index, the load from counts kept as specs change.
 func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, load: map[[2]string]int{}}
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}}
 	s.pool, s.exists = v.pools[pool]
-	for name, p := range v.proxies {
-		if p.owner == pool {
-			s.owned[name] = owned{rev: p.rev, spec: p.spec}
-			s.phases[name] = v.phases[name]
-		}
-		if s.pool.spec != nil && s.pool.spec.Spread == schemas.SpreadLeastLoaded {
-			s.load[[2]string{p.provider, p.zone}]++
-		}
+	for name := range v.byOwner[pool] {
+		p := v.proxies[name]
+		s.owned[name] = owned{rev: p.rev, spec: p.spec}
+		s.phases[name] = v.phases[name]
 	}
 	if ledger != nil {
 		for _, m := range ledger.Members {
@@ -230,6 +259,13 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 		}
 	}
 	return s
+}
+
+// loadAt is how many specs of the fleet run on provider and zone.
+func (v *view) loadAt(provider, zone string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.load[[2]string{provider, zone}]
 }
 
 // window is how far back block reports matter: the longest recycle window of the pools
