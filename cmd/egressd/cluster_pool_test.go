@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/workers/fleet"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Kill -9 of the process running the pool controller, 20 times at random moments, on the
@@ -32,41 +30,9 @@ func TestClusterPoolChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxies, err := js.KeyValue(ctx, events.BucketProxies)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Every change of proxies, as it happens: the most members the pool ever had.
-	kw, err := proxies.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu      sync.Mutex
-		owned   = map[string]bool{}
-		highest int
-		watched sync.WaitGroup
-	)
-	watched.Go(func() {
-		for e := range kw.Updates() {
-			if e == nil {
-				continue
-			}
-			var o struct {
-				Pool string `json:"pool"`
-			}
-			mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &o) == nil && o.Pool == "fleet" {
-				owned[e.Key()] = true
-			} else {
-				delete(owned, e.Key())
-			}
-			highest = max(highest, len(owned))
-			mu.Unlock()
-		}
-	})
-	defer func() { _ = kw.Stop(); watched.Wait() }()
-	count := func() int { mu.Lock(); defer mu.Unlock(); return len(owned) }
+	w := watchPoolJS(t, js, "fleet")
+	count := w.count
 
 	spec := func(replicas, port int) []byte {
 		return fmt.Appendf(nil, `{"template":{"provider":"local","port":%d,"healthCheck":{"intervalSeconds":2}},"replicas":%d,`+
@@ -122,9 +88,7 @@ func TestClusterPoolChaos(t *testing.T) {
 		n := len(proxyProcs(t, c.dir))
 		return n == 5, fmt.Sprintf("%d forward proxies", n)
 	})
-	mu.Lock()
-	top := highest
-	mu.Unlock()
+	top, _ := w.stats()
 	t.Logf("RELIABILITY {\"test\":\"pool-chaos\",\"kills\":%d,\"highestMembers\":%d,\"cap\":22}", kills.Load(), top)
 	if top > 22 {
 		t.Fatalf("the pool had %d members at one point; replicas 20 + maxSurge 2", top)

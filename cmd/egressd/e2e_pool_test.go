@@ -31,20 +31,28 @@ type poolWatch struct {
 	armed    bool // counting minReady
 }
 
+// watchPool watches as the test's own client at url (the all-in-one's embedded NATS).
 func watchPool(t *testing.T, url, pool string) *poolWatch {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return watchPoolJS(t, js, pool)
+}
+
+// watchPoolJS watches through js until the test ends.
+func watchPoolJS(t *testing.T, js jetstream.JetStream, pool string) *poolWatch {
+	t.Helper()
 	w := &poolWatch{pool: pool, owned: map[string]bool{}, phases: map[string]events.Phase{}, minReady: 1 << 30}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait(); nc.Close() })
+	t.Cleanup(func() { cancel(); wg.Wait() })
 	for _, b := range []string{events.BucketProxies, events.BucketStatus} {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
@@ -64,6 +72,13 @@ func watchPool(t *testing.T, url, pool string) *poolWatch {
 		})
 	}
 	return w
+}
+
+// count is how many members the pool has now.
+func (w *poolWatch) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.owned)
 }
 
 func (w *poolWatch) apply(bucket string, e jetstream.KeyValueEntry) {

@@ -3,6 +3,7 @@ package pools
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -550,11 +551,4 @@ func (p *planner) indexes(keep func(events.PoolMember) bool) []int {
 
 func (p *planner) count(keep func(events.PoolMember) bool) int { return len(p.indexes(keep)) }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
