@@ -161,7 +161,7 @@ func poolReady(pool string, want int, extra func(fleet.Row) bool) func(map[strin
 
 const poolHealth = `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":2,"successThreshold":1}`
 
-// A pool on the local provider, as the README's quickstart makes one: exactly its replicas,
+// A pool on the local provider, as the README's tour makes one: exactly its replicas,
 // all Ready; a hand edit of a member is reverted and a key that only looks like a member is
 // never touched; scaling down removes unleased members first; deleting the pool leaves no
 // member and no process.

@@ -67,8 +67,8 @@ func viaProxy(t *testing.T, proxyAddr, target string, user *url.Userinfo) (*http
 	return resp, string(b)
 }
 
-// The README's quickstart, end to end: declare proxies with the nats CLI, use one, replace
-// one by changing its port, reject and then accept a bad spec, delete them all, and leave no
+// The README's tour, end to end: declare proxies with the nats CLI, use one, replace
+// one by changing its port, reject and then accept a bad spec (docs/proxyspec.md), delete them all, and leave no
 // forward-proxy process behind.
 func TestEndToEnd(t *testing.T) {
 	needNats(t)
