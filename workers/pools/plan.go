@@ -52,8 +52,9 @@ type write struct {
 	msg    string
 }
 
-// outcome is what to do for one pool: record Ledger (nil: delete the record), then make the
-// writes, then emit the events (the writes' own events are made by the applier).
+// outcome is what to do for one pool: record Ledger (nil: delete the record, if there is
+// one), then make the writes, then emit the events (the writes' own events are made by the
+// applier).
 type outcome struct {
 	Ledger *events.PoolStatus
 	Writes []write
@@ -86,6 +87,10 @@ func (p *planner) run() {
 		p.members = slices.Clone(in.Ledger.Members)
 	}
 	switch {
+	case in.Spec == nil && in.SpecErr == nil && in.Ledger == nil:
+		// Specs name a pool that has no spec and never had a ledger: a typo or a pool yet to
+		// be written. They are someone's proxies; nothing here made them, nothing deletes them.
+		return
 	case in.Spec == nil && in.SpecErr == nil:
 		p.deletePool()
 		return

@@ -446,3 +446,16 @@ func TestRotateAtJitterIsStableAndBounded(t *testing.T) {
 		t.Fatal("no max age must mean never")
 	}
 }
+
+// Specs that name a pool which has neither a spec nor a ledger were not made by a pool: they
+// are left alone, whatever their name.
+func TestSpecsNamingAnUnknownPoolAreLeftAlone(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":1}`)
+	s, _ := schemas.ParseProxySpec([]byte(`{"provider":"local","pool":"web"}`))
+	w.owned["mine"], w.taken["mine"] = owned{rev: 3, spec: &s}, true
+	in := w.input()
+	in.Spec = nil
+	if out := plan(in); len(out.Writes) != 0 || out.Ledger != nil || len(out.Events) != 0 {
+		t.Fatalf("outcome %+v, want nothing done", out)
+	}
+}
