@@ -181,6 +181,17 @@ func TestPoolEndToEnd(t *testing.T) {
 	}
 	ms := members(rows, "web")
 
+	// An invalid pool creates nothing and says which field is wrong.
+	n.nats("kv", "put", "pools", "bad", `{"template":{"provider":"local","mode":"external"},"replicas":-1}`)
+	waitUntil(t, "the invalid pool shown Invalid", 20*time.Second, func() (bool, string) {
+		out := n.egressd("status", "pools")
+		return strings.Contains(out, "Invalid") && strings.Contains(out, "replicas") && strings.Contains(out, "template.mode"), out
+	})
+	if bad := members(n.rows(), "bad"); len(bad) != 0 {
+		t.Fatalf("an invalid pool created %d members", len(bad))
+	}
+	n.nats("kv", "del", "-f", "pools", "bad")
+
 	// A hand edit is reverted.
 	edited := ms[0].Name
 	n.nats("kv", "put", "proxies", edited, `{"provider":"local","pool":"web","maxLeases":7}`)
