@@ -37,6 +37,12 @@ var exportedMetrics = map[string]string{
 	"egress_gc_deletions_total":              "counter",
 	"egress_nats_client_reconnects_total":    "counter",
 	"egress_jetstream_messages":              "gauge",
+	"egress_pool_info":                       "gauge",
+	"egress_pool_desired":                    "gauge",
+	"egress_pool_members":                    "gauge",
+	"egress_pool_ready":                      "gauge",
+	"egress_pool_leased":                     "gauge",
+	"egress_pool_draining":                   "gauge",
 }
 
 // seriesNames are the series names a query may use: a histogram is queried through its

@@ -657,6 +657,20 @@ func TestPermissions(t *testing.T) {
 			_, err := proxies.WatchAll(ctx)
 			return err
 		})
+		// A pool's template holds the members' password too; its ledger holds none.
+		viewer.mustDeny(t, "read a pool spec", "$JS.API.DIRECT.GET.KV_pools.", func(ctx context.Context) error {
+			_, err := viewer.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_pools.$KV.pools.web", nil)
+			return err
+		})
+		viewer.mustAllow(t, "read and watch pool_status", func(ctx context.Context) error {
+			kv, err := viewer.js.KeyValue(ctx, events.BucketPoolStatus)
+			if err != nil {
+				return err
+			}
+			_, err = kvstore.Latest(ctx, kv)
+			return err
+		})
+		viewer.mustDeny(t, "write a pool's ledger", "$KV.pool_status.web", kvPut(viewer, "pool_status", "web"))
 		viewer.mustDeny(t, "read user-data", "$JS.API.DIRECT.GET.KV_cloud_init.", func(ctx context.Context) error {
 			_, err := viewer.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_cloud_init.$KV.cloud_init.squid", nil)
 			return err

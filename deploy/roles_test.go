@@ -21,6 +21,7 @@ import (
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/providertest"
 	"github.com/egressd/egressd/workers/leaser"
+	"github.com/egressd/egressd/workers/pools"
 	"github.com/egressd/egressd/workers/prober"
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/egressd/egressd/workers/reconciler"
@@ -101,6 +102,15 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 		}
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
+
+	// The pool controller, in the reconciler's process and under its user.
+	_, pcs := role("reconciler")
+	pcon, err := pools.New(pools.Config{Store: pcs, Holder: "rec-0", LeaderTTL: 2 * time.Second, Resync: 200 * time.Millisecond,
+		Log: log.With("role", "pools")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { _ = pcon.Run(ctx) })
 
 	// Prober, checking through the proxy against egressd's own echo endpoint.
 	echo := httptest.NewServer(prober.EchoHandler())
@@ -200,6 +210,37 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound), fmt.Sprint(err)
 	})
 
+	// A pool: its controller writes the member into proxies and its ledger into pool_status,
+	// and deletes both with the pool.
+	if _, err := adminStore.Pools.Put(ctx, "fleet", []byte(fmt.Sprintf(`{"template":{"provider":"local","port":%d},"replicas":1}`, port))); err != nil {
+		t.Fatal(err)
+	}
+	member := func() (string, bool) {
+		keys, err := adminStore.Proxies.Keys(ctx)
+		if err != nil {
+			return "", false
+		}
+		for _, k := range keys {
+			if strings.HasPrefix(k, "fleet-") {
+				return k, true
+			}
+		}
+		return "", false
+	}
+	waitFor(t, "the pool's member", 15*time.Second, func() (bool, string) {
+		_, ok := member()
+		_, err := adminStore.PoolStatus.Get(ctx, "fleet")
+		return ok && err == nil, fmt.Sprint(err)
+	})
+	if err := adminStore.Pools.Delete(ctx, "fleet"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the pool's member and ledger to be deleted", 15*time.Second, func() (bool, string) {
+		name, ok := member()
+		_, err := adminStore.PoolStatus.Get(ctx, "fleet")
+		return !ok && errors.Is(err, jetstream.ErrKeyNotFound), name
+	})
+
 	waitFor(t, "the orphan to be collected", 10*time.Second, func() (bool, string) {
 		_, ok := fake.Request("ghost")
 		return !ok, "ghost still exists"
@@ -214,7 +255,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, subj := range []string{"egress.events.phase.web", "egress.events.op.web", "egress.events.deleted.web",
+	for _, subj := range []string{"egress.events.pool.fleet", "egress.events.phase.web", "egress.events.op.web", "egress.events.deleted.web",
 		"egress.events.health.web", "egress.events.lease.web", "egress.events.report.web", "egress.events.provider.local", "egress.events.gc.local"} {
 		if info.State.Subjects[subj] == 0 {
 			t.Errorf("no event on %s; events: %v", subj, info.State.Subjects)

@@ -17,11 +17,12 @@ const (
 	KindProvider EventKind = "provider" // a provider target turned ready or not ready
 	KindProgress EventKind = "progress" // a long provider task moved on (image download, upload)
 	KindProber   EventKind = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
+	KindPool     EventKind = "pool"     // the pool controller decided something (subject token: the pool's name)
 )
 
 // Kinds is every event kind, in the order the constants list them.
 var Kinds = []EventKind{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
-	KindProgress, KindProber}
+	KindProgress, KindProber, KindPool}
 
 // Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
 // the OpResult in Op.
@@ -41,6 +42,7 @@ type Event struct {
 	GC      *GCDeletion   `json:"gc,omitempty"`
 	Target  *TargetHealth `json:"target,omitempty"`
 	Prober  *ProberLag    `json:"prober,omitempty"`
+	Pool    *PoolEvent    `json:"pool,omitempty"`
 }
 
 // Reasons of lease events. A report event's reason is its ReportResult.

@@ -2,6 +2,7 @@ package events
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -51,6 +52,24 @@ func (ev Event) Summary() string {
 		p := ev.Prober
 		what = fmt.Sprintf("prober %s %s: oldest waiting probe %.1fs late, %d of %d proxies waiting, concurrency %d",
 			p.Worker, ev.Reason, p.LagSeconds, p.Backlog, p.Owned, p.Concurrency)
+	case ev.Pool != nil:
+		// The controller's message names the member as a rule; what it leaves out of the
+		// detail is added, so the line is whole without repeating itself.
+		p := ev.Pool
+		what = string(ev.Reason)
+		if p.Member != "" && !strings.Contains(ev.Message, p.Member) {
+			what = p.Member + " " + what
+		}
+		if p.Successor != "" && !strings.Contains(ev.Message, p.Successor) {
+			what += " (successor " + p.Successor + ")"
+		}
+		switch {
+		case p.Leases <= 0 || strings.Contains(ev.Message, " lease"):
+		case p.Leases == 1:
+			what += ", 1 lease held"
+		default:
+			what += fmt.Sprintf(", %d leases held", p.Leases)
+		}
 	default:
 		what = string(ev.Reason)
 	}

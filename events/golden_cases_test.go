@@ -62,6 +62,17 @@ func goldenCases() map[string]any {
 		"cooldown.v1.json": Cooldown{V: 1, Proxy: "crawl-1", Target: "example.com", Result: ReportBlocked, Holder: "crawler-7",
 			Until: at.Add(10 * time.Minute)},
 		"lock.v1.json": LockRecord{V: 1, Holder: "host-1", Purpose: "leader", Acquired: at},
+		// A pool rotating: one member drains for its successor, one is still being created,
+		// one is leaving after a scale-down.
+		"pool_status.v1.json": PoolStatus{V: 1, Phase: PoolProgressing, Reason: ReasonRotationHeld,
+			Message: "crawl-7xk2q waits: minAvailable 2 and maxSurge 1 leave no room", SpecRevision: 12, Replicas: 2, MaxMembers: 3,
+			Members: []PoolMember{
+				{Name: "crawl-a1b2c", Placement: 0, CreatedAt: at.Add(-6 * time.Hour), RotateAt: at.Add(-time.Minute), Rev: 31,
+					Retire: ReasonMaxAge, Successor: "crawl-d3e4f", DrainingSince: at.Add(-30 * time.Second)},
+				{Name: "crawl-d3e4f", Placement: 1, CreatedAt: at.Add(-2 * time.Minute), RotateAt: at.Add(5 * time.Hour), Rev: 40},
+				{Name: "crawl-g5h6j", Placement: 0, CreatedAt: at.Add(-3 * time.Hour), Rev: 22, Retire: ReasonScaleDown, Deleting: true},
+			},
+			NextRotation: at.Add(5 * time.Hour), UpdatedAt: at},
 
 		// Core NATS.
 		"probe_request.v1.json": ProbeRequest{V: 1, Proxy: "crawl-1", Provider: "local", Host: "local", Address: "127.0.0.2",
@@ -93,6 +104,9 @@ func goldenCases() map[string]any {
 			Reason: Reason(target.Reason), Message: target.Message, Target: &target},
 		"event_progress.v1.json": Event{V: 1, ID: "progress:kvm-home:h1:debian-13:1", Kind: KindProgress, Proxy: "kvm-home", At: at,
 			Reason: "download", Message: "download of image debian-13 on h1: 120 MiB of 400 MiB"},
+		"event_pool.v1.json": Event{V: 1, ID: "pool:5d1c0a3f9e8b7a6c", Kind: KindPool, Proxy: "crawl", At: at,
+			Reason: ReasonDrainStarted, Message: "member crawl-a1b2c is draining (MaxAge): crawl-d3e4f is Ready in its place",
+			Pool: &PoolEvent{Pool: "crawl", Member: "crawl-a1b2c", Successor: "crawl-d3e4f", Leases: 2}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
 			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
 

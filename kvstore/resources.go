@@ -25,17 +25,19 @@ func DefaultLeaseShards(replicas int) int { return min(max(replicas, 1), MaxLeas
 
 // Store holds the handles of egressd's buckets.
 type Store struct {
-	JS        jetstream.JetStream
-	Proxies   jetstream.KeyValue
-	CloudInit jetstream.KeyValue
-	Status    jetstream.KeyValue
-	Catalog   jetstream.KeyValue
-	Locks     jetstream.KeyValue
-	Health    jetstream.KeyValue
-	Leases    LeaseShards // proxy_leases and its shards
-	Cooldowns jetstream.KeyValue
-	Probers   jetstream.KeyValue
-	Providers jetstream.KeyValue // provider_health
+	JS         jetstream.JetStream
+	Proxies    jetstream.KeyValue
+	CloudInit  jetstream.KeyValue
+	Status     jetstream.KeyValue
+	Catalog    jetstream.KeyValue
+	Locks      jetstream.KeyValue
+	Health     jetstream.KeyValue
+	Leases     LeaseShards // proxy_leases and its shards
+	Cooldowns  jetstream.KeyValue
+	Probers    jetstream.KeyValue
+	Providers  jetstream.KeyValue // provider_health
+	Pools      jetstream.KeyValue // PoolSpec by pool name
+	PoolStatus jetstream.KeyValue // PoolStatus (the members' ledger), written by the pool controller
 }
 
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
@@ -102,6 +104,8 @@ func (s *Store) buckets() []bucket {
 		{&s.Health, jetstream.KeyValueConfig{Bucket: events.BucketHealth, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "probe verdicts (ProxyHealth), each with a TTL of about three intervals"}},
 		{&s.Providers, jetstream.KeyValueConfig{Bucket: events.BucketProviderHealth, History: 1, Description: "provider target checks (TargetHealth)"}},
 		{&s.Probers, jetstream.KeyValueConfig{Bucket: events.BucketProbers, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "live probers (ProberMember), each with a TTL of a few seconds"}},
+		{&s.Pools, jetstream.KeyValueConfig{Bucket: events.BucketPools, History: 5, Description: "desired pools (PoolSpec)"}},
+		{&s.PoolStatus, jetstream.KeyValueConfig{Bucket: events.BucketPoolStatus, History: 1, Description: "pools and their members' ledger (PoolStatus), written by the pool controller"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
 	}
 }

@@ -15,6 +15,7 @@ type specCase struct {
 func want(fields ...string) []string { return fields }
 
 var (
+	long57  = strings.Repeat("a", 57)
 	long63  = strings.Repeat("a", 63)
 	long64  = strings.Repeat("a", 64)
 	long256 = strings.Repeat("é", 256)
@@ -44,6 +45,9 @@ var specCases = []specCase{
 	{name: "health url", doc: `{"provider":"p","healthCheck":{"url":"HTTPS://user@example.com:8443/x?y#z"}}`},
 	{name: "escaped key", doc: `{"pro\u0076ider":"p"}`},
 	{name: "external", doc: `{"mode":"external","endpoint":{"host":"10.0.0.5"}}`},
+	{name: "member", doc: `{"provider":"p","pool":"de-fleet","drain":false}`},
+	{name: "draining member", doc: `{"provider":"p","pool":"` + long57 + `","drain":true}`},
+	{name: "drained by hand", doc: `{"mode":"external","endpoint":{"host":"h"},"drain":true,"pool":""}`},
 	{name: "external in full", doc: `{"v":1,"mode":"external","port":8080,"endpoint":{"host":"proxy.example.com","port":3129},
 		"auth":{"username":"u","password":"p"},"attributes":{"geo":"de"},"placement":{},"provider":"","cloudInit":""}`},
 
@@ -104,6 +108,14 @@ var specCases = []specCase{
 	{name: "mode wrong case", doc: `{"mode":"Managed","provider":"p"}`, fields: want("mode")},
 	{name: "maxLeases negative", doc: `{"provider":"p","maxLeases":-1}`, fields: want("maxLeases")},
 	{name: "maxLeases too big", doc: `{"provider":"p","maxLeases":10001}`, fields: want("maxLeases")},
+
+	// Owner and drain.
+	{name: "pool uppercase", doc: `{"provider":"p","pool":"Fleet"}`, fields: want("pool")},
+	{name: "pool too long for a member name", doc: `{"provider":"p","pool":"` + long57 + `a"}`, fields: want("pool")},
+	{name: "pool number", doc: `{"provider":"p","pool":1}`, fields: want("pool")},
+	{name: "drain string", doc: `{"provider":"p","drain":"true"}`, fields: want("drain")},
+	{name: "drain null", doc: `{"provider":"p","drain":null}`, fields: want("drain")},
+	{name: "drain miscased", doc: `{"provider":"p","Drain":true}`, fields: want("Drain")},
 
 	// Managed mode.
 	{name: "no provider", doc: `{}`, fields: want("provider")},

@@ -28,13 +28,13 @@ func decodeStrict(data []byte, v any) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
 	if err != nil && !isUnknownField(err) {
-		return decodeError(err)
+		return decodeError(data, err)
 	}
 	if kerr := checkKeys(data, reflect.TypeOf(v).Elem()); kerr != nil {
 		return kerr
 	}
 	if err != nil {
-		return decodeError(err)
+		return decodeError(data, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return &FieldError{Field: document, Problem: "trailing data after the JSON object"}
@@ -49,18 +49,22 @@ func isUnknownField(err error) bool {
 	return strings.HasPrefix(err.Error(), "json: unknown field ")
 }
 
-// decodeError turns encoding/json's errors into FieldErrors naming the field. It never quotes
-// a value: a number given for a password would otherwise be echoed back.
-func decodeError(err error) error {
+// decodeError turns encoding/json's errors in decoding data into FieldErrors naming the field.
+// It never quotes a value: a number given for a password would otherwise be echoed back.
+func decodeError(data []byte, err error) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
+		got, lit, _ := strings.Cut(typeErr.Value, " ")
+		if field != "" {
+			// encoding/json leaves out array indices: "placements.provider".
+			field = locateValue(data, field, got, lit)
+		}
 		if field == "" {
 			field = document
 		}
-		got, _, _ := strings.Cut(typeErr.Value, " ")
 		return &FieldError{Field: field, Problem: fmt.Sprintf("must be %s, not a JSON %s", jsonKind(typeErr.Type.Kind()), got)}
 	case errors.As(err, &syntaxErr):
 		return &FieldError{Field: document, Problem: fmt.Sprintf("invalid JSON at byte %d: %v", syntaxErr.Offset, err)}

@@ -30,7 +30,7 @@ func TestUnknownFieldAdapter(t *testing.T) {
 
 func TestDecodeErrorFallback(t *testing.T) {
 	// Reached only if checkKeys and encoding/json ever disagree on what is unknown.
-	err := decodeError(errors.New(`json: unknown field "zz"`))
+	err := decodeError(nil, errors.New(`json: unknown field "zz"`))
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != document {
 		t.Fatalf("got %v", err)

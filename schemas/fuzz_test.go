@@ -37,3 +37,54 @@ func FuzzParseProxySpec(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParsePoolSpec(f *testing.F) {
+	for _, tc := range poolCases {
+		f.Add([]byte(tc.doc))
+	}
+	schema := loadPoolSchema(f)
+	for _, ex := range schema["examples"].([]any) {
+		doc, _ := json.Marshal(ex)
+		f.Add(doc)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParsePoolSpec(data)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %T %q is not a *FieldError", err, err)
+			}
+			errorFields(t, err)
+			return
+		}
+		if err := s.Validate(); err != nil {
+			t.Fatalf("parsed spec does not validate: %v", err)
+		}
+		// The parser is the stricter of the two: what it takes, the schema takes.
+		if !schemaAccepts(t, schema, data) {
+			t.Fatalf("ParsePoolSpec accepts what poolspec.v1.json rejects: %q", data)
+		}
+		out, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParsePoolSpec(out)
+		if err != nil {
+			t.Fatalf("re-marshalled spec %s does not parse: %v", out, err)
+		}
+		if !reflect.DeepEqual(s, again) {
+			t.Fatalf("round trip changed the spec:\n%+v\n%+v\nvia %s", s, again, out)
+		}
+		// Members are written from the template: it must be a proxy spec on its own.
+		tmpl, err := json.Marshal(s.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if member, err := ParseProxySpec(tmpl); err != nil || !reflect.DeepEqual(member, s.Template) {
+			t.Fatalf("template %s is not the same proxy spec on its own: %+v, %v", tmpl, member, err)
+		}
+		if n := s.MaxMembers(); n < *s.Replicas || n > 2*MaxReplicas {
+			t.Fatalf("MaxMembers = %d with replicas %d", n, *s.Replicas)
+		}
+	})
+}

@@ -73,6 +73,9 @@ func TestHashIgnoresWhatNeverReplaces(t *testing.T) {
 		}},
 		{"auth", func(s *ProxySpec) { s.Auth = &Auth{Username: "other", Password: "changed"} }},
 		{"no auth", func(s *ProxySpec) { s.Auth = nil }},
+		// A pool takes a proxy in, and drains it, without touching its instance.
+		{"pool", func(s *ProxySpec) { s.Pool = "de-fleet" }},
+		{"drain", func(s *ProxySpec) { s.Drain = true }},
 		// The hash takes the resolved user-data; where it came from does not matter.
 		{"cloudInitRef", func(s *ProxySpec) { s.CloudInitRef = "crawl-squid" }},
 	}

@@ -3,12 +3,13 @@ package schemas
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"strings"
 )
 
 // checkKeys walks the first JSON value of data against the json tags of t and reports, with
-// its full path, the first key that is not a field (matching case exactly), a key repeated in
+// its full path (array elements as "placements[1]"), the first key that is not a field (matching case exactly), a key repeated in
 // one object, or a null. Syntax and type errors are left to encoding/json, which reports them
 // first; where the document and t disagree on a type the walk just skips the value.
 func checkKeys(data []byte, t reflect.Type) error {
@@ -31,8 +32,12 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 			return &FieldError{Field: pathOrDocument(path), Problem: "must not be null (leave the field out to get its default)"}
 		}
 	case json.Delim('['):
-		for dec.More() {
-			if err := walkKeys(dec, nil, path); err != nil {
+		var et reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			et = t.Elem()
+		}
+		for i := 0; dec.More(); i++ {
+			if err := walkKeys(dec, et, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
@@ -96,4 +101,68 @@ func pathOrDocument(path string) string {
 		return document
 	}
 	return path
+}
+
+// locateValue is the indexed path ("placements[1].provider") of the first value in data at
+// field, a path as encoding/json names it, without array indices ("placements.provider"),
+// that is of the JSON kind got ("string", "number", "object", "array", "bool") and, if lit is
+// not empty, is the number lit. It is how a type error inside an array gets its element's
+// index; field itself when nothing matches.
+func locateValue(data []byte, field, got, lit string) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	if p, ok := findValue(dec, "", "", field, got, lit); ok {
+		return p
+	}
+	return field
+}
+
+func findValue(dec *json.Decoder, indexed, bare, field, got, lit string) (string, bool) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", false
+	}
+	var kind string
+	switch tok := tok.(type) {
+	case json.Delim:
+		kind = map[json.Delim]string{'{': "object", '[': "array"}[tok]
+	case string:
+		kind = "string"
+	case json.Number:
+		kind = "number"
+		if lit != "" && string(tok) != lit {
+			kind = "other number"
+		}
+	case bool:
+		kind = "bool"
+	}
+	if bare == field && kind == got {
+		return indexed, true
+	}
+	switch tok {
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if p, ok := findValue(dec, fmt.Sprintf("%s[%d]", indexed, i), bare, field, got, lit); ok {
+				return p, true
+			}
+		}
+		_, _ = dec.Token()
+	case json.Delim('{'):
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return "", false
+			}
+			key, _ := tok.(string)
+			ip, bp := key, key
+			if indexed != "" {
+				ip, bp = indexed+"."+key, bare+"."+key
+			}
+			if p, ok := findValue(dec, ip, bp, field, got, lit); ok {
+				return p, true
+			}
+		}
+		_, _ = dec.Token()
+	}
+	return "", false
 }

@@ -37,6 +37,10 @@ type ProxySpec struct {
 	Attributes   map[string]string `json:"attributes,omitempty"`
 	MaxLeases    *int              `json:"maxLeases,omitempty"`
 	HealthCheck  HealthCheck       `json:"healthCheck,omitzero"`
+	// Pool names the pool that owns this proxy (a member); only that pool's controller
+	// writes it. Drain stops new leases while those held run on. Neither replaces an instance.
+	Pool  string `json:"pool,omitempty"`
+	Drain bool   `json:"drain,omitempty"`
 }
 
 // Placement says where a managed proxy runs; its meaning is the provider's.

@@ -7,13 +7,15 @@ import (
 	"math/big"
 	"regexp"
 	"slices"
+	"sync"
 	"testing"
 	"unicode/utf8"
 )
 
-// schemaAccepts evaluates the JSON Schema keywords proxyspec.v1.json uses, so that tests can
-// hold the schema and ParseProxySpec to the same verdicts without a dependency. It fails the
-// test on a keyword it does not know: a schema that grows must grow this too.
+// schemaAccepts evaluates the JSON Schema keywords proxyspec.v1.json and poolspec.v1.json use,
+// so that tests can hold the schemas and the parsers to the same verdicts without a dependency.
+// It fails the test on a keyword it does not know: a schema that grows must grow this too.
+// A "$ref" names a schema of this package by its "$id" (schemaByID).
 func schemaAccepts(t testing.TB, schema any, doc []byte) bool {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(doc))
@@ -108,6 +110,44 @@ func evalKeyword(s map[string]any, kw string, arg, v any) (bool, error) {
 	case "not":
 		ok, err := evalSchema(arg, v)
 		return !ok, err
+	case "anyOf":
+		for _, sub := range arg.([]any) {
+			if ok, err := evalSchema(sub, v); err != nil || ok {
+				return ok, err
+			}
+		}
+		return false, nil
+	case "$ref":
+		ref, ok := schemaByID.Load(arg.(string))
+		if !ok {
+			return false, fmt.Errorf("schemaAccepts cannot resolve $ref %q: only the $id of a schema of this package", arg)
+		}
+		return evalSchema(ref, v)
+	case "items":
+		arr, _ := v.([]any)
+		for _, e := range arr {
+			if ok, err := evalSchema(arg, e); err != nil || !ok {
+				return false, err
+			}
+		}
+		return true, nil
+	case "minItems", "maxItems":
+		arr, isArr := v.([]any)
+		if !isArr {
+			return true, nil
+		}
+		n, _ := arg.(json.Number).Int64()
+		return (kw == "minItems" && int64(len(arr)) >= n) || (kw == "maxItems" && int64(len(arr)) <= n), nil
+	case "uniqueItems":
+		arr, _ := v.([]any)
+		for i := range arr {
+			for j := range i {
+				if arg == true && jsonEqual(arr[i], arr[j]) {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
 	case "if":
 		ok, err := evalSchema(arg, v)
 		if err != nil {
@@ -165,13 +205,28 @@ func rat(n json.Number) *big.Rat {
 	return r
 }
 
+// schemaByID holds the schemas of this package by their "$id", for "$ref" (id → schema).
+var schemaByID sync.Map
+
 func loadSchema(t testing.TB) map[string]any {
+	return decodeSchema(t, "proxyspec.v1.json", ProxySpecSchema())
+}
+
+// loadPoolSchema loads poolspec.v1.json, and proxyspec.v1.json for its template's "$ref".
+func loadPoolSchema(t testing.TB) map[string]any {
+	loadSchema(t)
+	return decodeSchema(t, "poolspec.v1.json", PoolSpecSchema())
+}
+
+func decodeSchema(t testing.TB, name string, data []byte) map[string]any {
 	t.Helper()
-	dec := json.NewDecoder(bytes.NewReader(ProxySpecSchema()))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var s map[string]any
 	if err := dec.Decode(&s); err != nil {
-		t.Fatalf("proxyspec.v1.json: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
+	id, _ := s["$id"].(string)
+	schemaByID.Store(id, s)
 	return s
 }

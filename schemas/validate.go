@@ -114,6 +114,11 @@ func (s ProxySpec) Validate() error {
 	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > 10000) {
 		bad("maxLeases", "must be between 0 and 10000, got %d", *s.MaxLeases)
 	}
+	if s.Pool != "" {
+		if err := ValidPoolName(s.Pool); err != nil {
+			bad("pool", "%v", err)
+		}
+	}
 	h := s.HealthCheck
 	if h.IntervalSeconds < 1 || h.IntervalSeconds > 3600 {
 		bad("healthCheck.intervalSeconds", "must be between 1 and 3600, got %d", h.IntervalSeconds)

@@ -119,11 +119,18 @@ func TestClusterReconcilerFailover(t *testing.T) {
 // and returns it; the lock's holder names the process (identity: <host>-<pid>-<n>).
 func (c *cluster) reconcilerLeader(locks jetstream.KeyValue, not *node) *node {
 	c.t.Helper()
+	return c.leaderOf(locks, events.LockLeaderReconciler, not)
+}
+
+// leaderOf is the reconciler process (other than not) holding the leader lease key: the
+// reconciler's own, or the pool controller's, which runs in the same processes.
+func (c *cluster) leaderOf(locks jetstream.KeyValue, key string, not *node) *node {
+	c.t.Helper()
 	var found *node
-	waitUntil(c.t, "a reconciler leader", time.Minute, func() (bool, string) {
+	waitUntil(c.t, "a leader of "+key, time.Minute, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		raw, _, err := kvstore.Get(ctx, locks, events.LockLeaderReconciler)
+		raw, _, err := kvstore.Get(ctx, locks, key)
 		if errors.Is(err, kvstore.ErrNotFound) {
 			return false, "no leader"
 		} else if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -66,8 +67,8 @@ func viaProxy(t *testing.T, proxyAddr, target string, user *url.Userinfo) (*http
 	return resp, string(b)
 }
 
-// The README's quickstart, end to end: declare proxies with the nats CLI, use one, replace
-// one by changing its port, reject and then accept a bad spec, delete them all, and leave no
+// The README's tour, end to end: declare proxies with the nats CLI, use one, replace
+// one by changing its port, reject and then accept a bad spec (docs/proxyspec.md), delete them all, and leave no
 // forward-proxy process behind.
 func TestEndToEnd(t *testing.T) {
 	needNats(t)
@@ -240,6 +241,17 @@ func TestSecretsNeverLeak(t *testing.T) {
 	n.nats("kv", "put", "proxies", "bad1", fmt.Sprintf(`{"provider":"local","port":0.5,"cloudInit":"%s","auth":{"username":"u","password":"%s"}}`, userData, password))
 	n.nats("kv", "put", "proxies", "bad2", fmt.Sprintf(`{"provider":"local","auth":{"username":"u","password":%d}}`, 12345))
 	n.nats("kv", "put", "proxies", "bad3", fmt.Sprintf(`{"mode":"external","endpoint":{"host":"crawler:%s@10.0.0.1"}}`, password))
+	// A pool whose template carries both, and one whose spec does not parse with them in it.
+	n.nats("kv", "put", "pools", "crawl", fmt.Sprintf(`{"replicas":1,"template":{"provider":"local","cloudInit":"#cloud-config\n# %s\n","auth":{"username":"crawler","password":"%s"}}}`, userData, password))
+	n.nats("kv", "put", "pools", "badpool", fmt.Sprintf(`{"replicas":1,"template":{"provider":"local","port":0.5,"auth":{"username":"u","password":"%s"}}}`, password))
+	waitUntil(t, "pool crawl Ready, badpool Invalid", 30*time.Second, func() (bool, string) {
+		var pools []fleet.PoolRow
+		out := n.egressd("status", "pools", "-o", "json")
+		if json.Unmarshal([]byte(out), &pools) != nil || len(pools) != 2 {
+			return false, out
+		}
+		return pools[0].Phase == events.PoolInvalid && pools[1].Phase == events.PoolReady && pools[1].Ready == 1, out
+	})
 	n.waitRows("sec and ref Running, bad ones Invalid", 30*time.Second, func(r map[string]fleet.Row) bool {
 		return r["sec"].Phase == events.PhaseReady && r["ref"].Phase == events.PhaseReady &&
 			r["bad1"].Phase == events.PhaseInvalid && r["bad2"].Phase == events.PhaseInvalid && r["bad3"].Phase == events.PhaseInvalid
@@ -258,6 +270,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 		"status json":         n.egressd("status", "-o", "json"),
 		"events stream":       eventsDump(t, n.url),
 		"proxy_status bucket": statusDump(n),
+		"status pools table":  n.egressd("status", "pools"),
+		"status pools json":   n.egressd("status", "pools", "-o", "json"),
+		"pool_status bucket":  n.nats("kv", "get", events.BucketPoolStatus, "crawl", "--raw") + n.nats("kv", "get", events.BucketPoolStatus, "badpool", "--raw"),
 	}
 	for what, text := range places {
 		for _, s := range []string{userData, password, "12345"} {
@@ -277,6 +292,9 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 		return nil
 	})
+	if !strings.Contains(places["events stream"], `"kind":"pool"`) || !strings.Contains(places["pool_status bucket"], `"members"`) {
+		t.Fatalf("no pool event or ledger to check; the pool part proved nothing:\n%.500s", places["pool_status bucket"])
+	}
 	if !strings.Contains(places["events stream"], `"kind":"op"`) {
 		t.Fatalf("the events dump holds no op results; the check above proved nothing:\n%.500s", places["events stream"])
 	}

@@ -26,6 +26,7 @@ Usage:
   egressd lease acquire|renew|release|report [flags]
                                  lease proxies from a shell script
   egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
+  egressd status pools           show pools: desired, ready, leased and draining members, next rotation
   egressd status providers       show provider targets: ready, reason, latency
   egressd events [-f] [--since 1h] [--kind k] [--proxy p]
                                  follow what happens, in a human-readable form

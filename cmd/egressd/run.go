@@ -16,6 +16,7 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser"
 	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/workers/pools"
 	"github.com/egressd/egressd/workers/prober"
 	"github.com/egressd/egressd/workers/provisioner"
 	"github.com/egressd/egressd/workers/reconciler"
@@ -302,6 +303,13 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			return err
 		}
 		g.Go(func() error { return r.Run(gctx) })
+		// The pool controller lives beside the reconciler, under a leader lease of its own:
+		// it only writes specs, which the reconciler then acts on like any other.
+		pc, err := pools.New(pools.Config{Store: store, Holder: holder, LeaderTTL: f.leaderTTL, Log: log})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return pc.Run(gctx) })
 	}
 	log.Info("egressd running", "roles", f.roles, "providers", len(cfg.Providers))
 	err = g.Wait()

@@ -21,6 +21,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// statusViews are the views of `egressd status`; proxies is the default.
+var statusViews = []string{"proxies", "pools", "providers", "probers"}
+
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
 
@@ -46,8 +49,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		what, args = args[0], args[1:]
 	}
-	if what != "proxies" && what != "providers" && what != "probers" {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, providers or probers)\n", what)
+	if !slices.Contains(statusViews, what) {
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers or probers)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -58,11 +61,12 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var((*listFlag)(&in.Phases), "phase", "only proxies in these phases (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&in.Providers), "provider", "only proxies of these providers; external proxies have provider external (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&in.Selectors), "selector", "only proxies with this attribute, key=value, matched exactly (repeatable, or comma-separated; all must match)")
+	fs.Var((*listFlag)(&in.Pools), "pool", "only members of these pools, by their spec's owner (repeatable, or comma-separated)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, providers or probers, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers or probers, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -75,7 +79,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	if what != "proxies" && !filter.Empty() {
-		fmt.Fprintf(stderr, "egressd status %s: --phase, --provider and --selector select proxies; they do not apply here\n", what)
+		fmt.Fprintf(stderr, "egressd status %s: --phase, --provider, --selector and --pool select proxies; they do not apply here\n", what)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
@@ -86,12 +90,22 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "providers":
 		return showList(ctx, *natsURL, events.BucketProviderHealth, fleet.Targets, *output == "json", printTargets, stdout, stderr)
 	}
-	fl, err := loadFleet(ctx, *natsURL)
+	// The proxies view reads the pools' buckets only to select by pool, so a viewer the
+	// deployment does not let read them still gets its table.
+	fl, err := loadFleet(ctx, *natsURL, what == "pools" || len(filter.Pools) > 0)
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd status:", err)
 		return 1
 	}
 	code := reportReadErrors(stderr, fl.Errors)
+	if what == "pools" {
+		if *output == "json" {
+			writeJSON(stdout, fl.Pools)
+		} else {
+			printPools(stdout, fl.Pools, fl.At)
+		}
+		return code
+	}
 	rows := fl.Select(filter)
 	switch {
 	case *output == "json":
@@ -108,7 +122,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // opened or read is in the fleet's Errors, its part left empty, and the rest is read all the
 // same. A denied read fails at once (reader): the viewer of deploy/nats may not read specs, and
 // gets its rows from the statuses alone, without lease limits, attributes or probe intervals.
-func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
+// With pools, it also reads pools and pool_status.
+func loadFleet(ctx context.Context, url string, pools bool) (*fleet.Fleet, error) {
 	r, err := dialReader(url, "egressd status")
 	if err != nil {
 		return nil, err
@@ -118,10 +133,15 @@ func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
 		b    fleet.Buckets
 		errs []fleet.ReadError
 	)
-	for _, o := range []struct {
+	type bucket struct {
 		name string
 		dst  *jetstream.KeyValue
-	}{{events.BucketProxies, &b.Proxies}, {events.BucketStatus, &b.Status}, {events.BucketHealth, &b.Health}} {
+	}
+	buckets := []bucket{{events.BucketProxies, &b.Proxies}, {events.BucketStatus, &b.Status}, {events.BucketHealth, &b.Health}}
+	if pools {
+		buckets = append(buckets, bucket{events.BucketPools, &b.Pools}, bucket{events.BucketPoolStatus, &b.PoolStatus})
+	}
+	for _, o := range buckets {
 		if *o.dst, err = r.open(ctx, o.name); err != nil {
 			errs = append(errs, fleet.ReadError{Bucket: o.name, Err: err})
 		}
@@ -137,14 +157,21 @@ func loadFleet(ctx context.Context, url string) (*fleet.Fleet, error) {
 }
 
 // reportReadErrors prints what could not be read and returns the exit code: 1, except when
-// the only failure is specs the user may not read (the viewer), which status is built for.
+// the only failures are specs the user may not read (the viewer: proxy and pool specs hold
+// passwords and user-data), which status is built for.
 func reportReadErrors(w io.Writer, errs []fleet.ReadError) int {
 	code := 0
 	for _, e := range errs {
 		var de *deniedError
-		if e.Bucket == events.BucketProxies && errors.As(e.Err, &de) {
-			fmt.Fprintf(w, "egressd status: %v; rows come from the statuses alone (no lease limits, attributes or overdue judgement)\n", e)
-			continue
+		if errors.As(e.Err, &de) {
+			switch e.Bucket {
+			case events.BucketProxies:
+				fmt.Fprintf(w, "egressd status: %v; rows come from the statuses alone (no lease limits, attributes, pools or overdue judgement)\n", e)
+				continue
+			case events.BucketPools:
+				fmt.Fprintf(w, "egressd status: %v; pools come from the controller's statuses alone (no desired replicas)\n", e)
+				continue
+			}
 		}
 		fmt.Fprintln(w, "egressd status:", e)
 		code = 1

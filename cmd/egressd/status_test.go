@@ -129,7 +129,7 @@ func TestStatusCommandBadInput(t *testing.T) {
 		{[]string{"--selector", "=de"}, `egressd status: --selector "=de": want key=value with a key`},
 		{[]string{"--selector", "geo=de,geo=fr"}, `egressd status: --selector "geo=fr": key "geo" is already given (as "de")`},
 		{[]string{"extra"}, `egressd status: unexpected argument "extra"`},
-		{[]string{"providers", "--phase", "Ready"}, "egressd status providers: --phase, --provider and --selector select proxies"},
+		{[]string{"providers", "--phase", "Ready"}, "egressd status providers: --phase, --provider, --selector and --pool select proxies"},
 		{[]string{"-o", "yaml"}, `egressd status: -o "yaml": use table or json`},
 	} {
 		args := append([]string{"--nats-url", url}, c.args...)

@@ -21,6 +21,8 @@ type specFields struct {
 	maxLeases      int
 	attributes     map[string]string
 	interval       time.Duration
+	pool           string // the owner: the pool whose member this is
+	drain          bool   // its pool's controller stopped its leases
 }
 
 func decodeSpecs(m map[string]jetstream.KeyValueEntry) map[string]specFields {
@@ -29,7 +31,8 @@ func decodeSpecs(m map[string]jetstream.KeyValueEntry) map[string]specFields {
 		f := specFields{created: e.Created()}
 		if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
 			f = specFields{valid: true, created: e.Created(), mode: s.Mode, provider: s.Provider, maxLeases: *s.MaxLeases,
-				attributes: maps.Clone(s.Attributes), interval: time.Duration(s.HealthCheck.IntervalSeconds) * time.Second}
+				attributes: maps.Clone(s.Attributes), interval: time.Duration(s.HealthCheck.IntervalSeconds) * time.Second,
+				pool: s.Pool, drain: s.Drain}
 		}
 		out[name] = f
 	}
@@ -53,6 +56,7 @@ func build(now time.Time, in decoded) *Fleet {
 		if f.valid {
 			r.Mode, r.Provider, r.Attributes, r.interval = f.mode, f.provider, f.attributes, f.interval
 			r.MaxLeases = &f.maxLeases
+			r.Pool, r.Drain = f.pool, f.drain
 		}
 	}
 	for name, st := range in.statuses {
@@ -73,6 +77,7 @@ func build(now time.Time, in decoded) *Fleet {
 			r.CreatedAt = st.CreatedAt
 		}
 	}
+	ownPoolless(rows, in)
 	f := &Fleet{At: now, Rows: make([]Row, 0, len(rows))}
 	for _, r := range rows {
 		if r.Mode == schemas.ModeExternal {
@@ -88,7 +93,13 @@ func build(now time.Time, in decoded) *Fleet {
 		f.Rows = append(f.Rows, *r)
 	}
 	slices.SortFunc(f.Rows, func(a, b Row) int { return strings.Compare(a.Name, b.Name) })
+	f.Pools = buildPools(now, in, f.Rows)
 	f.Totals = total(f.Rows, in.leases)
+	f.Totals.Pools = len(f.Pools)
+	f.Totals.PoolPhases = map[events.PoolPhase]int{}
+	for i := range f.Pools {
+		f.Totals.PoolPhases[f.Pools[i].Phase]++
+	}
 	return f
 }
 

@@ -11,7 +11,7 @@ import (
 // Phases is every phase a proxy can have (DESIGN §3.4), in lifecycle order.
 var Phases = []events.Phase{
 	events.PhasePending, events.PhaseInvalid, events.PhaseProvisioning, events.PhaseRunning, events.PhaseReady,
-	events.PhaseUnhealthy, events.PhaseReplacing, events.PhaseDeleting, events.PhaseWaiting, events.PhaseFailed,
+	events.PhaseUnhealthy, events.PhaseDraining, events.PhaseReplacing, events.PhaseDeleting, events.PhaseWaiting, events.PhaseFailed,
 }
 
 // Filter selects rows. Each set field must match; within a field any listed value may.
@@ -20,14 +20,15 @@ type Filter struct {
 	Providers []string
 	Selector  map[string]string // every attribute must be present with exactly this value
 	Name      string            // a substring of the name
+	Pools     []string          // the pool the proxy is a member of (Row.Pool), matched exactly
 }
 
 // FilterInput is a filter as a user writes it: each list entry may itself be
 // comma-separated ("Ready,Running"; "geo=de,tier=general"), as repeated flags or query
 // parameters give them.
 type FilterInput struct {
-	Phases, Providers, Selectors []string
-	Name                         string
+	Phases, Providers, Selectors, Pools []string
+	Name                                string
 }
 
 // FilterError is a filter term that does not parse. Field is the name both the command's
@@ -68,6 +69,7 @@ func ParseFilter(in FilterInput) (Filter, error) {
 		f.Selector[k] = v
 	}
 	f.Name = strings.TrimSpace(in.Name)
+	f.Pools = splitList(in.Pools)
 	return f, nil
 }
 
@@ -94,7 +96,7 @@ func phaseList() string {
 
 // Empty reports whether the filter selects every row.
 func (f Filter) Empty() bool {
-	return len(f.Phases) == 0 && len(f.Providers) == 0 && len(f.Selector) == 0 && f.Name == ""
+	return len(f.Phases) == 0 && len(f.Providers) == 0 && len(f.Selector) == 0 && f.Name == "" && len(f.Pools) == 0
 }
 
 // Match reports whether r is selected. A row whose spec is not readable has no attributes,
@@ -104,6 +106,9 @@ func (f Filter) Match(r *Row) bool {
 		return false
 	}
 	if len(f.Providers) > 0 && !slices.Contains(f.Providers, r.Provider) {
+		return false
+	}
+	if len(f.Pools) > 0 && !slices.Contains(f.Pools, r.Pool) {
 		return false
 	}
 	for k, v := range f.Selector {

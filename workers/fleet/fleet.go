@@ -9,7 +9,8 @@ import (
 // Fleet is every proxy as of one read.
 type Fleet struct {
 	At     time.Time
-	Rows   []Row // one per proxy, by name
+	Rows   []Row     // one per proxy, by name
+	Pools  []PoolRow // one per pool, by name
 	Totals Totals
 	Errors []ReadError // buckets that could not be read, by name; their parts are empty
 }
@@ -48,6 +49,10 @@ type Row struct {
 	LastProbeAt  time.Time         `json:"lastProbeAt,omitzero"` // of the last probe at the current address
 	CreatedAt    time.Time         `json:"createdAt,omitzero"`   // first status (a replacement keeps it), else the spec's creation
 	Age          string            `json:"age"`
+	// Pool is the pool the proxy is a member of: its spec's owner or, without a readable
+	// spec, the pool whose ledger lists it. Drain: its spec is marked drain (no new leases).
+	Pool  string `json:"pool,omitempty"`
+	Drain bool   `json:"drain,omitempty"`
 	// Status is the full recorded status, for `egressd status -o json`; nil when there is
 	// none yet. It never holds a secret (the reconciler keeps only a salted hash of auth).
 	Status *events.ProxyStatus `json:"status,omitempty"`
@@ -67,4 +72,6 @@ type Totals struct {
 	// rows' Leases may sum to less.
 	Leases        int
 	LeaseCapacity int // maxLeases summed over Ready proxies
+	Pools         int
+	PoolPhases    map[events.PoolPhase]int
 }

@@ -37,7 +37,8 @@ func judge(r *Row, h *events.ProxyHealth, now time.Time) {
 }
 
 // probeOverdue reports whether a proxy the probers should be checking has gone unchecked too
-// long: its phase is Running, Ready or Unhealthy, it has an address and no teardown, and its
+// long: its phase is Running, Ready, Unhealthy or Draining (its leases run on, so the
+// crawlers holding them still rely on its health), it has an address and no teardown, and its
 // last probe at that address (h, nil if none) or, before the first, the time the address
 // appeared (AddressAt, else UpdatedAt) is older than events.ProbeOverdueAfter(interval). A
 // probe older than AddressAt does not count: it was of the address's previous instance.
@@ -48,7 +49,7 @@ func probeOverdue(st *events.ProxyStatus, address string, h *events.ProxyHealth,
 		return false
 	}
 	switch st.Phase {
-	case events.PhaseRunning, events.PhaseReady, events.PhaseUnhealthy:
+	case events.PhaseRunning, events.PhaseReady, events.PhaseUnhealthy, events.PhaseDraining:
 	default:
 		return false
 	}

@@ -19,11 +19,14 @@ import (
 type Buckets struct {
 	Proxies, Status, Health jetstream.KeyValue
 	Leases                  kvstore.LeaseShards // every shard is read; none reads as empty
+	// Pools holds PoolSpecs, which carry a template's auth and user-data like proxies do; a
+	// reader not allowed to see them gets its pools from PoolStatus alone.
+	Pools, PoolStatus jetstream.KeyValue
 }
 
-// FromStore is the four buckets of an open store.
+// FromStore is the buckets of an open store.
 func FromStore(s *kvstore.Store) Buckets {
-	return Buckets{Proxies: s.Proxies, Status: s.Status, Health: s.Health, Leases: s.Leases}
+	return Buckets{Proxies: s.Proxies, Status: s.Status, Health: s.Health, Leases: s.Leases, Pools: s.Pools, PoolStatus: s.PoolStatus}
 }
 
 // ReadError is a bucket that could not be read; its part of the model is empty.
@@ -37,12 +40,16 @@ func (e ReadError) Error() string { return e.Err.Error() }
 
 func (e ReadError) Unwrap() error { return e.Err }
 
-// decoded is what the buckets hold, decoded, by proxy name (leases: held slots per proxy).
+// decoded is what the buckets hold, decoded, by proxy name (leases: held slots per proxy)
+// and, for pools, by pool name.
 type decoded struct {
 	specs    map[string]specFields
 	statuses map[string]*events.ProxyStatus
 	health   map[string]*events.ProxyHealth
 	leases   map[string]int
+
+	pools      map[string]poolFields
+	poolStatus map[string]*events.PoolStatus
 }
 
 // Load reads the buckets in parallel and builds the fleet as of now. Each bucket is decoded
@@ -74,6 +81,8 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 	read(events.BucketProxies, b.Proxies, func(m map[string]jetstream.KeyValueEntry) { in.specs = decodeSpecs(m) })
 	read(events.BucketStatus, b.Status, func(m map[string]jetstream.KeyValueEntry) { in.statuses = decodeAll[events.ProxyStatus](m) })
 	read(events.BucketHealth, b.Health, func(m map[string]jetstream.KeyValueEntry) { in.health = decodeAll[events.ProxyHealth](m) })
+	read(events.BucketPools, b.Pools, func(m map[string]jetstream.KeyValueEntry) { in.pools = decodePools(m) })
+	read(events.BucketPoolStatus, b.PoolStatus, func(m map[string]jetstream.KeyValueEntry) { in.poolStatus = decodeAll[events.PoolStatus](m) })
 	in.leases = map[string]int{}
 	for _, kv := range b.Leases.All() {
 		// The shards hold disjoint proxies: their counts add up. A shard that fails is an

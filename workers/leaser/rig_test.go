@@ -148,6 +148,7 @@ type proxy struct {
 	latencyMs float64
 	auth      *[2]string
 	external  bool
+	drain     bool
 }
 
 func (r *rig) seed(ps ...proxy) {
@@ -163,6 +164,9 @@ func (r *rig) seed(ps ...proxy) {
 		}
 		if p.attrs != nil {
 			spec["attributes"] = p.attrs
+		}
+		if p.drain {
+			spec["drain"] = true
 		}
 		if p.auth != nil {
 			spec["auth"] = map[string]string{"username": p.auth[0], "password": p.auth[1]}

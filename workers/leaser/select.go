@@ -44,9 +44,11 @@ func matches(attrs, selector map[string]string) bool {
 	return true
 }
 
-// leasable reports whether p can be handed out at all: a valid spec, phase Ready and an address.
+// leasable reports whether p can be handed out at all: a valid spec not draining, phase Ready
+// and an address. The spec's drain is checked as well as the phase (the reconciler turns it
+// into Draining), so that no grant lands between the spec's change and the status's.
 func (p *proxyView) leasable() bool {
-	return p.hasSpec && p.hasStatus && p.phase == events.PhaseReady && p.ip != "" && p.port > 0
+	return p.hasSpec && !p.drain && p.hasStatus && p.phase == events.PhaseReady && p.ip != "" && p.port > 0
 }
 
 // next returns up to n eligible candidates for q, best first, after those cur has already

@@ -132,3 +132,33 @@ func equal(a, b []string) bool {
 	}
 	return true
 }
+
+// A spec with "drain": true is never granted again, even while its status still says Ready
+// (the reconciler's Draining follows the spec), and the leases it holds renew and release
+// as before: a pool drains a member by its leases, never by cutting them.
+func TestDrainStopsGrantsButNotHeldLeases(t *testing.T) {
+	r := newRig(t, nil)
+	sel := map[string]string{"pool": "web"}
+	r.seed(proxy{name: "web-a", maxLeases: 3, attrs: sel})
+	r.startLeasers(2)
+	held := r.mustAcquire(events.AcquireRequest{Selector: sel, TTLSeconds: 30})
+	r.seed(proxy{name: "web-a", maxLeases: 3, attrs: sel, drain: true})
+	eventually(t, 5*time.Second, "no grant on a draining spec", func() bool {
+		_, rep := r.acquire(events.AcquireRequest{Selector: sel})
+		return rep.code == events.CodeUnavailable && rep.err.Availability.Ready == 0
+	})
+	for range 3 {
+		rep := r.call(events.LeaseRenewSubject, events.RenewRequest{ID: held.ID, TTLSeconds: 30})
+		if rep.code != 0 {
+			t.Fatalf("renew of a lease on a draining proxy: %d %s", rep.code, rep.err.Message)
+		}
+	}
+	if !r.release(held.ID) {
+		t.Fatal("release of a lease on a draining proxy")
+	}
+	r.seed(proxy{name: "web-a", maxLeases: 3, attrs: sel})
+	eventually(t, 5*time.Second, "leasable again once the drain is lifted", func() bool {
+		_, rep := r.acquire(events.AcquireRequest{Selector: sel})
+		return rep.code == 0
+	})
+}

@@ -55,6 +55,7 @@ type proxyView struct {
 	maxLeases int
 	auth      *schemas.Auth
 	external  bool
+	drain     bool   // "drain": true: never granted again, held leases renew and run on
 	specRev   uint64 // of the newest entry of the proxy's key, a delete included
 	specGone  bool   // that entry is a delete or purge
 	// proxy_status
@@ -168,10 +169,10 @@ func (v *view) applySpec(e jetstream.KeyValueEntry) {
 	v.specHigh = max(v.specHigh, e.Revision())
 	defer v.findStale(p)
 	p.hasSpec = ok
-	p.attrs, p.auth, p.maxLeases, p.external = nil, nil, 0, false
+	p.attrs, p.auth, p.maxLeases, p.external, p.drain = nil, nil, 0, false, false
 	if ok {
 		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
-		p.external = spec.Mode == schemas.ModeExternal
+		p.external, p.drain = spec.Mode == schemas.ModeExternal, spec.Drain
 	}
 	p.held = 0
 	for s := range p.slots {

@@ -31,6 +31,12 @@ var (
 	descNATSOutBytes = prometheus.NewDesc("egress_nats_client_out_bytes_total", "Bytes this process sent to NATS.", nil, nil)
 	descReconnects   = prometheus.NewDesc("egress_nats_client_reconnects_total", "Reconnections of this process to NATS.", nil, nil)
 	descConnected    = prometheus.NewDesc("egress_nats_client_connected", "1 while this process is connected to NATS.", nil, nil)
+	descPoolDesired  = prometheus.NewDesc("egress_pool_desired", "Members a pool's spec asks for (replicas), from pools.", []string{"pool"}, nil)
+	descPoolMembers  = prometheus.NewDesc("egress_pool_members", "Proxies a pool owns now, draining ones included.", []string{"pool"}, nil)
+	descPoolReady    = prometheus.NewDesc("egress_pool_ready", "A pool's members in phase Ready and not draining.", []string{"pool"}, nil)
+	descPoolLeased   = prometheus.NewDesc("egress_pool_leased", "Lease slots held on a pool's members.", []string{"pool"}, nil)
+	descPoolDraining = prometheus.NewDesc("egress_pool_draining", "A pool's members that are draining: no new leases, held ones run on.", []string{"pool"}, nil)
+	descPoolInfo     = prometheus.NewDesc("egress_pool_info", "1 for every pool, labelled with its phase.", []string{"pool", "phase"}, nil)
 	descScrapeErrors = prometheus.NewDesc("egress_scrape_errors", "Sources that could not be read during this scrape.", []string{"source"}, nil)
 )
 
@@ -54,7 +60,8 @@ type stateCollector struct {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
 		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
-		descReconnects, descConnected, descScrapeErrors} {
+		descReconnects, descConnected, descPoolDesired, descPoolMembers, descPoolReady, descPoolLeased, descPoolDraining, descPoolInfo,
+		descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -98,6 +105,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if !failed[events.BucketLeases] {
 		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(fl.Totals.Leases))
 	}
+	collectPools(ch, fl.Pools, failed)
 	if targets, err := fleet.Targets(ctx, c.store.Providers); !fail(events.BucketProviderHealth, err) {
 		for _, th := range targets {
 			up := 0.0
@@ -121,6 +129,36 @@ func collectPhases(ch chan<- prometheus.Metric, rows []fleet.Row) {
 	}
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descProxies, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+}
+
+// collectPools exports each pool's gauges that the reads behind them allow: its phase and
+// desired replicas need both pool buckets (a spec that does not parse is Invalid whatever its
+// status says); its members need the specs (their owner), the statuses (their phase) and the
+// ledgers (owners of rows without a spec); leased also needs the leases. A pool whose spec
+// does not parse has no desired gauge.
+func collectPools(ch chan<- prometheus.Metric, pools []fleet.PoolRow, failed map[string]bool) {
+	if failed[events.BucketPools] || failed[events.BucketPoolStatus] {
+		return
+	}
+	members := !failed[events.BucketProxies] && !failed[events.BucketStatus]
+	gauge := func(d *prometheus.Desc, v int, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	for _, p := range pools {
+		gauge(descPoolInfo, 1, p.Name, string(p.Phase))
+		if p.Desired != nil {
+			gauge(descPoolDesired, *p.Desired, p.Name)
+		}
+		if !members {
+			continue
+		}
+		gauge(descPoolMembers, p.Members, p.Name)
+		gauge(descPoolReady, p.Ready, p.Name)
+		gauge(descPoolDraining, p.Draining, p.Name)
+		if !failed[events.BucketLeases] {
+			gauge(descPoolLeased, p.Leased, p.Name)
+		}
 	}
 }
 

@@ -517,15 +517,24 @@ func (d *decider) phase() events.Phase {
 	case st.Teardown != "":
 		return events.PhaseReplacing
 	case st.Mode == schemas.ModeExternal:
-		return d.healthPhase()
+		return d.drained(d.healthPhase())
 	case st.Reason == events.ReasonQuota && d.now.Before(st.RetryAt):
 		return events.PhaseWaiting
 	case st.InstanceID != "" && st.IP != "":
-		return d.healthPhase()
+		return d.drained(d.healthPhase())
 	case d.mayExist() || st.Op != nil:
 		return events.PhaseProvisioning
 	}
 	return events.PhasePending
+}
+
+// drained is the phase of a proxy with an address whose spec says drain: Draining, whatever
+// its health (which the HEALTHY column still shows), so that nobody reads it as capacity.
+func (d *decider) drained(p events.Phase) events.Phase {
+	if d.in.Spec != nil && d.in.Spec.Drain {
+		return events.PhaseDraining
+	}
+	return p
 }
 
 // healthPhase is the phase of a proxy that has an address: Ready or Unhealthy once the probers

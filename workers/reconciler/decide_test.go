@@ -414,6 +414,20 @@ func TestDecide(t *testing.T) {
 				t.Errorf("readyAt %v", d.Status.ReadyAt)
 			}
 		}}},
+		{"a healthy proxy whose spec says drain is Draining, with no op: drain never replaces", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","drain":true,"pool":"web"}`), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3}
+			return in
+		}, want{phase: events.PhaseDraining, check: func(t *testing.T, d Decision) {
+			if len(d.Ops) != 0 || d.Status.InstanceID != "local/x" {
+				t.Errorf("ops %v, status %+v", d.Ops, d.Status)
+			}
+		}}},
+		{"an unhealthy draining proxy is Draining too", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","drain":true}`), running(spec(t, base)), t0)
+			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", ConsecutiveFailures: 3, FailureThreshold: 3, SuccessThreshold: 1}
+			return in
+		}, want{phase: events.PhaseDraining}},
 		{"failures past the threshold make it Unhealthy", func(t *testing.T) Input {
 			in := input(t, spec(t, base), running(spec(t, base)), t0)
 			in.Health = &events.ProxyHealth{Address: "127.0.0.2:3128", ConsecutiveFailures: 3, FailureThreshold: 3, SuccessThreshold: 1, LastError: "connection refused"}

@@ -91,6 +91,13 @@ func TestBrowserShowsTheStatus(t *testing.T) {
 	if row := rowOf(t, proxies, "broken-1"); !strings.Contains(row, "storage pool default is full") {
 		t.Errorf("the failed proxy's message is not shown: %q", row)
 	}
+	pools := tableRows(t, dom, "pools")
+	if row := rowOf(t, pools, "crawl"); !strings.HasPrefix(row, "crawl Degraded 2 2 1 2 0 2h in 4h") {
+		t.Errorf("pool row: %q", row)
+	}
+	if row := rowOf(t, pools, "batch"); !strings.HasPrefix(row, "batch Pending 4 0") {
+		t.Errorf("pool row: %q", row)
+	}
 	targets := tableRows(t, dom, "providers")
 	if row := rowOf(t, targets, "kvm-home hv2"); !strings.Contains(row, "Not ready Unreachable") {
 		t.Errorf("provider row: %q", row)

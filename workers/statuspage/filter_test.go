@@ -28,6 +28,9 @@ func TestJSONFiltersAndPages(t *testing.T) {
 		{"?selector=region=eu", "crawl-eu-1 crawl-eu-2", 2, "1/1"},
 		{"?selector=region=eu,pool=crawl", "crawl-eu-1", 1, "1/1"},
 		{"?q=eu-", "crawl-eu-1 crawl-eu-2 crawl-eu-3", 3, "1/1"},
+		{"?pool=crawl", "crawl-eu-1 crawl-eu-2", 2, "1/1"},
+		{"?pool=crawl&phase=Unhealthy", "crawl-eu-2", 1, "1/1"},
+		{"?pool=batch", "", 0, "1/1"},
 		{"?per_page=3", "bad-spec broken-1 crawl-eu-1", 7, "1/3"},
 		{"?per_page=3&page=3", "ext-office", 7, "3/3"},
 		{"?per_page=3&page=9", "ext-office", 7, "3/3"}, // past the end: the last page

@@ -90,10 +90,10 @@ func (r *rig) seedFleet(t *testing.T) {
 	t.Helper()
 	ago := func(d time.Duration) time.Time { return r.now.Add(-d) }
 	specs := map[string]string{
-		"crawl-eu-1": `{"provider":"local","maxLeases":2,"attributes":{"region":"eu","pool":"crawl"},` +
+		"crawl-eu-1": `{"provider":"local","maxLeases":2,"attributes":{"region":"eu","pool":"crawl"},"pool":"crawl",` +
 			`"cloudInit":"#cloud-config\nruncmd: [echo ` + sentinelUserData + `]",` +
 			`"auth":{"username":"crawler","password":"` + sentinelPassword + `"}}`,
-		"crawl-eu-2": `{"provider":"local","maxLeases":2,"attributes":{"region":"eu"}}`,
+		"crawl-eu-2": `{"provider":"local","maxLeases":2,"attributes":{"region":"eu"},"pool":"crawl"}`,
 		"crawl-us-1": `{"provider":"kvm-home","attributes":{"region":"us"}}`,
 		"ext-office": `{"mode":"external","endpoint":{"host":"203.0.113.7","port":8080},"maxLeases":4,` +
 			`"auth":{"username":"office","password":"` + sentinelPassword + `"}}`,
@@ -150,6 +150,16 @@ func (r *rig) seedFleet(t *testing.T) {
 		th.V = 1
 		r.put(t, r.store.Providers, th.Provider+"."+th.Target, th)
 	}
+	// Pools: crawl owns crawl-eu-1 and crawl-eu-2 (one Unhealthy: Degraded); batch is declared
+	// but not acted on yet. Their templates hold the sentinels too.
+	template := `{"provider":"local","maxLeases":2,"cloudInit":"` + sentinelUserData + `","auth":{"username":"u","password":"` + sentinelPassword + `"}}`
+	r.put(t, r.store.Pools, "crawl", []byte(`{"replicas":2,"rotation":{"maxAgeSeconds":21600},"template":`+template+`}`))
+	r.put(t, r.store.Pools, "batch", []byte(`{"replicas":4,"template":`+template+`}`))
+	r.put(t, r.store.PoolStatus, "crawl", events.PoolStatus{V: 1, Phase: events.PoolDegraded, Message: "1 of 2 members Ready",
+		Replicas: 2, MaxMembers: 3, Members: []events.PoolMember{
+			{Name: "crawl-eu-1", CreatedAt: ago(2 * time.Hour), RotateAt: r.now.Add(4 * time.Hour)},
+			{Name: "crawl-eu-2", CreatedAt: ago(90 * time.Minute), RotateAt: r.now.Add(270 * time.Minute)}},
+		NextRotation: r.now.Add(4*time.Hour + 30*time.Minute), UpdatedAt: ago(time.Minute)})
 	res := events.OpResult{V: 1, Kind: events.OpCreate, Proxy: "crawl-eu-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
 		Instance: &events.Instance{State: "Running", Address: "127.0.0.2", Port: 3128}}
 	for _, ev := range []events.Event{

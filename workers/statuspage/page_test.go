@@ -79,6 +79,19 @@ func TestPageShowsTheFleet(t *testing.T) {
 		t.Errorf("%d problem rows, want 2 (bad-spec, broken-1)", n)
 	}
 
+	pools := strings.Join(tableRows(t, body, "pools"), "\n")
+	wantPools := []string{
+		"batch Pending 4 0 0 0 0 - - -",
+		"crawl Degraded 2 2 1 2 0 2h in 4h - 1 of 2 members Ready",
+	}
+	if pools != strings.Join(wantPools, "\n") {
+		t.Errorf("pool rows:\n%s\nwant:\n%s", pools, strings.Join(wantPools, "\n"))
+	}
+	// A pool's name shows its members.
+	if !strings.Contains(body, `<a href="?pool=crawl" title="Show its members">crawl</a>`) {
+		t.Error("the pool does not link to its members")
+	}
+
 	targets := seconds(strings.Join(tableRows(t, body, "providers"), "\n"))
 	wantTargets := []string{
 		"kvm-home hv1 Ready Ready 38.6 ms Ns ago 26h",
@@ -126,7 +139,8 @@ func TestJSONHasTheSameData(t *testing.T) {
 		t.Errorf("title %q, refresh %d, errors %v", s.Title, s.RefreshSeconds, s.Errors)
 	}
 	wantCounts := Counts{Proxies: 7, Phases: map[string]int{"Ready": 2, "Unhealthy": 1, "Pending": 1, "Provisioning": 1, "Invalid": 1, "Failed": 1},
-		Healthy: 2, Unhealthy: 1, HealthUnknown: 4, Leases: 3, LeaseCapacity: 6, Targets: 3, TargetsReady: 2}
+		Healthy: 2, Unhealthy: 1, HealthUnknown: 4, Leases: 3, LeaseCapacity: 6, Targets: 3, TargetsReady: 2,
+		Pools: 2, PoolPhases: map[string]int{"Degraded": 1, "Pending": 1}}
 	if fmt.Sprint(s.Counts) != fmt.Sprint(wantCounts) {
 		t.Errorf("counts %+v\nwant   %+v", s.Counts, wantCounts)
 	}
@@ -142,6 +156,15 @@ func TestJSONHasTheSameData(t *testing.T) {
 	}
 	if b := byName["broken-1"]; b.Phase != events.PhaseFailed || !strings.Contains(b.Message, "storage pool") || b.LastError == "" {
 		t.Errorf("broken-1: %+v", b)
+	}
+	if eu1.Pool != "crawl" || byName["crawl-eu-3"].Pool != "" {
+		t.Errorf("members' pool: %q, %q", eu1.Pool, byName["crawl-eu-3"].Pool)
+	}
+	// Pools come without the ledger, as proxies come without their statuses.
+	if p := s.Pools; len(p) != 2 || p[0].Name != "batch" || p[0].Phase != fleet.PoolPending || *p[0].Desired != 4 ||
+		p[1].Name != "crawl" || p[1].Phase != events.PoolDegraded || p[1].Members != 2 || p[1].Ready != 1 || p[1].Leased != 2 ||
+		p[1].Oldest != "2h" || p[1].Status != nil || p[1].NextRotation.IsZero() {
+		t.Errorf("pools: %+v", p)
 	}
 	if p := s.Providers; len(p) != 3 || p[0].Target != "hv1" || p[1].Target != "hv2" || p[1].Ready || p[2].Provider != "local" {
 		t.Errorf("providers: %+v", p)
@@ -247,3 +270,17 @@ var secondsRe = regexp.MustCompile(`\b\d+s\b`)
 
 // seconds replaces ages in seconds ("40s") by "Ns": they depend on how fast the test runs.
 func seconds(s string) string { return secondsRe.ReplaceAllString(s, "Ns") }
+
+// An installation without pools is not shown an empty pools table; the JSON still has [].
+func TestNoPoolsNoPoolsTable(t *testing.T) {
+	r := newRig(t)
+	r.put(t, r.store.Proxies, "p1", []byte(`{"provider":"local"}`))
+	h := r.handler(t, Config{})
+	if _, body := get(t, h, "/"); strings.Contains(body, `<table id="pools"`) || !strings.Contains(body, `<table id="proxies"`) {
+		t.Errorf("pools table shown without pools:\n%s", visibleText(body))
+	}
+	_, body := get(t, h, "/api/status.json")
+	if !strings.Contains(body, `"pools": []`) {
+		t.Errorf("JSON pools not []:\n%s", body)
+	}
+}

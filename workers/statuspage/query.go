@@ -22,6 +22,7 @@ type Filter struct {
 	Provider string `json:"provider,omitempty"`
 	Selector string `json:"selector,omitempty"` // key=value,…: attributes, matched exactly
 	Q        string `json:"q,omitempty"`        // a substring of the name
+	Pool     string `json:"pool,omitempty"`     // pools whose members to show, by their spec's owner
 }
 
 // query is a request's filter and page, checked.
@@ -31,15 +32,16 @@ type query struct {
 	page, perPage int
 }
 
-// parseQuery reads phase, provider, selector (each repeatable or comma-separated), q, page
+// parseQuery reads phase, provider, selector, pool (each repeatable or comma-separated), q, page
 // and per_page. Its error names the parameter at fault; unknown parameters are ignored.
 func parseQuery(v url.Values) (query, error) {
 	q := query{
-		echo:    Filter{Phase: joinParam(v["phase"]), Provider: joinParam(v["provider"]), Selector: joinParam(v["selector"]), Q: v.Get("q")},
+		echo: Filter{Phase: joinParam(v["phase"]), Provider: joinParam(v["provider"]), Selector: joinParam(v["selector"]), Q: v.Get("q"),
+			Pool: joinParam(v["pool"])},
 		page:    1,
 		perPage: DefaultPerPage,
 	}
-	f, err := fleet.ParseFilter(fleet.FilterInput{Phases: v["phase"], Providers: v["provider"], Selectors: v["selector"], Name: v.Get("q")})
+	f, err := fleet.ParseFilter(fleet.FilterInput{Phases: v["phase"], Providers: v["provider"], Selectors: v["selector"], Pools: v["pool"], Name: v.Get("q")})
 	if err != nil {
 		return q, err
 	}
@@ -84,6 +86,7 @@ func (f Filter) values(page, perPage int) url.Values {
 	set("provider", f.Provider)
 	set("selector", f.Selector)
 	set("q", f.Q)
+	set("pool", f.Pool)
 	if page > 1 {
 		v.Set("page", strconv.Itoa(page))
 	}

@@ -18,8 +18,8 @@ func TestSecretsNeverShown(t *testing.T) {
 	h := r.handler(t, Config{})
 	for _, path := range []string{"/", "/api/status.json"} {
 		_, body := get(t, h, path)
-		if !strings.Contains(body, "crawl-eu-1") || !strings.Contains(body, "ext-office") {
-			t.Fatalf("%s does not show the proxies whose specs hold the sentinels", path)
+		if !strings.Contains(body, "crawl-eu-1") || !strings.Contains(body, "ext-office") || !strings.Contains(body, "batch") {
+			t.Fatalf("%s does not show the proxies and pools whose specs hold the sentinels", path)
 		}
 		for _, secret := range []string{sentinelUserData, sentinelPassword, "cloud-config"} {
 			if strings.Contains(body, secret) {
@@ -81,15 +81,15 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Errorf("banner does not name the error, or the page lost its frame:\n%s", visibleText(body))
 	}
 	// Sections a failed read left empty say so, rather than "nothing yet".
-	if n := strings.Count(body, "Not available: NATS could not be read."); n != 3 || strings.Contains(body, "No proxies yet") {
-		t.Errorf("%d sections marked unavailable, want 3:\n%s", n, visibleText(body))
+	if n := strings.Count(body, "Not available: NATS could not be read."); n != 4 || strings.Contains(body, "No proxies yet") {
+		t.Errorf("%d sections marked unavailable, want 4:\n%s", n, visibleText(body))
 	}
 	res, body = get(t, h, "/api/status.json")
 	var s Snapshot
 	if err := json.Unmarshal([]byte(body), &s); err != nil {
 		t.Fatal(err)
 	}
-	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 6 {
+	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 8 {
 		t.Errorf("status %d, errors %q; want 503 and one error per read", res.StatusCode, s.Errors)
 	}
 }

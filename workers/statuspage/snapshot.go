@@ -21,11 +21,14 @@ type Snapshot struct {
 	Paging         Paging    `json:"paging"`
 	// Proxies is the requested page of the proxies the filter matches, by name. Each is the
 	// read model's row without the full recorded status, which `egressd status -o json` has.
-	Proxies   []fleet.Row `json:"proxies"`
-	Providers []TargetRow `json:"providers"`
-	Events    []EventRow  `json:"events"` // newest first
+	Proxies []fleet.Row `json:"proxies"`
+	// Pools is every pool, by name, without the controller's full record (its members'
+	// ledger), which `egressd status pools -o json` has; the filter does not apply to them.
+	Pools     []fleet.PoolRow `json:"pools"`
+	Providers []TargetRow     `json:"providers"`
+	Events    []EventRow      `json:"events"` // newest first
 
-	// incomplete names the sections ("proxies", "providers", "events") a failed read left
+	// incomplete names the sections ("proxies", "pools", "providers", "events") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
@@ -42,6 +45,8 @@ type Counts struct {
 	LeaseCapacity int            `json:"leaseCapacity"` // maxLeases summed over Ready proxies
 	Targets       int            `json:"targets"`
 	TargetsReady  int            `json:"targetsReady"`
+	Pools         int            `json:"pools"`
+	PoolPhases    map[string]int `json:"poolPhases"` // pools by phase
 }
 
 // Paging says which part of the matching proxies Proxies is.
@@ -103,7 +108,12 @@ func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 	}
 	for _, e := range fl.Errors {
 		s.Errors = append(s.Errors, e.Error())
-		s.incomplete["proxies"] = true
+		// A pool counts its members from the proxies' rows, so any read the rows need is
+		// one the pools need; the pools' own buckets leave the proxies whole.
+		s.incomplete["pools"] = true
+		if e.Bucket != events.BucketPools && e.Bucket != events.BucketPoolStatus {
+			s.incomplete["proxies"] = true
+		}
 	}
 	if tErr != nil {
 		s.Errors = append(s.Errors, tErr.Error())
@@ -116,6 +126,11 @@ func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 	slices.Sort(s.Errors) // the reads finish in any order; the banner should not reshuffle
 	s.Counts = count(fl.Totals, s.Providers)
 	s.Proxies, s.Paging = paginate(fl.Select(q.filter), q.page, q.perPage)
+	s.Pools = make([]fleet.PoolRow, len(fl.Pools))
+	for i, p := range fl.Pools {
+		p.Status = nil
+		s.Pools[i] = p
+	}
 	// Empty lists rather than null, so JSON consumers need no special case.
 	if s.Events == nil {
 		s.Events = []EventRow{}
@@ -142,9 +157,12 @@ func paginate(rows []fleet.Row, page, perPage int) ([]fleet.Row, Paging) {
 func count(t fleet.Totals, targets []TargetRow) Counts {
 	c := Counts{Proxies: t.Proxies, Phases: map[string]int{}, Healthy: t.Healthy, Unhealthy: t.Unhealthy,
 		HealthUnknown: t.HealthUnknown, ProbeOverdue: t.ProbeOverdue, Leases: t.Leases, LeaseCapacity: t.LeaseCapacity,
-		Targets: len(targets)}
+		Targets: len(targets), Pools: t.Pools, PoolPhases: map[string]int{}}
 	for p, n := range t.Phases {
 		c.Phases[string(p)] = n
+	}
+	for p, n := range t.PoolPhases {
+		c.PoolPhases[string(p)] = n
 	}
 	for _, tr := range targets {
 		if tr.Ready {

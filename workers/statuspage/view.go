@@ -18,6 +18,7 @@ var pageSource string
 // proxy message or event text containing markup is shown as text.
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"phaseClass":  phaseClass,
+	"poolClass":   poolClass,
 	"healthClass": healthClass,
 	"problem":     problem,
 	"leases":      leases,
@@ -31,7 +32,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 // phaseOrder is the order of the summary: lifecycle first, trouble last.
 var phaseOrder = []events.Phase{
 	events.PhaseReady, events.PhaseRunning, events.PhaseProvisioning, events.PhasePending, events.PhaseReplacing,
-	events.PhaseWaiting, events.PhaseDeleting, events.PhaseUnhealthy, events.PhaseFailed, events.PhaseInvalid,
+	events.PhaseWaiting, events.PhaseDraining, events.PhaseDeleting, events.PhaseUnhealthy, events.PhaseFailed, events.PhaseInvalid,
 }
 
 type phaseCount struct {
@@ -58,6 +59,13 @@ type eventView struct {
 	EventRow
 	Clock string // time of day, with the date when not today
 	Ago   string
+}
+
+// poolView is a pool row with what the template cannot compute: its members' link (the
+// proxies table filtered to the pool) and the times as text.
+type poolView struct {
+	fleet.PoolRow
+	Link, DesiredText, Next string
 }
 
 type agedTarget struct {
@@ -122,6 +130,19 @@ func link(f Filter, page, perPage int) string {
 // so instead of "nothing yet".
 func (v view) Incomplete(section string) bool { return v.incomplete[section] }
 
+// PoolRows pairs each pool with its link and times, for the template.
+func (v view) PoolRows() []poolView {
+	out := make([]poolView, 0, len(v.Pools))
+	for _, p := range v.Pools {
+		desired := "?"
+		if p.Desired != nil {
+			desired = strconv.Itoa(*p.Desired)
+		}
+		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), desired, fleet.Until(v.GeneratedAt, p.NextRotation)})
+	}
+	return out
+}
+
 // Targets pairs each provider row with its ages, for the template.
 func (v view) Targets() []agedTarget {
 	out := make([]agedTarget, 0, len(v.Providers))
@@ -151,7 +172,21 @@ func phaseClass(p events.Phase) string {
 		return "warn"
 	case events.PhaseInvalid, events.PhaseFailed:
 		return "bad"
-	case events.PhaseDeleting:
+	case events.PhaseDeleting, events.PhaseDraining:
+		return "neutral"
+	}
+	return "progress"
+}
+
+func poolClass(p events.PoolPhase) string {
+	switch p {
+	case events.PoolReady:
+		return "ok"
+	case events.PoolDegraded:
+		return "warn"
+	case events.PoolInvalid:
+		return "bad"
+	case events.PoolDeleting:
 		return "neutral"
 	}
 	return "progress"

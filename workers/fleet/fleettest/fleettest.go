@@ -161,3 +161,64 @@ func Large(tb testing.TB, st *kvstore.Store, n int, now time.Time) {
 	}
 	wg.Wait()
 }
+
+// SentinelPoolSecret is planted in the pools' templates (auth and user-data) by Pools: no
+// reader may show it.
+const SentinelPoolSecret = "SENTINEL-POOL-SECRET-3e1d"
+
+// PoolWant is what the readers must show for Pools: per pool, "phase desired members ready
+// leased draining oldest" (desired "?" when unknown).
+type PoolWant map[string]string
+
+// Pools writes, as of now, what the pool controller and the reconciler would hold for four
+// pools: "crawl" rotating (one member draining for its successor, leases on two members),
+// "web" declared but not acted on yet (Pending), "broken" whose spec does not parse
+// (Invalid), and "old" deleted, its last member's spec gone and its status Deleting. Their
+// members are the only proxies it writes; call it on a store of its own or beside Mixed.
+func Pools(tb testing.TB, st *kvstore.Store, now time.Time) PoolWant {
+	tb.Helper()
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	template := `{"provider":"local","maxLeases":2,"attributes":{"tier":"crawl"},"cloudInit":"#cloud-config\nruncmd: [echo ` +
+		SentinelPoolSecret + `]","auth":{"username":"u","password":"` + SentinelPoolSecret + `"}}`
+	Put(tb, st.Pools, "crawl", []byte(`{"replicas":3,"rotation":{"maxAgeSeconds":21600},"template":`+template+`}`))
+	Put(tb, st.Pools, "web", []byte(`{"replicas":2,"template":`+template+`}`))
+	Put(tb, st.Pools, "broken", []byte(`{"template":`+template+`}`)) // no replicas
+	Put(tb, st.PoolStatus, "crawl", events.PoolStatus{V: 1, Phase: events.PoolProgressing, Reason: events.ReasonMaxAge,
+		Message: "3 of 3 members Ready, 1 draining", SpecRevision: 1, Replicas: 3, MaxMembers: 4,
+		Members: []events.PoolMember{
+			{Name: "crawl-aaaaa", CreatedAt: ago(5 * time.Hour), RotateAt: ago(time.Minute), Retire: events.ReasonMaxAge,
+				Successor: "crawl-ddddd", DrainingSince: ago(time.Minute)},
+			{Name: "crawl-bbbbb", CreatedAt: ago(3 * time.Hour), RotateAt: now.Add(150 * time.Minute)},
+			{Name: "crawl-ccccc", CreatedAt: ago(2 * time.Hour), RotateAt: now.Add(3 * time.Hour)},
+			{Name: "crawl-ddddd", CreatedAt: ago(2 * time.Minute), RotateAt: now.Add(5 * time.Hour)},
+		},
+		NextRotation: now.Add(150 * time.Minute), UpdatedAt: ago(time.Minute)})
+	Put(tb, st.PoolStatus, "old", events.PoolStatus{V: 1, Phase: events.PoolDeleting, Reason: events.ReasonPoolDeleted,
+		Message: "deleting 1 member", Members: []events.PoolMember{{Name: "old-eeeee", CreatedAt: ago(48 * time.Hour),
+			Retire: events.ReasonPoolDeleted, Deleting: true}}, UpdatedAt: ago(time.Second)})
+
+	member := func(name, pool string, drain bool, phase events.Phase, ip string, created time.Time) {
+		spec := fmt.Sprintf(`{"provider":"local","maxLeases":2,"attributes":{"tier":"crawl","pool":%q},"pool":%q,"drain":%t}`, pool, pool, drain)
+		Put(tb, st.Proxies, name, []byte(spec))
+		Put(tb, st.Status, name, events.ProxyStatus{V: 1, Phase: phase, Mode: schemas.ModeManaged, Provider: "local", Host: "local",
+			IP: ip, Port: 3128, AddressAt: created, CreatedAt: created, UpdatedAt: ago(time.Second)})
+		Put(tb, st.Health, name, events.ProxyHealth{V: 1, Proxy: name, Address: ip + ":3128", Healthy: true, ConsecutiveSuccesses: 3,
+			SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: ago(2 * time.Second)})
+	}
+	member("crawl-aaaaa", "crawl", true, events.PhaseDraining, "127.0.1.1", ago(5*time.Hour))
+	member("crawl-bbbbb", "crawl", false, events.PhaseReady, "127.0.1.2", ago(3*time.Hour))
+	member("crawl-ccccc", "crawl", false, events.PhaseReady, "127.0.1.3", ago(2*time.Hour))
+	member("crawl-ddddd", "crawl", false, events.PhaseReady, "127.0.1.4", ago(2*time.Minute))
+	// Its spec is deleted: only the ledger says whose it is.
+	Put(tb, st.Status, "old-eeeee", events.ProxyStatus{V: 1, Phase: events.PhaseDeleting, Mode: schemas.ModeManaged, Provider: "local",
+		Reason: events.ReasonProxyDeleted, CreatedAt: ago(48 * time.Hour)})
+	for _, key := range []string{"crawl-aaaaa.0", "crawl-aaaaa.1", "crawl-bbbbb.0"} {
+		Put(tb, st.Leases.ForKey(key), key, events.Lease{V: 1, Proxy: key[:len(key)-2], Holder: "crawler-7", ExpiresAt: now.Add(time.Minute)})
+	}
+	return PoolWant{
+		"broken": "Invalid ? 0 0 0 0 -",
+		"crawl":  "Progressing 3 4 3 3 1 5h",
+		"old":    "Deleting ? 1 0 0 0 2d",
+		"web":    "Pending 2 0 0 0 0 -",
+	}
+}

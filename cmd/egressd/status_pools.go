@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/fleet"
+)
+
+// printPools shows each pool as the read model judges it: its members counted from the
+// fleet's rows, the controller's phase and reason, and when the next member rotates.
+func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
+	if len(pools) == 0 {
+		fmt.Fprintln(w, `No pools. Declare one with: nats kv put pools crawl '{"replicas":3,"template":{"provider":"local"}}'`)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPHASE\tDESIRED\tMEMBERS\tREADY\tLEASED\tDRAINING\tOLDEST\tNEXT-ROTATION\tREASON")
+	for _, p := range pools {
+		desired := "?"
+		if p.Desired != nil {
+			desired = strconv.Itoa(*p.Desired)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Name, p.Phase, desired, p.Members, p.Ready, p.Leased, p.Draining,
+			p.Oldest, fleet.Until(now, p.NextRotation), dash(string(p.Reason)))
+	}
+	tw.Flush()
+	// The message is the point of a pool the controller cannot act on or cannot keep whole.
+	for _, p := range pools {
+		if (p.Phase == events.PoolInvalid || p.Phase == events.PoolDegraded) && p.Message != "" {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Message)
+		}
+	}
+}

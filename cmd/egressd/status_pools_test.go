@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/workers/statuspage"
+	"github.com/nats-io/nats.go"
+)
+
+// poolsFleet is an embedded server holding fleettest.Pools, written straight into the
+// buckets as the pool controller and the reconciler would have.
+func poolsFleet(t *testing.T) (string, *kvstore.Store, fleettest.PoolWant) {
+	t.Helper()
+	srv, _, js := kvstoretest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL(), store, fleettest.Pools(t, store, time.Now())
+}
+
+func TestStatusPools(t *testing.T) {
+	url, _, _ := poolsFleet(t)
+	code, out, errs := runStatus(t, "pools", "--nats-url", url)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{
+		"NAME PHASE DESIRED MEMBERS READY LEASED DRAINING OLDEST NEXT-ROTATION REASON",
+		"broken Invalid ? 0 0 0 0 - - InvalidSpec",
+		"crawl Progressing 3 4 3 3 1 5h in 2h MaxAge",
+		"old Deleting ? 1 0 0 0 2d - PoolDeleted",
+		"web Pending 2 0 0 0 0 - - -",
+		"broken: replicas: is required (0 to 1000)",
+	} {
+		if !strings.Contains(spaced(out), "\n"+want+"\n") {
+			t.Errorf("table lacks\n%s\nin\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, fleettest.SentinelPoolSecret) {
+		t.Error("the table shows a template's secret")
+	}
+
+	code, out, _ = runStatus(t, "pools", "-o", "json", "--nats-url", url)
+	var pools []fleet.PoolRow
+	if err := json.Unmarshal([]byte(out), &pools); code != 0 || err != nil {
+		t.Fatalf("json: exit %d, %v\n%s", code, err, out)
+	}
+	if len(pools) != 4 || pools[1].Name != "crawl" || pools[1].Status == nil || len(pools[1].Status.Members) != 4 ||
+		pools[1].Status.Members[0].Successor != "crawl-ddddd" || *pools[1].Desired != 3 || pools[1].Draining != 1 {
+		t.Errorf("json pools: %s", out)
+	}
+	if strings.Contains(out, fleettest.SentinelPoolSecret) || strings.Contains(out, "cloud-config") {
+		t.Error("the JSON shows a template's secret")
+	}
+}
+
+// --pool selects a pool's members by their spec's owner; a hand-written pool attribute is
+// only matched by --selector.
+func TestStatusPoolFilter(t *testing.T) {
+	url, store, _ := poolsFleet(t)
+	fleettest.Put(t, store.Proxies, "lookalike", []byte(`{"provider":"local","attributes":{"pool":"crawl"}}`))
+	for _, c := range []struct {
+		args  []string
+		names string
+	}{
+		{[]string{"--pool", "crawl"}, "crawl-aaaaa crawl-bbbbb crawl-ccccc crawl-ddddd"},
+		{[]string{"--pool", "crawl", "--phase", "Draining"}, "crawl-aaaaa"},
+		{[]string{"--pool", "old"}, "old-eeeee"},
+		{[]string{"--selector", "pool=crawl"}, "crawl-aaaaa crawl-bbbbb crawl-ccccc crawl-ddddd lookalike"},
+	} {
+		code, out, errs := runStatus(t, append([]string{"--nats-url", url}, c.args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		if got := tableNames(out); got != c.names {
+			t.Errorf("%v: rows %q, want %q\n%s", c.args, got, c.names, out)
+		}
+	}
+	if code, _, errs := runStatus(t, "pools", "--pool", "crawl", "--nats-url", url); code != 2 || !strings.Contains(errs, "do not apply") {
+		t.Errorf("--pool on the pools view: exit %d, %q", code, errs)
+	}
+}
+
+func TestStatusNoPools(t *testing.T) {
+	url, _, _, _ := mixedFleet(t)
+	code, out, _ := runStatus(t, "pools", "--nats-url", url)
+	if code != 0 || !strings.HasPrefix(out, "No pools. Declare one with: nats kv put pools") {
+		t.Errorf("exit %d: %q", code, out)
+	}
+	if _, out, _ = runStatus(t, "pools", "-o", "json", "--nats-url", url); strings.TrimSpace(out) != "[]" {
+		t.Errorf("json: %q", out)
+	}
+}
+
+// For one KV state, `egressd status pools -o json`, the status page's JSON and /metrics say
+// the same about each pool.
+func TestPoolViewsAgree(t *testing.T) {
+	url, store, want := poolsFleet(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	line := func(p fleet.PoolRow) string {
+		desired := "?"
+		if p.Desired != nil {
+			desired = strconv.Itoa(*p.Desired)
+		}
+		return fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, desired, p.Members, p.Ready, p.Leased, p.Draining, p.Oldest)
+	}
+	_, out, _ := runStatus(t, "pools", "-o", "json", "--nats-url", url)
+	var cliPools []fleet.PoolRow
+	if err := json.Unmarshal([]byte(out), &cliPools); err != nil {
+		t.Fatal(err)
+	}
+	cli := map[string]string{}
+	for _, p := range cliPools {
+		cli[p.Name] = line(p)
+	}
+
+	page, err := statuspage.New(statuspage.Config{Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(page.Handler())
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/api/status.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap statuspage.Snapshot
+	err = json.NewDecoder(res.Body).Decode(&snap)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := map[string]string{}
+	for _, p := range snap.Pools {
+		pg[p.Name] = line(p)
+	}
+
+	msrv := httptest.NewServer(metrics.New(store, nc, true).Handler(func() error { return nil }))
+	defer msrv.Close()
+	mres, err := http.Get(msrv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(mres.Body)
+	mres.Body.Close()
+	text := string(b)
+	met := map[string]string{}
+	for _, p := range cliPools {
+		l := `pool="` + p.Name + `"`
+		desired := "?"
+		if strings.Contains(text, "egress_pool_desired{"+l+"}") {
+			desired = strconv.Itoa(int(sample(t, text, "egress_pool_desired", l)))
+		}
+		met[p.Name] = fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, desired, int(sample(t, text, "egress_pool_members", l)),
+			int(sample(t, text, "egress_pool_ready", l)), int(sample(t, text, "egress_pool_leased", l)),
+			int(sample(t, text, "egress_pool_draining", l)), p.Oldest)
+		if sample(t, text, "egress_pool_info", l+`,phase="`+string(p.Phase)+`"`) != 1 &&
+			sample(t, text, "egress_pool_info", `phase="`+string(p.Phase)+`",`+l) != 1 {
+			t.Errorf("egress_pool_info has no %s with phase %s", p.Name, p.Phase)
+		}
+	}
+	for name, got := range map[string]map[string]string{"egressd status pools": cli, "status page": pg, "metrics": met} {
+		if fmt.Sprint(got) != fmt.Sprint(map[string]string(want)) {
+			t.Errorf("%s: %v\nwant %v", name, got, want)
+		}
+	}
+}
+
+// Pool specs hold a template's secrets as proxy specs do: a user denied them (but not the
+// statuses) gets a note and exit 0; a denied pool_status is a failure like any other read.
+func TestDeniedPoolReads(t *testing.T) {
+	denied := func(bucket string) fleet.ReadError {
+		return fleet.ReadError{Bucket: bucket, Err: fmt.Errorf("read bucket %s: %w", bucket,
+			&deniedError{Bucket: bucket, Op: "publish", Subject: "$JS.API.CONSUMER.CREATE.KV_" + bucket, User: "viewer"})}
+	}
+	for _, c := range []struct {
+		errs []fleet.ReadError
+		code int
+		note string
+	}{
+		{[]fleet.ReadError{denied("pools")}, 0, "pools come from the controller's statuses alone"},
+		{[]fleet.ReadError{denied("pools"), denied("proxies")}, 0, "rows come from the statuses alone"},
+		{[]fleet.ReadError{denied("pool_status")}, 1, "read bucket pool_status: permission denied"},
+	} {
+		var b strings.Builder
+		if code := reportReadErrors(&b, c.errs); code != c.code || !strings.Contains(b.String(), c.note) {
+			t.Errorf("%v: exit %d, %q; want %d and %q", c.errs, code, b.String(), c.code, c.note)
+		}
+	}
+}

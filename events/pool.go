@@ -1,0 +1,93 @@
+package events
+
+import "time"
+
+// Buckets of pools (DESIGN §3.1, §5.7).
+const (
+	BucketPools      = "pools"       // PoolSpec by pool name, written by users
+	BucketPoolStatus = "pool_status" // PoolStatus by pool name, written by the pool controller only
+)
+
+// LockLeaderPools is the pool controller's leader lease in egress_locks.
+const LockLeaderPools = "leader.pools"
+
+// PhaseDraining is a member (or any proxy with "drain": true) that is never leased again
+// while the leases it holds run on until they are released, expire, or the pool's drain
+// timeout deletes it.
+const PhaseDraining Phase = "Draining"
+
+// PoolPhase is a pool's state as its controller last judged it.
+type PoolPhase string
+
+// Pool phases.
+const (
+	PoolInvalid     PoolPhase = "Invalid"     // the spec does not parse or validate: nothing is done
+	PoolProgressing PoolPhase = "Progressing" // members are being created, replaced, drained or deleted
+	PoolReady       PoolPhase = "Ready"       // replicas members, all current and Ready
+	PoolDegraded    PoolPhase = "Degraded"    // nothing to do, but fewer than replicas members are Ready
+	PoolDeleting    PoolPhase = "Deleting"    // the pool was deleted: its members are being deleted
+)
+
+// Reasons of pool decisions: why a member is replaced (its Retire reason), and what the
+// controller did or is waiting for.
+const (
+	ReasonMaxAge          Reason = "MaxAge"          // the member reached its maximum age
+	ReasonTemplateChanged Reason = "TemplateChanged" // the template or the member's placement changed in a way that needs a new instance
+	ReasonBurned          Reason = "Burned"          // crawlers reported it blocked on enough distinct targets
+	ReasonScaleDown       Reason = "ScaleDown"       // replicas was lowered
+	ReasonPoolDeleted     Reason = "PoolDeleted"     // the pool was deleted
+
+	ReasonMemberCreated  Reason = "MemberCreated"  // a member spec was written to proxies
+	ReasonMemberUpdated  Reason = "MemberUpdated"  // a member spec was updated in place (attributes, leases, health, auth)
+	ReasonMemberReverted Reason = "MemberReverted" // a hand edit of a member spec was undone
+	ReasonMemberLost     Reason = "MemberLost"     // a member's spec was deleted or disowned by hand; a new member takes its place
+	ReasonMemberAdopted  Reason = "MemberAdopted"  // a spec naming the pool as owner was taken in
+	ReasonMemberDeleted  Reason = "MemberDeleted"  // a member spec was deleted from proxies
+	ReasonDrainStarted   Reason = "DrainStarted"   // a member is no longer leased; its leases run on
+	ReasonDrainTimeout   Reason = "DrainTimeout"   // a draining member still had leases at the drain timeout
+	ReasonRotationHeld   Reason = "RotationHeld"   // a replacement waits: minAvailable and maxSurge leave no room
+)
+
+// PoolStatus is what the pool controller (its only writer, with compare-and-set) records of a
+// pool in pool_status. Members is the pool's ledger: a member is recorded here before its
+// spec is written to proxies and removed only after the spec is deleted, so the proxies a
+// pool owns are never more than its recorded members, and the cap on those is checked in the
+// same compare-and-set that records one.
+type PoolStatus struct {
+	V            int          `json:"v"`
+	Phase        PoolPhase    `json:"phase"`
+	Reason       Reason       `json:"reason,omitempty"`
+	Message      string       `json:"message,omitempty"`
+	SpecRevision uint64       `json:"specRevision,omitempty"` // the pools revision last acted on
+	Replicas     int          `json:"replicas"`
+	MaxMembers   int          `json:"maxMembers"` // replicas + maxSurge, the cap
+	Members      []PoolMember `json:"members"`
+	NextRotation time.Time    `json:"nextRotation,omitzero"` // the earliest member's rotation time
+	UpdatedAt    time.Time    `json:"updatedAt"`
+}
+
+// PoolMember is one member in a pool's ledger.
+type PoolMember struct {
+	Name      string    `json:"name"`
+	Placement int       `json:"placement"` // index into the spec's placements (0 when it has none)
+	CreatedAt time.Time `json:"createdAt"`
+	RotateAt  time.Time `json:"rotateAt,omitzero"` // its maximum age with jitter; zero: never
+	// Rev is the proxies revision of the member spec as the controller last wrote it: a spec
+	// at another revision was edited by someone else.
+	Rev uint64 `json:"rev,omitempty"`
+	// Retire says why the member is being replaced; Successor is the member taking its place.
+	Retire    Reason `json:"retire,omitempty"`
+	Successor string `json:"successor,omitempty"`
+	// DrainingSince is when its spec was marked drain; Deleting, that its spec is being
+	// deleted (it leaves the ledger once it is gone).
+	DrainingSince time.Time `json:"drainingSince,omitzero"`
+	Deleting      bool      `json:"deleting,omitempty"`
+}
+
+// PoolEvent is the detail of a pool event.
+type PoolEvent struct {
+	Pool      string `json:"pool"`
+	Member    string `json:"member,omitempty"`
+	Successor string `json:"successor,omitempty"`
+	Leases    int    `json:"leases,omitempty"` // leases the member held when it was drained or deleted
+}

@@ -1,0 +1,184 @@
+package fleet
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PoolPending is the phase a reader shows for a pool whose spec the controller has not
+// recorded a status for yet. The controller never writes it.
+const PoolPending events.PoolPhase = "Pending"
+
+// PoolPhases is every phase a pool row can have, in the order a summary lists them.
+var PoolPhases = []events.PoolPhase{
+	PoolPending, events.PoolInvalid, events.PoolProgressing, events.PoolReady, events.PoolDegraded, events.PoolDeleting,
+}
+
+// PoolRow is one pool: its spec (as far as readers need it), the controller's status, and
+// the members counted from the fleet's rows.
+type PoolRow struct {
+	Name  string           `json:"name"`
+	Phase events.PoolPhase `json:"phase"`
+	// Desired is the spec's replicas; null while there is no spec, it does not parse, or it
+	// is not readable (then the controller's last Replicas is in Status).
+	Desired *int `json:"desired"`
+	// Members are the proxies the pool owns: rows whose spec names it as owner, or, without
+	// a readable spec, rows its ledger lists. Ready, Leased (slots held) and Draining
+	// (marked drain or in phase Draining) count among them.
+	Members  int `json:"members"`
+	Ready    int `json:"ready"`
+	Leased   int `json:"leased"`
+	Draining int `json:"draining"`
+	// OldestAt is when its oldest member was created (the ledger's time, which rotation
+	// goes by, else the row's); Oldest is its age, "-" without members.
+	OldestAt     time.Time     `json:"oldestAt,omitzero"`
+	Oldest       string        `json:"oldest"`
+	NextRotation time.Time     `json:"nextRotation,omitzero"`
+	Reason       events.Reason `json:"reason,omitempty"`
+	Message      string        `json:"message,omitempty"`
+	// Status is the controller's record with the members' ledger, for `egressd status pools
+	// -o json`; nil until the controller wrote one. It never holds the template.
+	Status *events.PoolStatus `json:"status,omitempty"`
+}
+
+// poolFields is all the model keeps of a PoolSpec: the template, with its auth and
+// user-data, never leaves decodePools.
+type poolFields struct {
+	valid    bool
+	problem  string // why it does not parse, naming the field
+	replicas int
+}
+
+func decodePools(m map[string]jetstream.KeyValueEntry) map[string]poolFields {
+	out := make(map[string]poolFields, len(m))
+	for name, e := range m {
+		if err := schemas.ValidPoolName(name); err != nil {
+			// As the controller says it (workers/pools), so the two read alike.
+			out[name] = poolFields{problem: (&schemas.FieldError{Field: "(name)", Problem: err.Error()}).Error()}
+			continue
+		}
+		s, err := schemas.ParsePoolSpec(e.Value())
+		if err != nil {
+			out[name] = poolFields{problem: oneLine(err)}
+			continue
+		}
+		out[name] = poolFields{valid: true, replicas: *s.Replicas}
+	}
+	return out
+}
+
+// oneLine joins the problems of an errors.Join result with "; ", as a status message is one line.
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", "; ") }
+
+// ownPoolless gives a row without a readable spec the pool whose ledger lists it: a member
+// whose spec is being deleted, or any member for a reader not allowed to read specs.
+func ownPoolless(rows map[string]*Row, in decoded) {
+	for pool, st := range in.poolStatus {
+		for _, m := range st.Members {
+			if _, hasSpec := in.specs[m.Name]; hasSpec {
+				continue
+			}
+			if r := rows[m.Name]; r != nil && r.Pool == "" {
+				r.Pool = pool
+			}
+		}
+	}
+}
+
+// buildPools makes a row of every pool with a spec or a status, counting its members from
+// rows (already judged).
+func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
+	names := make([]string, 0, max(len(in.pools), len(in.poolStatus)))
+	for name := range in.pools {
+		names = append(names, name)
+	}
+	for name := range in.poolStatus {
+		if _, ok := in.pools[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	members := map[string][]*Row{}
+	for i := range rows {
+		if p := rows[i].Pool; p != "" {
+			members[p] = append(members[p], &rows[i])
+		}
+	}
+	out := make([]PoolRow, 0, len(names))
+	for _, name := range names {
+		p := PoolRow{Name: name, Oldest: "-"}
+		st := in.poolStatus[name]
+		spec, hasSpec := in.pools[name]
+		switch {
+		case hasSpec && !spec.valid:
+			// The controller does nothing with it; the reader says why at once, whatever an
+			// older status says.
+			p.Phase, p.Reason, p.Message = events.PoolInvalid, events.ReasonInvalidSpec, spec.problem
+		case st != nil:
+			p.Phase, p.Reason, p.Message = st.Phase, st.Reason, st.Message
+		default:
+			p.Phase = PoolPending
+		}
+		if spec.valid {
+			n := spec.replicas
+			p.Desired = &n
+		}
+		if st != nil {
+			p.Status, p.NextRotation = st, st.NextRotation
+		}
+		created := ledgerCreated(st)
+		for _, r := range members[name] {
+			p.Members++
+			p.Leased += r.Leases
+			switch {
+			case r.Phase == events.PhaseDraining || r.Drain:
+				p.Draining++
+			case r.Phase == events.PhaseReady:
+				p.Ready++
+			}
+			at, ok := created[r.Name]
+			if !ok {
+				at = r.CreatedAt
+			}
+			if !at.IsZero() && (p.OldestAt.IsZero() || at.Before(p.OldestAt)) {
+				p.OldestAt = at
+			}
+		}
+		p.Oldest = events.Age(now, p.OldestAt)
+		out = append(out, p)
+	}
+	return out
+}
+
+func ledgerCreated(st *events.PoolStatus) map[string]time.Time {
+	if st == nil {
+		return nil
+	}
+	out := make(map[string]time.Time, len(st.Members))
+	for _, m := range st.Members {
+		if !m.CreatedAt.IsZero() {
+			out[m.Name] = m.CreatedAt
+		}
+	}
+	return out
+}
+
+// Until says how far ahead t is, "-" for zero and "due" once it has passed: the
+// NEXT-ROTATION column.
+func Until(now, t time.Time) string {
+	switch {
+	case t.IsZero():
+		return "-"
+	case !t.After(now):
+		return "due"
+	}
+	return "in " + events.Age(t, now)
+}

@@ -1,0 +1,85 @@
+package pools
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+)
+
+// BenchmarkPass is one steady-state pass over a settled pool of 20 members, in a fleet of 10
+// and of 10,000 other proxies: what the controller pays per pool every resync. The floor is
+// one KV get on the same server (BenchmarkPass/get).
+//
+//	go test -run '^$' -bench Pass -benchtime 200x ./workers/pools/
+func BenchmarkPass(b *testing.B) {
+	for _, fleet := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("fleet=%d", fleet), func(b *testing.B) {
+			c, v, blk := settledPool(b, fleet)
+			ctx := context.Background()
+			b.ResetTimer()
+			for range b.N {
+				if err := c.pass(ctx, v, blk, "web"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("get", func(b *testing.B) {
+		r := newRig(b)
+		if _, err := r.store.PoolStatus.Put(context.Background(), "web", []byte(`{"v":1}`)); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if _, _, err := kvstore.Get(context.Background(), r.store.PoolStatus, "web"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// settledPool seeds fleet proxies of no pool and a pool of 20, lets a controller settle it,
+// and returns a controller with a synced view of it all.
+func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
+	r := newRig(b)
+	ctx := context.Background()
+	for i := range fleet {
+		if _, err := r.store.Proxies.Put(ctx, fmt.Sprintf("other-%05d", i), []byte(`{"provider":"local"}`)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.reconcile()
+	_, current := r.watchMembers("web")
+	stop := r.controller("settle")
+	r.putPool("web", `{"template":{"provider":"local"},"replicas":20}`)
+	r.settled("web", 20, current)
+	stop()
+
+	c, err := New(Config{Store: r.store, Holder: "bench", Log: r.log})
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := newView()
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	b.Cleanup(func() { cancel(); wg.Wait() })
+	synced := make(chan struct{}, 4)
+	s := r.store
+	wg.Go(func() { _ = follow(wctx, s.Pools, v.applyPool, synced) })
+	wg.Go(func() { _ = follow(wctx, s.PoolStatus, v.applyLedger, synced) })
+	wg.Go(func() { _ = follow(wctx, s.Proxies, v.applyProxy, synced) })
+	wg.Go(func() { _ = follow(wctx, s.Status, v.applyStatus, synced) })
+	deadline := time.After(time.Minute)
+	for range 4 {
+		select {
+		case <-synced:
+		case <-deadline:
+			b.Fatal("the view did not sync")
+		}
+	}
+	return c, v, newBlocks()
+}

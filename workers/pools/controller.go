@@ -1,0 +1,152 @@
+package pools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers"
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+)
+
+// Config of the pool controller.
+type Config struct {
+	Store     *kvstore.Store
+	Holder    string        // this process's identity in the leader lock
+	LeaderTTL time.Duration // default 10s
+	// Resync is how often every pool is looked at even without a change: ages, drains and
+	// block windows move with the clock. Default 2s.
+	Resync time.Duration
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// Controller keeps the pools while it holds the leader lease.
+type Controller struct {
+	cfg Config
+}
+
+// New checks the config; it does no I/O.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Store == nil || cfg.Holder == "" {
+		return nil, errors.New("pools: store and holder are required")
+	}
+	if cfg.LeaderTTL == 0 {
+		cfg.LeaderTTL = 10 * time.Second
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = 2 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Log = cfg.Log.With("role", "pools")
+	return &Controller{cfg: cfg}, nil
+}
+
+// Run blocks until ctx ends, keeping the pools whenever this process is the leader.
+func (c *Controller) Run(ctx context.Context) error {
+	l := &workers.Leader{JS: c.cfg.Store.JS, Locks: c.cfg.Store.Locks, Key: events.LockLeaderPools,
+		Holder: c.cfg.Holder, TTL: c.cfg.LeaderTTL, Log: c.cfg.Log}
+	return l.Run(ctx, c.lead)
+}
+
+// Budgets of one pass.
+const (
+	readBudget  = 5 * time.Second
+	writeBudget = 5 * time.Second // one KV write; well below createGrace
+)
+
+// lead keeps the pools until ctx ends (the lease is lost) or a watch fails.
+func (c *Controller) lead(ctx context.Context) error {
+	v := newView()
+	b := newBlocks()
+	s := c.cfg.Store
+	g, gctx := errgroup.WithContext(ctx)
+	synced := make(chan struct{}, 4)
+	for _, w := range []struct {
+		kv    jetstream.KeyValue
+		apply func(jetstream.KeyValueEntry)
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}} {
+		g.Go(func() error { return follow(gctx, w.kv, w.apply, synced) })
+	}
+	g.Go(func() error {
+		for range 4 {
+			select {
+			case <-synced:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		window := v.window()
+		g.Go(func() error { return b.follow(gctx, s.JS, c.cfg.Now().Add(-window)) })
+		c.cfg.Log.Info("pool controller leading", "pools", len(v.names()))
+		return c.loop(gctx, v, b, window)
+	})
+	return g.Wait()
+}
+
+// follow applies a bucket's entries, signalling synced after the initial values, until ctx
+// ends. A watch that closes is an error: the leader steps down and a new one starts clean.
+func follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced chan<- struct{}) error {
+	w, err := kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", kv.Bucket(), err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("watch %s closed", kv.Bucket())
+			}
+			if e == nil {
+				synced <- struct{}{}
+				continue
+			}
+			apply(e)
+		}
+	}
+}
+
+// loop runs a pass for every pool that changed, and for all of them every Resync.
+func (c *Controller) loop(ctx context.Context, v *view, b *blocks, window time.Duration) error {
+	tick := time.NewTicker(c.cfg.Resync)
+	defer tick.Stop()
+	pass := func(names []string) {
+		for _, name := range names {
+			if ctx.Err() != nil {
+				return
+			}
+			// A failed pass (a write conflict, NATS away) is tried again at the next resync.
+			if err := c.pass(ctx, v, b, name); err != nil && ctx.Err() == nil {
+				c.cfg.Log.Warn("pool pass", "pool", name, "err", err)
+			}
+		}
+	}
+	pass(v.names())
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-v.wake:
+			pass(v.takeDirty())
+		case <-tick.C:
+			b.prune(c.cfg.Now().Add(-window), func(p string) bool { return v.taken(p) })
+			pass(v.names())
+		}
+	}
+}

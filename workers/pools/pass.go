@@ -1,0 +1,258 @@
+package pools
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pass brings one pool one step closer to its spec: read the ledger, plan, record the ledger
+// (compare-and-set: this checks the cap against every other writer), write the member specs
+// it allows, then record what was written.
+func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) error {
+	s := c.cfg.Store
+	rctx, cancel := context.WithTimeout(ctx, readBudget)
+	defer cancel()
+	var ledger *events.PoolStatus
+	var st events.PoolStatus
+	lrev, err := kvstore.GetJSON(rctx, s.PoolStatus, name, &st)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("read ledger: %w", err)
+	default:
+		ledger = &st
+	}
+	now := c.cfg.Now()
+	snap := v.snapshot(name, ledger)
+	// The view may lag: a member it does not show is read fresh before the plan counts it
+	// gone, so that a spec the other controller just wrote is never dropped from the ledger
+	// (and then doubled by a replacement).
+	taken := map[string]bool{}
+	if ledger != nil {
+		for _, m := range ledger.Members {
+			if _, ok := snap.owned[m.Name]; ok {
+				continue
+			}
+			e, err := s.Proxies.Get(rctx, m.Name)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+			case err != nil:
+				return fmt.Errorf("read member %s: %w", m.Name, err)
+			default:
+				pe := v.decodeProxy(e.Value())
+				if pe.owner == name {
+					snap.owned[m.Name] = owned{rev: e.Revision(), spec: pe.spec}
+				} else {
+					taken[m.Name] = true
+				}
+			}
+		}
+	}
+	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Now: now,
+		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
+		NewSuffix: newSuffix, Load: v.loadAt}
+	// The spec is read fresh too: the watches of pools and proxies are not ordered with each
+	// other, and a member seen before its pool must not read as a pool deleted.
+	switch e, err := s.Pools.Get(rctx, name); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("read pool: %w", err)
+	default:
+		pe := parsePool(name, e)
+		in.Spec, in.SpecErr, in.SpecRev = pe.spec, pe.err, pe.rev
+	}
+	if in.Spec != nil {
+		names := memberNames(ledger, snap.owned)
+		if in.Leases, err = countLeases(rctx, s.Leases, names); err != nil {
+			return err
+		}
+		if r := in.Spec.Recycle; r != nil {
+			in.Blocked = map[string]int{}
+			for _, n := range names {
+				in.Blocked[n] = b.distinct(n, now.Add(-time.Duration(r.WindowSeconds)*time.Second))
+			}
+		}
+	}
+	out := plan(in)
+
+	// The ledger is written even unchanged when there are member writes: the compare-and-set
+	// is what proves that no other controller moved the pool since it was read.
+	if lrev, err = c.recordLedger(ctx, name, ledger, lrev, out.Ledger, len(out.Writes) > 0); err != nil {
+		return err
+	}
+	for _, ev := range out.Events {
+		c.publish(ctx, ev)
+	}
+	if out.Ledger == nil {
+		return nil
+	}
+	revs, deleted := c.write(ctx, v, name, out.Writes)
+	if len(revs) == 0 && len(deleted) == 0 {
+		return nil
+	}
+	final := *out.Ledger
+	final.Members = nil
+	for _, m := range out.Ledger.Members {
+		if deleted[m.Name] && m.Deleting {
+			continue
+		}
+		if r, ok := revs[m.Name]; ok {
+			m.Rev = r
+		}
+		final.Members = append(final.Members, m)
+	}
+	if final.Members == nil {
+		final.Members = []events.PoolMember{}
+	}
+	// A conflict here is harmless: the next pass finds the deletes done and the revisions
+	// equal to what it would write.
+	_, _ = c.recordLedger(ctx, name, out.Ledger, lrev, &final, false)
+	return nil
+}
+
+// recordLedger writes want over have (at rev) if they differ or fence says so, and returns
+// the new revision. want nil deletes the record.
+func (c *Controller) recordLedger(ctx context.Context, name string, have *events.PoolStatus, rev uint64, want *events.PoolStatus, fence bool) (uint64, error) {
+	wctx, cancel := context.WithTimeout(ctx, writeBudget)
+	defer cancel()
+	kv := c.cfg.Store.PoolStatus
+	if want == nil {
+		if have == nil {
+			return 0, nil
+		}
+		return 0, kvstore.DeleteAt(wctx, kv, name, rev)
+	}
+	if have != nil && !fence && sameLedger(*have, *want) {
+		return rev, nil
+	}
+	nrev, err := kvstore.WriteJSON(wctx, kv, name, want, rev)
+	if err != nil {
+		return 0, fmt.Errorf("record ledger of pool %s: %w", name, err)
+	}
+	c.cfg.Log.Debug("ledger recorded", "pool", name, "rev", nrev, "from", rev, "members", len(want.Members), "holder", c.cfg.Holder)
+	return nrev, nil
+}
+
+// sameLedger compares two records but for when they were written.
+func sameLedger(a, b events.PoolStatus) bool {
+	a.UpdatedAt, b.UpdatedAt = time.Time{}, time.Time{}
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return bytes.Equal(ja, jb)
+}
+
+// write makes the member writes, each within its own budget, and returns the new revisions
+// and the names deleted. A write that fails (someone else wrote the key, NATS away) is left
+// to the next pass.
+func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write) (map[string]uint64, map[string]bool) {
+	kv := c.cfg.Store.Proxies
+	revs, deleted := map[string]uint64{}, map[string]bool{}
+	for _, w := range ws {
+		wctx, cancel := context.WithTimeout(ctx, writeBudget)
+		var err error
+		var rev uint64
+		switch {
+		case w.spec == nil:
+			err = kv.Delete(wctx, w.name, jetstream.LastRevision(w.rev))
+			if err == nil {
+				v.noteDelete(w.name)
+				deleted[w.name] = true
+			}
+		case w.rev == 0:
+			rev, err = kv.Create(wctx, w.name, w.spec)
+		default:
+			rev, err = kv.Update(wctx, w.name, w.spec, w.rev)
+		}
+		cancel()
+		if err != nil {
+			c.cfg.Log.Info("member write not made; the next pass looks again", "pool", pool, "member", w.name, "err", err)
+			continue
+		}
+		if w.spec != nil {
+			v.notePut(w.name, w.spec, rev)
+			revs[w.name] = rev
+		}
+		if w.reason != "" {
+			c.publish(ctx, events.Event{Kind: events.KindPool, Proxy: pool, At: c.cfg.Now(), Reason: w.reason, Message: w.msg,
+				Pool: &events.PoolEvent{Pool: pool, Member: w.name}})
+		}
+	}
+	return revs, deleted
+}
+
+// publish sends a pool event to EGRESS_EVENTS; events are history, so a failure is logged.
+func (c *Controller) publish(ctx context.Context, ev events.Event) {
+	ev.V = 1
+	ev.ID = "pool:" + randomID()
+	c.cfg.Log.Info("pool", "pool", ev.Proxy, "reason", ev.Reason, "message", ev.Message)
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, writeBudget)
+	defer cancel()
+	if _, err := c.cfg.Store.JS.Publish(pctx, events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+		c.cfg.Log.Warn("pool event not published", "pool", ev.Proxy, "reason", ev.Reason, "err", err)
+	}
+}
+
+func randomID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func memberNames(ledger *events.PoolStatus, own map[string]owned) []string {
+	set := map[string]bool{}
+	if ledger != nil {
+		for _, m := range ledger.Members {
+			set[m.Name] = true
+		}
+	}
+	for n := range own {
+		set[n] = true
+	}
+	return sortedKeys(set)
+}
+
+// leaseFilterBatch bounds the filter subjects of one listing.
+const leaseFilterBatch = 64
+
+// countLeases reads, fresh from the lease shards, how many slots each proxy of names holds.
+func countLeases(ctx context.Context, shards kvstore.LeaseShards, names []string) (map[string]int, error) {
+	out := make(map[string]int, len(names))
+	byShard := map[int][]string{}
+	for _, n := range names {
+		byShard[shards.Index(n)] = append(byShard[shards.Index(n)], n+".*")
+	}
+	for i, filters := range byShard {
+		for len(filters) > 0 {
+			batch := filters[:min(len(filters), leaseFilterBatch)]
+			filters = filters[len(batch):]
+			l, err := shards.Shard(i).ListKeysFiltered(ctx, batch...)
+			if err != nil {
+				return nil, fmt.Errorf("count leases: %w", err)
+			}
+			seen := map[string]bool{} // a listing may repeat a key that changes meanwhile
+			for k := range l.Keys() {
+				if p, _, ok := strings.Cut(k, "."); ok && !seen[k] {
+					seen[k] = true
+					out[p]++
+				}
+			}
+			_ = l.Stop()
+		}
+	}
+	return out, ctx.Err()
+}

@@ -1,0 +1,559 @@
+package pools
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+)
+
+// drainSettle: a drained member's leases are counted only this long after its spec said
+// drain, so that a grant racing the leasers' view of the drain is counted.
+const drainSettle = 3 * time.Second
+
+// owned is a spec in proxies that names a pool as its owner.
+type owned struct {
+	rev  uint64
+	spec *schemas.ProxySpec // nil when it does not parse: it is rewritten
+}
+
+// input is everything plan looks at for one pool. Leases and Blocked are fresh counts for the
+// ledger's members; Phase is each member's phase as proxy_status has it ("" when none).
+type input struct {
+	Name    string
+	Spec    *schemas.PoolSpec // nil: the pool was deleted
+	SpecErr error             // the spec does not parse or validate
+	SpecRev uint64
+	Ledger  *events.PoolStatus // nil: none recorded yet
+	Owned   map[string]owned   // specs in proxies owned by this pool, by name
+	// Taken says a ledger member's key holds a spec that is not the pool's (read fresh);
+	// InUse says a fresh name is a key already (the view is enough: a create fails anyway).
+	Taken     func(name string) bool
+	InUse     func(name string) bool
+	Phase     map[string]events.Phase
+	Leases    map[string]int
+	Blocked   map[string]int // distinct targets the member was reported blocked on in the window
+	Load      func(provider, zone string) int
+	Now       time.Time
+	NewSuffix func() string
+}
+
+// write is a change to proxies, made after the ledger that allows it is recorded.
+type write struct {
+	name   string
+	spec   []byte // nil: delete
+	rev    uint64 // the revision it expects; 0 with spec: create
+	reason events.Reason
+	msg    string
+}
+
+// outcome is what to do for one pool: record Ledger (nil: delete the record, if there is
+// one), then make the writes, then emit the events (the writes' own events are made by the
+// applier).
+type outcome struct {
+	Ledger *events.PoolStatus
+	Writes []write
+	Events []events.Event
+}
+
+// plan decides one pass for one pool. It is pure: the same input gives the same outcome but
+// for the fresh names it asks NewSuffix for.
+func plan(in input) outcome {
+	p := &planner{in: in, out: outcome{}}
+	p.run()
+	return p.out
+}
+
+type planner struct {
+	in      input
+	out     outcome
+	members []events.PoolMember
+	held    string // why a replacement waits, if one does
+}
+
+func (p *planner) emit(reason events.Reason, member, successor string, leases int, format string, args ...any) {
+	p.out.Events = append(p.out.Events, events.Event{Kind: events.KindPool, Proxy: p.in.Name, At: p.in.Now, Reason: reason,
+		Message: fmt.Sprintf(format, args...), Pool: &events.PoolEvent{Pool: p.in.Name, Member: member, Successor: successor, Leases: leases}})
+}
+
+func (p *planner) run() {
+	in := p.in
+	if in.Ledger != nil {
+		p.members = slices.Clone(in.Ledger.Members)
+	}
+	switch {
+	case in.Spec == nil && in.SpecErr == nil && in.Ledger == nil:
+		// Specs name a pool that has no spec and never had a ledger: a typo or a pool yet to
+		// be written. They are someone's proxies; nothing here made them, nothing deletes them.
+		return
+	case in.Spec == nil && in.SpecErr == nil:
+		p.deletePool()
+		return
+	case in.SpecErr != nil:
+		// Nothing is created, changed or deleted on an invalid spec: members made by the
+		// last valid one stay as they are, as a Deployment's pods do.
+		// One line, as the read model shows a spec error (its problems joined with "; ").
+		p.record(events.PoolInvalid, events.ReasonInvalidSpec, strings.ReplaceAll(in.SpecErr.Error(), "\n", "; "))
+		return
+	}
+	p.reconcileLedger()
+	p.adopt()
+	p.retire()
+	p.replace()
+	p.scale()
+	p.promote()
+	p.finishDrains()
+	p.writeSpecs()
+	p.summarize()
+}
+
+// deletePool deletes every member at once: the user asked for the pool to go.
+func (p *planner) deletePool() {
+	for i := range p.members {
+		if m := &p.members[i]; !m.Deleting {
+			m.Deleting, m.Retire = true, events.ReasonPoolDeleted
+		}
+	}
+	p.dropGone()
+	for _, name := range sortedKeys(p.in.Owned) {
+		p.out.Writes = append(p.out.Writes, write{name: name, rev: p.in.Owned[name].rev, reason: events.ReasonMemberDeleted,
+			msg: fmt.Sprintf("member %s deleted: the pool was deleted", name)})
+	}
+	if len(p.members) == 0 && len(p.in.Owned) == 0 {
+		p.out.Ledger = nil // nothing left: the record goes
+		return
+	}
+	p.record(events.PoolDeleting, events.ReasonPoolDeleted, fmt.Sprintf("deleting %d members", max(len(p.members), len(p.in.Owned))))
+}
+
+// dropGone removes ledger entries whose spec is gone, or belongs to someone else.
+func (p *planner) dropGone() {
+	p.members = slices.DeleteFunc(p.members, func(m events.PoolMember) bool {
+		if _, ok := p.in.Owned[m.Name]; ok {
+			return false
+		}
+		switch {
+		case m.Deleting:
+			return true // its delete landed
+		case p.in.Taken(m.Name):
+			p.emit(events.ReasonMemberLost, m.Name, "", 0, "member %s's spec no longer names pool %s as owner: it is left alone and replaced", m.Name, p.in.Name)
+			return true
+		case m.Rev != 0:
+			// It was written (the ledger recorded its revision) and is gone: deleted by hand.
+			p.emit(events.ReasonMemberLost, m.Name, "", 0, "member %s's spec is gone from proxies (deleted by hand?): a new member takes its place", m.Name)
+			return true
+		}
+		return false // recorded, never seen written: its create is made (again)
+	})
+	// A successor that is gone no longer holds its predecessor back.
+	for i := range p.members {
+		if s := p.members[i].Successor; s != "" && !p.inLedger(s) {
+			p.members[i].Successor = ""
+		}
+	}
+}
+
+func (p *planner) reconcileLedger() {
+	p.dropGone()
+	for i := range p.members {
+		m := &p.members[i]
+		m.RotateAt = rotateAt(p.in.Spec.Rotation, m.Name, m.CreatedAt)
+	}
+}
+
+// adopt takes in specs that name the pool as owner but are not in its ledger (the record was
+// deleted, or someone wrote one), as far as the cap allows; the rest are deleted.
+func (p *planner) adopt() {
+	for _, name := range sortedKeys(p.in.Owned) {
+		if p.inLedger(name) {
+			continue
+		}
+		o := p.in.Owned[name]
+		if len(p.members) < p.in.Spec.MaxMembers() {
+			p.members = append(p.members, events.PoolMember{Name: name, Placement: p.placementOf(o.spec), CreatedAt: p.in.Now})
+			p.emit(events.ReasonMemberAdopted, name, "", 0, "spec %s names pool %s as owner: taken in as a member", name, p.in.Name)
+			continue
+		}
+		p.out.Writes = append(p.out.Writes, write{name: name, rev: o.rev, reason: events.ReasonMemberDeleted,
+			msg: fmt.Sprintf("it names pool %s as owner, which already has its %d members", p.in.Name, p.in.Spec.MaxMembers())})
+	}
+}
+
+// placementOf is the index of the placement a spec is at, or 0 (then it is replaced if the
+// placement differs).
+func (p *planner) placementOf(s *schemas.ProxySpec) int {
+	if s == nil {
+		return 0
+	}
+	for i := range p.in.Spec.Placements {
+		if identityOf(render(*p.in.Spec, p.in.Name, i, false)) == identityOf(*s) {
+			return i
+		}
+	}
+	return 0
+}
+
+// handEdited reports whether m's spec was last written by someone other than the controller
+// and no longer says what the controller wrote.
+func (p *planner) handEdited(m events.PoolMember) bool {
+	o, ok := p.in.Owned[m.Name]
+	if !ok {
+		return false
+	}
+	if o.spec == nil {
+		return true
+	}
+	return o.rev != m.Rev && !sameSpec(*o.spec, p.desired(m))
+}
+
+// retire marks, with the reason, every live member that must be replaced.
+func (p *planner) retire() {
+	spec := *p.in.Spec
+	for i := range p.members {
+		m := &p.members[i]
+		o, present := p.in.Owned[m.Name]
+		if m.Deleting || !m.DrainingSince.IsZero() || m.Retire != "" || !present || o.spec == nil || p.handEdited(*m) {
+			continue
+		}
+		var why events.Reason
+		var msg string
+		switch {
+		case len(spec.Placements) > 0 && m.Placement >= len(spec.Placements):
+			why, msg = events.ReasonTemplateChanged, "its placement was removed from the pool"
+		case identityOf(*o.spec) != identityOf(render(spec, p.in.Name, m.Placement, false)):
+			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
+		case !m.RotateAt.IsZero() && !p.in.Now.Before(m.RotateAt):
+			why, msg = events.ReasonMaxAge, fmt.Sprintf("it reached its maximum age (%ds)", spec.Rotation.MaxAgeSeconds)
+		case spec.Recycle != nil && p.in.Blocked[m.Name] >= spec.Recycle.BlockedTargets:
+			why, msg = events.ReasonBurned, fmt.Sprintf("crawlers reported it blocked on %d distinct targets within %ds",
+				p.in.Blocked[m.Name], spec.Recycle.WindowSeconds)
+		default:
+			continue
+		}
+		m.Retire = why
+		p.emit(why, m.Name, "", 0, "member %s will be replaced: %s", m.Name, msg)
+	}
+}
+
+// active is a member that serves and counts towards replicas: not draining, not deleting,
+// and not already superseded by a successor.
+func active(m events.PoolMember) bool {
+	return !m.Deleting && m.DrainingSince.IsZero() && m.Successor == ""
+}
+
+func (p *planner) ready(name string) bool { return p.in.Phase[name] == events.PhaseReady }
+
+// replace gives each retiring member a successor while the cap allows, or, without room for
+// one, drains it first if minAvailable allows.
+func (p *planner) replace() {
+	spec := *p.in.Spec
+	readyActive := 0
+	for _, m := range p.members {
+		if active(m) && p.ready(m.Name) {
+			readyActive++
+		}
+	}
+	order := p.indexes(func(m events.PoolMember) bool { return active(m) && m.Retire != "" })
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(p.members[a].CreatedAt.UnixNano(), p.members[b].CreatedAt.UnixNano())
+	})
+	activeCount := p.count(active)
+	for _, i := range order {
+		m := &p.members[i]
+		if activeCount > *spec.Replicas {
+			continue // scale() drains the surplus, this one first
+		}
+		if len(p.members) < spec.MaxMembers() {
+			s := p.newMember(m.Placement, m.Name) // appends: m is stale from here
+			m = &p.members[i]
+			m.Successor = s
+			p.emit(m.Retire, m.Name, s, 0, "member %s gets successor %s (%s)", m.Name, s, m.Retire)
+			continue
+		}
+		wasReady := p.ready(m.Name)
+		if wasReady && readyActive-1 < *spec.Rotation.MinAvailable {
+			p.held = fmt.Sprintf("%s waits (%s): the pool is at its %d members and draining it would leave fewer than minAvailable %d Ready",
+				m.Name, m.Retire, spec.MaxMembers(), *spec.Rotation.MinAvailable)
+			continue
+		}
+		p.drain(m, fmt.Sprintf("no room for a successor (maxSurge %d); a new member follows it", *spec.Rotation.MaxSurge))
+		activeCount--
+		if wasReady {
+			readyActive--
+		}
+	}
+}
+
+// scale creates members up to replicas, or drains the surplus: no leases first, then the
+// fewest, then the oldest.
+func (p *planner) scale() {
+	spec := *p.in.Spec
+	act := p.indexes(active)
+	if surplus := len(act) - *spec.Replicas; surplus > 0 {
+		slices.SortStableFunc(act, func(a, b int) int {
+			ma, mb := p.members[a], p.members[b]
+			return cmp.Or(cmp.Compare(p.in.Leases[ma.Name], p.in.Leases[mb.Name]),
+				cmp.Compare(ma.CreatedAt.UnixNano(), mb.CreatedAt.UnixNano()), cmp.Compare(ma.Name, mb.Name))
+		})
+		for _, i := range act[:surplus] {
+			m := &p.members[i]
+			if m.Retire == "" {
+				m.Retire = events.ReasonScaleDown
+			}
+			p.drain(m, fmt.Sprintf("replicas is %d", *spec.Replicas))
+		}
+		return
+	}
+	for n := len(act); n < *spec.Replicas && len(p.members) < spec.MaxMembers(); n++ {
+		p.newMember(-1, "")
+	}
+}
+
+// promote drains each superseded member once its successor is Ready (or at once if it is not
+// Ready itself: then draining it costs no availability).
+func (p *planner) promote() {
+	for i := range p.members {
+		m := &p.members[i]
+		if m.Successor == "" || m.Deleting || !m.DrainingSince.IsZero() {
+			continue
+		}
+		switch {
+		case p.ready(m.Successor):
+			p.drain(m, fmt.Sprintf("its successor %s is Ready", m.Successor))
+		case !p.ready(m.Name):
+			p.drain(m, fmt.Sprintf("it is not Ready; successor %s is on its way", m.Successor))
+		}
+	}
+}
+
+// drain marks m draining: its spec says drain (no new leases) and it is deleted once its
+// leases are gone or the drain timeout passes.
+func (p *planner) drain(m *events.PoolMember, why string) {
+	m.DrainingSince = p.in.Now
+	p.emit(events.ReasonDrainStarted, m.Name, m.Successor, p.in.Leases[m.Name], "member %s is draining (%s): %s", m.Name, m.Retire, why)
+}
+
+// finishDrains marks for deletion each draining member without leases, or past the timeout.
+func (p *planner) finishDrains() {
+	timeout := time.Duration(p.in.Spec.Rotation.DrainTimeoutSeconds) * time.Second
+	for i := range p.members {
+		m := &p.members[i]
+		if m.Deleting || m.DrainingSince.IsZero() {
+			continue
+		}
+		o, ok := p.in.Owned[m.Name]
+		if !ok {
+			m.Deleting = true // its create never landed: nothing to drain
+			continue
+		}
+		settled := o.spec != nil && o.spec.Drain && p.in.Now.Sub(m.DrainingSince) >= drainSettle
+		switch n := p.in.Leases[m.Name]; {
+		case settled && n == 0:
+			m.Deleting = true
+		case !p.in.Now.Before(m.DrainingSince.Add(timeout)):
+			m.Deleting = true
+			p.emit(events.ReasonDrainTimeout, m.Name, "", n, "member %s still holds %d leases after the drain timeout (%ds): deleting it",
+				m.Name, n, p.in.Spec.Rotation.DrainTimeoutSeconds)
+		}
+	}
+}
+
+// desired is the spec member m should have: the template at its placement, or for a member
+// being replaced because its instance changed, its own instance with the rest from the template.
+func (p *planner) desired(m events.PoolMember) schemas.ProxySpec {
+	want := render(*p.in.Spec, p.in.Name, m.Placement, !m.DrainingSince.IsZero())
+	if o, ok := p.in.Owned[m.Name]; ok && o.spec != nil && m.Retire != "" && m.Rev == o.rev {
+		return inPlace(*o.spec, want)
+	}
+	return want
+}
+
+// writeSpecs makes every member's spec what it should be: creates, in-place updates, reverts
+// of hand edits, drains and deletes.
+func (p *planner) writeSpecs() {
+	for i := range p.members {
+		m := &p.members[i]
+		o, present := p.in.Owned[m.Name]
+		if m.Deleting {
+			if present {
+				p.out.Writes = append(p.out.Writes, write{name: m.Name, rev: o.rev, reason: events.ReasonMemberDeleted,
+					msg: fmt.Sprintf("member %s deleted (%s)", m.Name, m.Retire)})
+			}
+			continue
+		}
+		want := p.desired(*m)
+		b, back, err := encode(want)
+		if err != nil {
+			continue // the template validated, so a member of it does too
+		}
+		switch {
+		case !present:
+			if !p.in.Taken(m.Name) {
+				p.out.Writes = append(p.out.Writes, write{name: m.Name, spec: b, reason: events.ReasonMemberCreated,
+					msg: fmt.Sprintf("member %s created", m.Name)})
+			}
+		case o.spec != nil && sameSpec(*o.spec, back):
+			m.Rev = o.rev // what we wrote (a crash may have kept the revision from the ledger)
+		case p.handEdited(*m):
+			p.out.Writes = append(p.out.Writes, write{name: m.Name, spec: b, rev: o.rev, reason: events.ReasonMemberReverted,
+				msg: fmt.Sprintf("member %s was edited by hand: reverted to the pool's template", m.Name)})
+		default:
+			reason := events.ReasonMemberUpdated
+			if x := *o.spec; x.Drain != back.Drain {
+				if x.Drain = back.Drain; sameSpec(x, back) {
+					reason = "" // only drain changed: DrainStarted said it
+				}
+			}
+			p.out.Writes = append(p.out.Writes, write{name: m.Name, spec: b, rev: o.rev, reason: reason,
+				msg: fmt.Sprintf("member %s updated in place from the template", m.Name)})
+		}
+	}
+}
+
+// newMember records a member with a fresh name at placement idx (-1: by the spread) and
+// returns its name; its spec is written by writeSpecs.
+func (p *planner) newMember(idx int, replaces string) string {
+	if idx < 0 || (len(p.in.Spec.Placements) > 0 && idx >= len(p.in.Spec.Placements)) {
+		idx = p.spread(replaces)
+	}
+	var name string
+	for {
+		name = memberName(p.in.Name, p.in.NewSuffix())
+		if !p.in.InUse(name) && !p.inLedger(name) {
+			break
+		}
+	}
+	p.members = append(p.members, events.PoolMember{Name: name, Placement: idx, CreatedAt: p.in.Now,
+		RotateAt: rotateAt(p.in.Spec.Rotation, name, p.in.Now)})
+	return name
+}
+
+// spread picks the placement of a new member: round-robin keeps the members per placement
+// even (lowest index first); least-loaded picks the placement with the fewest proxies of the
+// whole fleet on its provider and zone, then as round-robin. A member being replaced does not
+// count for its placement.
+func (p *planner) spread(replaces string) int {
+	spec := *p.in.Spec
+	if len(spec.Placements) == 0 {
+		return 0
+	}
+	per := make([]int, len(spec.Placements))
+	for _, m := range p.members {
+		if m.Name != replaces && !m.Deleting && m.DrainingSince.IsZero() && m.Placement < len(per) {
+			per[m.Placement]++
+		}
+	}
+	// The fleet's load counts specs in proxies; members recorded in this pass are not there yet.
+	pending := make([]int, len(spec.Placements))
+	for _, m := range p.members {
+		if _, ok := p.in.Owned[m.Name]; !ok && !m.Deleting && m.Placement < len(pending) {
+			pending[m.Placement]++
+		}
+	}
+	best := 0
+	for i := range per {
+		if spec.Spread == schemas.SpreadLeastLoaded {
+			li, lb := p.load(i)+pending[i], p.load(best)+pending[best]
+			if li != lb {
+				if li < lb {
+					best = i
+				}
+				continue
+			}
+		}
+		if per[i] < per[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+func (p *planner) load(i int) int {
+	if p.in.Load == nil {
+		return 0
+	}
+	s := render(*p.in.Spec, p.in.Name, i, false)
+	return p.in.Load(s.Provider, s.Placement.Zone)
+}
+
+// summarize records the ledger with the pool's phase and reason.
+func (p *planner) summarize() {
+	spec := *p.in.Spec
+	act, ready, draining, retiring := 0, 0, 0, events.Reason("")
+	for _, m := range p.members {
+		if active(m) {
+			act++
+			if p.ready(m.Name) {
+				ready++
+			}
+		}
+		if !m.DrainingSince.IsZero() || m.Deleting {
+			draining++
+		}
+		if retiring == "" && m.Retire != "" {
+			retiring = m.Retire
+		}
+	}
+	phase, reason, msg := events.PoolReady, events.Reason(""), fmt.Sprintf("%d of %d members Ready", ready, *spec.Replicas)
+	switch {
+	case p.held != "":
+		phase, reason, msg = events.PoolProgressing, events.ReasonRotationHeld, p.held
+	case retiring != "" || draining > 0 || act != *spec.Replicas:
+		phase, reason = events.PoolProgressing, retiring
+		msg = fmt.Sprintf("%d of %d members Ready, %d draining", ready, *spec.Replicas, draining)
+	case ready < act:
+		phase = events.PoolDegraded
+		for _, m := range p.members {
+			switch p.in.Phase[m.Name] {
+			case "", events.PhasePending, events.PhaseProvisioning, events.PhaseRunning, events.PhaseReplacing:
+				phase = events.PoolProgressing
+			}
+		}
+	}
+	p.record(phase, reason, msg)
+}
+
+// record sets the outcome's ledger to the members with phase, reason and message.
+func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg string) {
+	st := events.PoolStatus{V: 1, Phase: phase, Reason: reason, Message: msg, SpecRevision: p.in.SpecRev,
+		Members: p.members, UpdatedAt: p.in.Now}
+	if st.Members == nil {
+		st.Members = []events.PoolMember{}
+	}
+	if p.in.Ledger != nil {
+		st.Replicas, st.MaxMembers = p.in.Ledger.Replicas, p.in.Ledger.MaxMembers
+	}
+	if s := p.in.Spec; s != nil && p.in.SpecErr == nil {
+		st.Replicas, st.MaxMembers = *s.Replicas, s.MaxMembers()
+		for _, m := range st.Members {
+			// A member already due but held (RotationHeld) counts: its time is in the past.
+			if active(m) && !m.RotateAt.IsZero() && (st.NextRotation.IsZero() || m.RotateAt.Before(st.NextRotation)) {
+				st.NextRotation = m.RotateAt
+			}
+		}
+	}
+	p.out.Ledger = &st
+}
+
+func (p *planner) inLedger(name string) bool {
+	return slices.ContainsFunc(p.members, func(m events.PoolMember) bool { return m.Name == name })
+}
+
+func (p *planner) indexes(keep func(events.PoolMember) bool) []int {
+	var out []int
+	for i, m := range p.members {
+		if keep(m) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (p *planner) count(keep func(events.PoolMember) bool) int { return len(p.indexes(keep)) }
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,461 @@
+package pools
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func poolSpec(t *testing.T, doc string) *schemas.PoolSpec {
+	t.Helper()
+	s, err := schemas.ParsePoolSpec([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+// world is a pool's surroundings for plan: members in the ledger and in proxies, their
+// phases and leases.
+type world struct {
+	t       *testing.T
+	spec    *schemas.PoolSpec
+	ledger  *events.PoolStatus
+	owned   map[string]owned
+	taken   map[string]bool
+	phase   map[string]events.Phase
+	leases  map[string]int
+	blocked map[string]int
+	now     time.Time
+	next    int
+}
+
+func newWorld(t *testing.T, doc string) *world {
+	return &world{t: t, spec: poolSpec(t, doc), owned: map[string]owned{}, taken: map[string]bool{},
+		phase: map[string]events.Phase{}, leases: map[string]int{}, blocked: map[string]int{}, now: t0}
+}
+
+func (w *world) input() input {
+	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
+		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Leases: w.leases, Blocked: w.blocked, Now: w.now,
+		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
+}
+
+// step plans once and applies the outcome as the controller and a perfect reconciler would:
+// writes land, new members become Ready at once.
+func (w *world) step() outcome {
+	before := len(w.owned)
+	out := plan(w.input())
+	w.ledger = out.Ledger
+	rev := uint64(100 * w.next)
+	for _, wr := range out.Writes {
+		rev++
+		if wr.spec == nil {
+			delete(w.owned, wr.name)
+			delete(w.taken, wr.name)
+			continue
+		}
+		s, err := schemas.ParseProxySpec(wr.spec)
+		if err != nil {
+			w.t.Fatalf("plan wrote an invalid spec for %s: %v", wr.name, err)
+		}
+		w.owned[wr.name], w.taken[wr.name] = owned{rev: rev, spec: &s}, true
+		if _, ok := w.phase[wr.name]; !ok {
+			w.phase[wr.name] = events.PhaseReady
+		}
+		for i := range w.ledger.Members {
+			if w.ledger.Members[i].Name == wr.name {
+				w.ledger.Members[i].Rev = rev
+			}
+		}
+		if w.t.Failed() {
+			return out
+		}
+	}
+	if w.ledger != nil {
+		w.ledger.Members = slices.DeleteFunc(w.ledger.Members, func(m events.PoolMember) bool {
+			_, ok := w.owned[m.Name]
+			return m.Deleting && !ok
+		})
+	}
+	for n, s := range w.owned {
+		if s.spec.Drain && w.phase[n] == events.PhaseReady {
+			w.phase[n] = events.PhaseDraining
+		}
+	}
+	// Lowering replicas leaves the surplus draining; nothing is ever created above the cap.
+	if w.spec != nil && len(w.owned) > max(before, w.spec.MaxMembers()) {
+		w.t.Fatalf("%d members, above the cap %d", len(w.owned), w.spec.MaxMembers())
+	}
+	return out
+}
+
+// settle steps until nothing changes, advancing the clock a little each time.
+func (w *world) settle() {
+	for range 50 {
+		out := w.step()
+		if testing.Verbose() {
+			w.t.Logf("at %s: events %v writes %d members %v", w.now.Sub(t0), reasons(out), len(out.Writes), w.members())
+		}
+		w.now = w.now.Add(drainSettle)
+		if len(out.Writes) == 0 && len(out.Events) == 0 {
+			return
+		}
+	}
+	w.t.Fatal("the pool never settled")
+}
+
+func (w *world) members() []string { return sortedKeys(w.owned) }
+
+func (w *world) readyCount() int {
+	n := 0
+	for name := range w.owned {
+		if w.phase[name] == events.PhaseReady {
+			n++
+		}
+	}
+	return n
+}
+
+func reasons(out outcome) []events.Reason {
+	var rs []events.Reason
+	for _, e := range out.Events {
+		rs = append(rs, e.Reason)
+	}
+	return rs
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":10}`)
+	w.settle()
+	if got := len(w.members()); got != 10 {
+		t.Fatalf("%d members, want 10", got)
+	}
+	for _, n := range w.members() {
+		s := w.owned[n].spec
+		if !strings.HasPrefix(n, "web-") || s.Pool != "web" || s.Attributes["pool"] != "web" || s.Drain {
+			t.Fatalf("member %s: %+v", n, s)
+		}
+	}
+	if w.ledger.Phase != events.PoolReady {
+		t.Fatalf("phase %s, want Ready", w.ledger.Phase)
+	}
+	// Two members hold leases; scaling to 4 removes 6 of the other 8, oldest first.
+	leased := w.members()[:2]
+	for _, n := range leased {
+		w.leases[n] = 1
+	}
+	w.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":4}`)
+	w.step()
+	w.now = w.now.Add(drainSettle)
+	w.settle()
+	got := w.members()
+	if len(got) != 4 {
+		t.Fatalf("members %v, want 4", got)
+	}
+	for _, n := range leased {
+		if _, ok := w.owned[n]; !ok {
+			t.Fatalf("leased member %s was removed while unleased ones remained: %v", n, got)
+		}
+	}
+	// Scale to 0 drains the leased ones, which go when their leases do.
+	w.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":0}`)
+	w.settle()
+	if got := w.members(); len(got) != 2 {
+		t.Fatalf("members %v, want the 2 leased ones draining", got)
+	}
+	for _, n := range leased {
+		if !w.owned[n].spec.Drain {
+			t.Fatalf("%s not drained", n)
+		}
+		w.leases[n] = 0
+	}
+	w.settle()
+	if got := w.members(); len(got) != 0 {
+		t.Fatalf("members %v, want none", got)
+	}
+}
+
+func TestRotationIsSuccessorFirstAndKeepsMinAvailable(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":3,"rotation":{"maxAgeSeconds":3600}}`)
+	w.settle()
+	first := w.members()
+	w.leases[first[0]] = 1 // a lease held across the rotation
+	w.now = w.now.Add(2 * time.Hour)
+	for range 40 {
+		w.step()
+		if r := w.readyCount(); r < 3 {
+			t.Fatalf("%d Ready during rotation, minAvailable 3", r)
+		}
+		w.now = w.now.Add(drainSettle)
+	}
+	if _, ok := w.owned[first[0]]; !ok {
+		t.Fatal("the leased member was deleted while its lease ran (drain timeout is 900 s)")
+	}
+	if !w.owned[first[0]].spec.Drain {
+		t.Fatal("the leased old member is not draining")
+	}
+	w.leases[first[0]] = 0
+	w.settle()
+	for _, n := range first {
+		if _, ok := w.owned[n]; ok {
+			t.Fatalf("old member %s still there: %v", n, w.members())
+		}
+	}
+	if len(w.members()) != 3 {
+		t.Fatalf("members %v, want 3", w.members())
+	}
+}
+
+func TestDrainTimeoutDeletesALeasedMember(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":1,"rotation":{"maxAgeSeconds":3600,"drainTimeoutSeconds":60}}`)
+	w.settle()
+	old := w.members()[0]
+	w.leases[old] = 2
+	w.now = w.now.Add(2 * time.Hour)
+	w.settle()
+	if _, ok := w.owned[old]; !ok {
+		t.Fatal("deleted before the drain timeout")
+	}
+	w.now = w.now.Add(61 * time.Second)
+	out := w.step()
+	if !slices.Contains(reasons(out), events.ReasonDrainTimeout) {
+		t.Fatalf("events %v, want DrainTimeout", reasons(out))
+	}
+	w.settle()
+	if _, ok := w.owned[old]; ok {
+		t.Fatal("still there after the drain timeout")
+	}
+}
+
+func TestNoSurgeDrainsFirstWithinMinAvailable(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":3,"rotation":{"maxAgeSeconds":3600,"maxSurge":0,"minAvailable":2}}`)
+	w.settle()
+	w.now = w.now.Add(2 * time.Hour)
+	for range 40 {
+		w.step()
+		if n := len(w.owned); n > 3 {
+			t.Fatalf("%d members with maxSurge 0", n)
+		}
+		if r := w.readyCount(); r < 2 {
+			t.Fatalf("%d Ready, minAvailable 2", r)
+		}
+		w.now = w.now.Add(drainSettle)
+	}
+}
+
+func TestRotationHeldWhenNothingMayGo(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2,"rotation":{"maxAgeSeconds":3600,"maxSurge":0,"minAvailable":1}}`)
+	w.settle()
+	w.phase[w.members()[0]] = events.PhaseUnhealthy // only one Ready: the Ready one may not go
+	w.now = w.now.Add(2 * time.Hour)
+	w.step()
+	w.now = w.now.Add(drainSettle)
+	w.step()
+	if w.ledger.Reason != events.ReasonRotationHeld {
+		t.Fatalf("reason %q, want RotationHeld (%s)", w.ledger.Reason, w.ledger.Message)
+	}
+}
+
+func TestBurnedNeedsDistinctTargets(t *testing.T) {
+	doc := `{"template":{"provider":"local"},"replicas":2,"recycle":{"blockedTargets":3}}`
+	w := newWorld(t, doc)
+	w.settle()
+	m := w.members()[0]
+	w.blocked[m] = 2
+	w.settle()
+	if _, ok := w.owned[m]; !ok {
+		t.Fatal("recycled below the threshold")
+	}
+	w.blocked[m] = 3
+	out := w.step()
+	if !slices.Contains(reasons(out), events.ReasonBurned) {
+		t.Fatalf("events %v, want Burned", reasons(out))
+	}
+	w.settle()
+	if _, ok := w.owned[m]; ok {
+		t.Fatal("burned member not replaced")
+	}
+	if len(w.members()) != 2 {
+		t.Fatalf("members %v", w.members())
+	}
+}
+
+func TestTemplateChanges(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local","attributes":{"geo":"de"}},"replicas":2}`)
+	w.settle()
+	before := w.members()
+	// Attributes, leases, health: in place, the same members.
+	w.spec = poolSpec(t, `{"template":{"provider":"local","attributes":{"geo":"fr"},"maxLeases":4,"healthCheck":{"intervalSeconds":10}},"replicas":2}`)
+	w.settle()
+	if !slices.Equal(before, w.members()) {
+		t.Fatalf("members %v, want %v kept", w.members(), before)
+	}
+	for _, n := range before {
+		s := w.owned[n].spec
+		if s.Attributes["geo"] != "fr" || *s.MaxLeases != 4 || s.HealthCheck.IntervalSeconds != 10 {
+			t.Fatalf("%s not updated in place: %+v", n, s)
+		}
+	}
+	// The port is the instance: every member is replaced.
+	w.spec = poolSpec(t, `{"template":{"provider":"local","port":8080},"replicas":2}`)
+	w.settle()
+	after := w.members()
+	if len(after) != 2 || slices.ContainsFunc(after, func(n string) bool { return slices.Contains(before, n) }) {
+		t.Fatalf("members %v, want two new ones replacing %v", after, before)
+	}
+	for _, n := range after {
+		if w.owned[n].spec.Port != 8080 {
+			t.Fatalf("%s: port %d", n, w.owned[n].spec.Port)
+		}
+	}
+}
+
+func TestHandEditsAndLookalikes(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	m := w.members()[0]
+	edited, _ := schemas.ParseProxySpec([]byte(`{"provider":"local","pool":"web","maxLeases":9}`))
+	w.owned[m] = owned{rev: 9999, spec: &edited}
+	out := w.step()
+	if !slices.ContainsFunc(out.Writes, func(wr write) bool { return wr.name == m && wr.reason == events.ReasonMemberReverted }) {
+		t.Fatalf("writes %+v, want a revert of %s", out.Writes, m)
+	}
+	if *w.owned[m].spec.MaxLeases != 1 {
+		t.Fatal("not reverted")
+	}
+	// A key with the pool's prefix but no owner is someone else's: never touched, never counted.
+	w.taken["web-lookalike"] = true
+	w.settle()
+	if len(w.members()) != 2 {
+		t.Fatalf("members %v", w.members())
+	}
+	// A member disowned by hand is left alone and replaced.
+	delete(w.owned, m)
+	out = w.step()
+	if !slices.Contains(reasons(out), events.ReasonMemberLost) {
+		t.Fatalf("events %v, want MemberLost", reasons(out))
+	}
+	w.settle()
+	if len(w.members()) != 2 || slices.Contains(w.members(), m) {
+		t.Fatalf("members %v", w.members())
+	}
+}
+
+func TestAdoptionRespectsTheCap(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2,"rotation":{"maxSurge":1}}`)
+	for i := range 5 {
+		s, _ := schemas.ParseProxySpec([]byte(`{"provider":"local","pool":"web"}`))
+		n := fmt.Sprintf("web-x%d", i)
+		w.owned[n], w.taken[n] = owned{rev: uint64(i + 1), spec: &s}, true
+	}
+	out := plan(w.input())
+	if got := len(out.Ledger.Members); got != 3 {
+		t.Fatalf("ledger has %d members, want the cap 3", got)
+	}
+	deletes := 0
+	for _, wr := range out.Writes {
+		if wr.spec == nil {
+			deletes++
+		}
+	}
+	if deletes != 2 {
+		t.Fatalf("%d deletes, want the 2 above the cap", deletes)
+	}
+}
+
+func TestInvalidPoolDoesNothing(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	in := w.input()
+	in.Spec, in.SpecErr = nil, errors.New("replicas: must be between 0 and 1000, got -1")
+	out := plan(in)
+	if len(out.Writes) != 0 || out.Ledger.Phase != events.PoolInvalid || !strings.Contains(out.Ledger.Message, "replicas") {
+		t.Fatalf("outcome %+v", out)
+	}
+	if len(out.Ledger.Members) != 2 {
+		t.Fatal("an invalid spec dropped members from the ledger")
+	}
+}
+
+func TestDeletedPoolDeletesItsMembers(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":3}`)
+	w.settle()
+	w.spec = nil
+	w.step()
+	if len(w.owned) != 0 {
+		t.Fatalf("members left: %v", w.members())
+	}
+	out := plan(w.input())
+	if out.Ledger != nil {
+		t.Fatalf("ledger %+v, want the record deleted", out.Ledger)
+	}
+}
+
+func TestSpread(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":5,"placements":[{"zone":"a"},{"zone":"b"}]}`)
+	w.settle()
+	per := map[string]int{}
+	for _, n := range w.members() {
+		per[w.owned[n].spec.Placement.Zone]++
+	}
+	if per["a"] != 3 || per["b"] != 2 {
+		t.Fatalf("round-robin spread %v, want a:3 b:2", per)
+	}
+	l := newWorld(t, `{"template":{"provider":"local"},"replicas":2,"spread":"least-loaded","placements":[{"zone":"a"},{"zone":"b"}]}`)
+	in := l.input()
+	in.Load = func(_, zone string) int { return map[string]int{"a": 10, "b": 0}[zone] }
+	out := plan(in)
+	for _, m := range out.Ledger.Members {
+		if m.Placement != 1 {
+			t.Fatalf("least-loaded put a member at placement %d, want 1 (zone b)", m.Placement)
+		}
+	}
+	// The members a pass creates count towards the load of their placement.
+	l.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":4,"spread":"least-loaded","placements":[{"zone":"a"},{"zone":"b"}]}`)
+	in = l.input()
+	in.Load = func(_, zone string) int { return map[string]int{"a": 1, "b": 0}[zone] }
+	byIdx := map[int]int{}
+	for _, m := range plan(in).Ledger.Members {
+		byIdx[m.Placement]++
+	}
+	if byIdx[0] != 2 || byIdx[1] != 2 {
+		t.Fatalf("least-loaded spread %v over loads a:1 b:0, want 2 and 2 (b first, then even)", byIdx)
+	}
+}
+
+func TestRotateAtJitterIsStableAndBounded(t *testing.T) {
+	r := schemas.Rotation{MaxAgeSeconds: 3600, JitterSeconds: 600}
+	a := rotateAt(r, "web-abcde", t0)
+	if a != rotateAt(r, "web-abcde", t0) {
+		t.Fatal("not stable")
+	}
+	if a.After(t0.Add(time.Hour)) || a.Before(t0.Add(50*time.Minute)) {
+		t.Fatalf("rotateAt %v outside [50m, 60m]", a.Sub(t0))
+	}
+	if !rotateAt(schemas.Rotation{}, "x", t0).IsZero() {
+		t.Fatal("no max age must mean never")
+	}
+}
+
+// Specs that name a pool which has neither a spec nor a ledger were not made by a pool: they
+// are left alone, whatever their name.
+func TestSpecsNamingAnUnknownPoolAreLeftAlone(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":1}`)
+	s, _ := schemas.ParseProxySpec([]byte(`{"provider":"local","pool":"web"}`))
+	w.owned["mine"], w.taken["mine"] = owned{rev: 3, spec: &s}, true
+	in := w.input()
+	in.Spec = nil
+	if out := plan(in); len(out.Writes) != 0 || out.Ledger != nil || len(out.Events) != 0 {
+		t.Fatalf("outcome %+v, want nothing done", out)
+	}
+}

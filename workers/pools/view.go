@@ -1,0 +1,291 @@
+package pools
+
+import (
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// view is what the watches delivered: the pools, which proxies exist and whose, where they
+// run (for least-loaded spreading) and their phases. It only finds work and feeds a pass;
+// the pass reads the ledger itself and every write is a compare-and-set, so a view that lags
+// costs a retry, never a wrong count.
+type view struct {
+	mu      sync.Mutex
+	pools   map[string]poolEntry
+	ledgers map[string]bool // pools with a record in pool_status
+	proxies map[string]proxyEntry
+	byOwner map[string]map[string]bool // pool → the names of the specs naming it
+	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
+	phases  map[string]events.Phase
+	dirty   map[string]bool
+	wake    chan struct{}
+}
+
+type poolEntry struct {
+	rev  uint64
+	spec *schemas.PoolSpec
+	err  error
+}
+
+type proxyEntry struct {
+	rev            uint64
+	owner          string // the pool it names, if any
+	spec           *schemas.ProxySpec
+	provider, zone string
+}
+
+func newView() *view {
+	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
+		byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
+}
+
+func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
+
+// mark queues pool for a pass and wakes the loop; v.mu is held.
+func (v *view) mark(pool string) {
+	if pool == "" {
+		return
+	}
+	v.dirty[pool] = true
+	select {
+	case v.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (v *view) applyPool(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	name := e.Key()
+	if !isPut(e) {
+		delete(v.pools, name)
+		v.mark(name)
+		return
+	}
+	v.pools[name] = parsePool(name, e)
+	v.mark(name)
+}
+
+// parsePool parses a pool's entry; a bad name or spec is its error.
+func parsePool(name string, e jetstream.KeyValueEntry) poolEntry {
+	pe := poolEntry{rev: e.Revision()}
+	if err := schemas.ValidPoolName(name); err != nil {
+		pe.err = &schemas.FieldError{Field: "(name)", Problem: err.Error()}
+	} else if s, err := schemas.ParsePoolSpec(e.Value()); err != nil {
+		pe.err = err
+	} else {
+		pe.spec = &s
+	}
+	return pe
+}
+
+func (v *view) applyLedger(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if isPut(e) {
+		v.ledgers[e.Key()] = true
+	} else {
+		delete(v.ledgers, e.Key())
+	}
+	v.mark(e.Key())
+}
+
+// ownerOnly is what is read of every spec: members are few, the fleet is large, and only a
+// spec that names a pool is parsed whole.
+type ownerOnly struct {
+	Pool      string `json:"pool"`
+	Provider  string `json:"provider"`
+	Placement struct {
+		Zone string `json:"zone"`
+	} `json:"placement"`
+}
+
+func (v *view) applyProxy(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	name := e.Key()
+	old := v.proxies[name]
+	if !isPut(e) {
+		v.forget(name)
+		v.mark(old.owner)
+		return
+	}
+	pe := v.decodeProxy(e.Value())
+	pe.rev = e.Revision()
+	v.set(name, pe)
+	v.mark(old.owner)
+	v.mark(pe.owner)
+}
+
+// set records a spec and keeps the indexes; v.mu is held.
+func (v *view) set(name string, pe proxyEntry) {
+	v.forget(name)
+	v.proxies[name] = pe
+	v.load[[2]string{pe.provider, pe.zone}]++
+	if pe.owner != "" {
+		if v.byOwner[pe.owner] == nil {
+			v.byOwner[pe.owner] = map[string]bool{}
+		}
+		v.byOwner[pe.owner][name] = true
+	}
+}
+
+// forget removes a spec and its index entries; v.mu is held.
+func (v *view) forget(name string) {
+	old, ok := v.proxies[name]
+	if !ok {
+		return
+	}
+	delete(v.proxies, name)
+	k := [2]string{old.provider, old.zone}
+	if v.load[k]--; v.load[k] <= 0 {
+		delete(v.load, k)
+	}
+	if m := v.byOwner[old.owner]; m != nil {
+		delete(m, name)
+		if len(m) == 0 {
+			delete(v.byOwner, old.owner)
+		}
+	}
+}
+
+func (v *view) decodeProxy(b []byte) proxyEntry {
+	var o ownerOnly
+	_ = json.Unmarshal(b, &o)
+	pe := proxyEntry{owner: o.Pool, provider: o.Provider, zone: o.Placement.Zone}
+	if o.Pool != "" {
+		if s, err := schemas.ParseProxySpec(b); err == nil {
+			pe.spec = &s
+		}
+	}
+	return pe
+}
+
+// notePut folds the controller's own write in at once, so that the next pass does not act
+// on the state before it.
+func (v *view) notePut(name string, b []byte, rev uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if cur, ok := v.proxies[name]; ok && cur.rev >= rev {
+		return
+	}
+	pe := v.decodeProxy(b)
+	pe.rev = rev
+	v.set(name, pe)
+}
+
+func (v *view) noteDelete(name string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.forget(name)
+}
+
+type phaseOnly struct {
+	Phase events.Phase `json:"phase"`
+}
+
+func (v *view) applyStatus(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	name := e.Key()
+	var st phaseOnly
+	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
+		delete(v.phases, name)
+	} else {
+		v.phases[name] = st.Phase
+	}
+	if pe, ok := v.proxies[name]; ok {
+		v.mark(pe.owner)
+	}
+}
+
+// names is every pool with a spec, a record or a member, so a deleted pool's members go too.
+func (v *view) names() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	set := map[string]bool{}
+	for n := range v.pools {
+		set[n] = true
+	}
+	for n := range v.ledgers {
+		set[n] = true
+	}
+	for n := range v.byOwner {
+		set[n] = true
+	}
+	return sortedKeys(set)
+}
+
+// takeDirty returns the pools marked since the last call.
+func (v *view) takeDirty() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := sortedKeys(v.dirty)
+	clear(v.dirty)
+	return out
+}
+
+// snapshot is what a pass of pool reads from the view.
+type snapshot struct {
+	pool   poolEntry
+	exists bool
+	owned  map[string]owned
+	phases map[string]events.Phase
+}
+
+// snapshot costs what the pool's members do, not what the fleet does: the specs come from the
+// owner index, the load from counts kept as specs change.
+func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}}
+	s.pool, s.exists = v.pools[pool]
+	for name := range v.byOwner[pool] {
+		p := v.proxies[name]
+		s.owned[name] = owned{rev: p.rev, spec: p.spec}
+		s.phases[name] = v.phases[name]
+	}
+	if ledger != nil {
+		for _, m := range ledger.Members {
+			s.phases[m.Name] = v.phases[m.Name]
+			if m.Successor != "" {
+				s.phases[m.Successor] = v.phases[m.Successor]
+			}
+		}
+	}
+	return s
+}
+
+// loadAt is how many specs of the fleet run on provider and zone.
+func (v *view) loadAt(provider, zone string) int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.load[[2]string{provider, zone}]
+}
+
+// window is how far back block reports matter: the longest recycle window of the pools
+// (DefaultRecycleWindow when none recycles). A pool given a longer window later counts from
+// the reports since the controller started leading.
+func (v *view) window() time.Duration {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	w := schemas.DefaultRecycleWindow
+	for _, p := range v.pools {
+		if p.spec != nil && p.spec.Recycle != nil {
+			w = max(w, p.spec.Recycle.WindowSeconds)
+		}
+	}
+	return time.Duration(w) * time.Second
+}
+
+func (v *view) taken(name string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.proxies[name]
+	return ok
+}
