@@ -102,6 +102,9 @@ type Instance struct {
 	State   State  `json:"state"`
 	Address string `json:"address,omitempty"` // IP the proxy listens on; set when Running
 	Port    int    `json:"port,omitempty"`
+	// EgressIP is the address the proxy's traffic leaves from, when the provider knows it
+	// (local with bindSource: its own address); the probers check it against what sites see.
+	EgressIP string `json:"egressIp,omitempty"`
 	Marks   Marks  `json:"marks"`
 }
 

@@ -172,6 +172,7 @@ func (d *decider) external() {
 	d.setIdentity()
 	d.st.Mode, d.st.Provider, d.st.Host = schemas.ModeExternal, "", ""
 	d.setAddress(ep.Host, ep.Port)
+	d.st.ExpectedEgress = ep.ExpectedEgress
 	d.st.Teardown, d.st.LastError, d.st.Failures = "", nil, 0
 	d.st.Reason, d.st.Message = events.ReasonExternalEndpoint, ""
 	d.st.SpecRevision = d.in.SpecRevision
@@ -419,7 +420,7 @@ func (d *decider) backoff(msg string) {
 // gone records that no instance exists any more.
 func (d *decider) gone() {
 	st := d.st
-	st.InstanceID, st.IP, st.Port, st.SpecHash = "", "", 0, ""
+	st.InstanceID, st.IP, st.Port, st.SpecHash, st.ExpectedEgress = "", "", 0, "", ""
 	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
 }
 
@@ -451,6 +452,7 @@ func (d *decider) observe(inst *events.Instance) {
 	switch providers.State(inst.State) {
 	case providers.StateRunning:
 		d.setAddress(inst.Address, inst.Port)
+		st.ExpectedEgress = inst.EgressIP
 		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
 		if st.Reason == events.ReasonCreating || st.Reason == events.ReasonWaitingForAddress || st.Reason == events.ReasonTransient || st.Reason == events.ReasonInstanceLost || st.Reason == events.ReasonAddressLost {
