@@ -235,10 +235,12 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 	if err := adminStore.Pools.Delete(ctx, "fleet"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pool's member and ledger to be deleted", 15*time.Second, func() (bool, string) {
+	waitFor(t, "the pool's member deleted and its ledger emptied", 15*time.Second, func() (bool, string) {
 		name, ok := member()
-		_, err := adminStore.PoolStatus.Get(ctx, "fleet")
-		return !ok && errors.Is(err, jetstream.ErrKeyNotFound), name
+		var st events.PoolStatus
+		_, err := kvstore.GetJSON(ctx, adminStore.PoolStatus, "fleet", &st)
+		tombstone := err == nil && st.Phase == events.PoolDeleting && len(st.Members) == 0
+		return !ok && (tombstone || errors.Is(err, kvstore.ErrNotFound)), name
 	})
 
 	waitFor(t, "the orphan to be collected", 10*time.Second, func() (bool, string) {

@@ -68,7 +68,7 @@ func goldenCases() map[string]any {
 			Message: "crawl-7xk2q waits: minAvailable 2 and maxSurge 1 leave no room", SpecRevision: 12, Replicas: 2, MaxMembers: 3,
 			Members: []PoolMember{
 				{Name: "crawl-a1b2c", Placement: 0, CreatedAt: at.Add(-6 * time.Hour), RotateAt: at.Add(-time.Minute), Rev: 31,
-					Retire: ReasonMaxAge, Successor: "crawl-d3e4f", DrainingSince: at.Add(-30 * time.Second)},
+					Retire: ReasonMaxAge, Successor: "crawl-d3e4f", DrainingSince: at.Add(-30 * time.Second), DrainSeen: at.Add(-29 * time.Second)},
 				{Name: "crawl-d3e4f", Placement: 1, CreatedAt: at.Add(-2 * time.Minute), RotateAt: at.Add(5 * time.Hour), Rev: 40},
 				{Name: "crawl-g5h6j", Placement: 0, CreatedAt: at.Add(-3 * time.Hour), Rev: 22, Retire: ReasonScaleDown, Deleting: true},
 			},

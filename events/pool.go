@@ -34,6 +34,7 @@ const (
 	ReasonMaxAge          Reason = "MaxAge"          // the member reached its maximum age
 	ReasonTemplateChanged Reason = "TemplateChanged" // the template or the member's placement changed in a way that needs a new instance
 	ReasonBurned          Reason = "Burned"          // crawlers reported it blocked on enough distinct targets
+	ReasonMemberFailed    Reason = "MemberFailed"    // its instance is Failed (latched by the reconciler): only a new member helps
 	ReasonScaleDown       Reason = "ScaleDown"       // replicas was lowered
 	ReasonPoolDeleted     Reason = "PoolDeleted"     // the pool was deleted
 
@@ -82,6 +83,10 @@ type PoolMember struct {
 	// deleted (it leaves the ledger once it is gone).
 	DrainingSince time.Time `json:"drainingSince,omitzero"`
 	Deleting      bool      `json:"deleting,omitempty"`
+	// DrainSeen is when the controller first saw its spec say drain: the settle before its
+	// leases are counted runs from then, not from DrainingSince, since the spec's write may
+	// land much later than the ledger's (a kill between them, a write retried).
+	DrainSeen time.Time `json:"drainSeen,omitzero"`
 }
 
 // PoolEvent is the detail of a pool event.

@@ -61,8 +61,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Budgets of one pass.
 const (
-	readBudget  = 5 * time.Second
-	writeBudget = 5 * time.Second // one KV write; well below createGrace
+	readBudget   = 5 * time.Second
+	writeBudget  = 5 * time.Second // one KV write
+	eventsBudget = 2 * time.Second // the acks of one pass's events
 )
 
 // lead keeps the pools until ctx ends (the lease is lost) or a watch fails.
@@ -145,7 +146,9 @@ func (c *Controller) loop(ctx context.Context, v *view, b *blocks, window time.D
 		case <-v.wake:
 			pass(v.takeDirty())
 		case <-tick.C:
-			b.prune(c.cfg.Now().Add(-window), func(p string) bool { return v.taken(p) })
+			// The window of the pools now (a pool may have been given a longer one); reports
+			// older than the replay at takeover were never read, see view.window.
+			b.prune(c.cfg.Now().Add(-max(window, v.window())), func(p string) bool { return v.taken(p) })
 			pass(v.names())
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -91,13 +92,14 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	if lrev, err = c.recordLedger(ctx, name, ledger, lrev, out.Ledger, len(out.Writes) > 0); err != nil {
 		return err
 	}
-	for _, ev := range out.Events {
-		c.publish(ctx, ev)
-	}
 	if out.Ledger == nil {
+		c.publishAll(ctx, out.Events)
 		return nil
 	}
-	revs, deleted := c.write(ctx, v, name, out.Writes)
+	// The specs first, then the events: history must not hold up the work, nor announce a
+	// drain whose spec write has not been made.
+	revs, deleted, evs := c.write(ctx, v, name, out.Writes)
+	c.publishAll(ctx, append(out.Events, evs...))
 	if len(revs) == 0 && len(deleted) == 0 {
 		return nil
 	}
@@ -115,9 +117,12 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	if final.Members == nil {
 		final.Members = []events.PoolMember{}
 	}
-	// A conflict here is harmless: the next pass finds the deletes done and the revisions
-	// equal to what it would write.
-	_, _ = c.recordLedger(ctx, name, out.Ledger, lrev, &final, false)
+	// If this write does not land, the next pass finds the deletes done and the specs equal
+	// to what it would write, and records their revisions then; the plan never rewrites a
+	// member's instance on a revision it did not record (desired keeps the instance).
+	if _, err := c.recordLedger(ctx, name, out.Ledger, lrev, &final, false); err != nil && !errors.Is(err, kvstore.ErrConflict) {
+		c.cfg.Log.Warn("pool ledger not updated after its member writes; the next pass does it", "pool", name, "err", err)
+	}
 	return nil
 }
 
@@ -152,13 +157,17 @@ func sameLedger(a, b events.PoolStatus) bool {
 	return bytes.Equal(ja, jb)
 }
 
-// write makes the member writes, each within its own budget, and returns the new revisions
-// and the names deleted. A write that fails (someone else wrote the key, NATS away) is left
-// to the next pass.
-func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write) (map[string]uint64, map[string]bool) {
+// write makes the member writes, each within its own budget, and returns the new revisions,
+// the names deleted and the events of the writes made. A write that fails (someone else wrote
+// the key, NATS away) is left to the next pass.
+func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write) (map[string]uint64, map[string]bool, []events.Event) {
 	kv := c.cfg.Store.Proxies
 	revs, deleted := map[string]uint64{}, map[string]bool{}
+	var evs []events.Event
 	for _, w := range ws {
+		if ctx.Err() != nil {
+			break // the lease is lost: a stale leader writes no more
+		}
 		wctx, cancel := context.WithTimeout(ctx, writeBudget)
 		var err error
 		var rev uint64
@@ -166,7 +175,7 @@ func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write
 		case w.spec == nil:
 			err = kv.Delete(wctx, w.name, jetstream.LastRevision(w.rev))
 			if err == nil {
-				v.noteDelete(w.name)
+				v.noteDelete(w.name, w.rev)
 				deleted[w.name] = true
 			}
 		case w.rev == 0:
@@ -176,7 +185,13 @@ func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write
 		}
 		cancel()
 		if err != nil {
-			c.cfg.Log.Info("member write not made; the next pass looks again", "pool", pool, "member", w.name, "err", err)
+			// A conflict is the normal race with a hand edit or another controller; anything
+			// else (a denied write, NATS away) is worth a warning.
+			level := slog.LevelWarn
+			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, kvstore.ErrConflict) {
+				level = slog.LevelInfo
+			}
+			c.cfg.Log.Log(ctx, level, "member write not made; the next pass looks again", "pool", pool, "member", w.name, "err", err)
 			continue
 		}
 		if w.spec != nil {
@@ -184,26 +199,42 @@ func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write
 			revs[w.name] = rev
 		}
 		if w.reason != "" {
-			c.publish(ctx, events.Event{Kind: events.KindPool, Proxy: pool, At: c.cfg.Now(), Reason: w.reason, Message: w.msg,
+			evs = append(evs, events.Event{Kind: events.KindPool, Proxy: pool, At: c.cfg.Now(), Reason: w.reason, Message: w.msg,
 				Pool: &events.PoolEvent{Pool: pool, Member: w.name}})
 		}
 	}
-	return revs, deleted
+	return revs, deleted, evs
 }
 
-// publish sends a pool event to EGRESS_EVENTS; events are history, so a failure is logged.
-func (c *Controller) publish(ctx context.Context, ev events.Event) {
-	ev.V = 1
-	ev.ID = "pool:" + randomID()
-	c.cfg.Log.Info("pool", "pool", ev.Proxy, "reason", ev.Reason, "message", ev.Message)
-	b, err := json.Marshal(ev)
-	if err != nil {
+// publishAll sends pool events to EGRESS_EVENTS without waiting on each, then waits for
+// their acks within one budget: events are history, so a failure is logged, and a stream
+// that is slow or away costs a pass at most eventsBudget.
+func (c *Controller) publishAll(ctx context.Context, evs []events.Event) {
+	if len(evs) == 0 {
 		return
 	}
-	pctx, cancel := context.WithTimeout(ctx, writeBudget)
+	pctx, cancel := context.WithTimeout(ctx, eventsBudget)
 	defer cancel()
-	if _, err := c.cfg.Store.JS.Publish(pctx, events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
-		c.cfg.Log.Warn("pool event not published", "pool", ev.Proxy, "reason", ev.Reason, "err", err)
+	var acks []jetstream.PubAckFuture
+	for _, ev := range evs {
+		ev.V = 1
+		ev.ID = "pool:" + randomID()
+		c.cfg.Log.Info("pool", "pool", ev.Proxy, "reason", ev.Reason, "message", ev.Message)
+		b, err := json.Marshal(ev)
+		if err != nil {
+			continue
+		}
+		f, err := c.cfg.Store.JS.PublishAsync(events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID))
+		if err != nil {
+			c.cfg.Log.Warn("pool event not published", "pool", ev.Proxy, "reason", ev.Reason, "err", err)
+			continue
+		}
+		acks = append(acks, f)
+	}
+	for _, f := range acks {
+		if _, err := kvstore.Await(pctx, f); err != nil {
+			c.cfg.Log.Warn("pool event not acknowledged", "subject", f.Msg().Subject, "err", err)
+		}
 	}
 }
 

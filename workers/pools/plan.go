@@ -16,6 +16,10 @@ import (
 // drain, so that a grant racing the leasers' view of the drain is counted.
 const drainSettle = 3 * time.Second
 
+// tombstoneFor is how long a deleted pool's empty ledger stays: well above a leader lease
+// and the longest pass, so that a create a stale controller still had in flight is deleted.
+const tombstoneFor = 2 * time.Minute
+
 // owned is a spec in proxies that names a pool as its owner.
 type owned struct {
 	rev  uint64
@@ -125,7 +129,14 @@ func (p *planner) deletePool() {
 			msg: fmt.Sprintf("member %s deleted: the pool was deleted", name)})
 	}
 	if len(p.members) == 0 && len(p.in.Owned) == 0 {
-		p.out.Ledger = nil // nothing left: the record goes
+		// Nothing left. The record stays a while as a tombstone: a create still in flight from
+		// a stale controller may land after this pass, and a spec naming a pool with neither
+		// spec nor ledger is left alone, so only a ledger gets such a spec deleted.
+		if l := p.in.Ledger; l != nil && l.Phase == events.PoolDeleting && len(l.Members) == 0 && p.in.Now.Sub(l.UpdatedAt) >= tombstoneFor {
+			p.out.Ledger = nil
+			return
+		}
+		p.record(events.PoolDeleting, events.ReasonPoolDeleted, "every member is deleted")
 		return
 	}
 	p.record(events.PoolDeleting, events.ReasonPoolDeleted, fmt.Sprintf("deleting %d members", max(len(p.members), len(p.in.Owned))))
@@ -217,7 +228,7 @@ func (p *planner) retire() {
 	for i := range p.members {
 		m := &p.members[i]
 		o, present := p.in.Owned[m.Name]
-		if m.Deleting || !m.DrainingSince.IsZero() || m.Retire != "" || !present || o.spec == nil || p.handEdited(*m) {
+		if m.Deleting || !m.DrainingSince.IsZero() || m.Retire != "" || !present || o.spec == nil {
 			continue
 		}
 		var why events.Reason
@@ -229,6 +240,10 @@ func (p *planner) retire() {
 			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
 		case !m.RotateAt.IsZero() && !p.in.Now.Before(m.RotateAt):
 			why, msg = events.ReasonMaxAge, fmt.Sprintf("it reached its maximum age (%ds)", spec.Rotation.MaxAgeSeconds)
+		case p.in.Phase[m.Name] == events.PhaseFailed:
+			// The reconciler latches Failed until the spec changes: nothing else replaces it,
+			// and a Failed successor would hold its predecessor (and a surge slot) forever.
+			why, msg = events.ReasonMemberFailed, "its instance failed"
 		case spec.Recycle != nil && p.in.Blocked[m.Name] >= spec.Recycle.BlockedTargets:
 			why, msg = events.ReasonBurned, fmt.Sprintf("crawlers reported it blocked on %d distinct targets within %ds",
 				p.in.Blocked[m.Name], spec.Recycle.WindowSeconds)
@@ -238,6 +253,13 @@ func (p *planner) retire() {
 		m.Retire = why
 		p.emit(why, m.Name, "", 0, "member %s will be replaced: %s", m.Name, msg)
 	}
+}
+
+func retiring(m events.PoolMember) int {
+	if m.Retire != "" {
+		return 1
+	}
+	return 0
 }
 
 // active is a member that serves and counts towards replicas: not draining, not deleting,
@@ -266,7 +288,7 @@ func (p *planner) replace() {
 	for _, i := range order {
 		m := &p.members[i]
 		if activeCount > *spec.Replicas {
-			continue // scale() drains the surplus, this one first
+			continue // scale() drains the surplus, retiring members first
 		}
 		if len(p.members) < spec.MaxMembers() {
 			s := p.newMember(m.Placement, m.Name) // appends: m is stale from here
@@ -297,7 +319,9 @@ func (p *planner) scale() {
 	if surplus := len(act) - *spec.Replicas; surplus > 0 {
 		slices.SortStableFunc(act, func(a, b int) int {
 			ma, mb := p.members[a], p.members[b]
+			// Among equal leases, a member already due for replacement goes first.
 			return cmp.Or(cmp.Compare(p.in.Leases[ma.Name], p.in.Leases[mb.Name]),
+				cmp.Compare(retiring(mb), retiring(ma)),
 				cmp.Compare(ma.CreatedAt.UnixNano(), mb.CreatedAt.UnixNano()), cmp.Compare(ma.Name, mb.Name))
 		})
 		for _, i := range act[:surplus] {
@@ -351,7 +375,16 @@ func (p *planner) finishDrains() {
 			m.Deleting = true // its create never landed: nothing to drain
 			continue
 		}
-		settled := o.spec != nil && o.spec.Drain && p.in.Now.Sub(m.DrainingSince) >= drainSettle
+		// The settle counts from when the spec was seen saying drain, not from when the ledger
+		// recorded the intent: the spec write may land much later (a kill -9 between the two,
+		// a failed write retried, a slow pass).
+		switch {
+		case o.spec == nil || !o.spec.Drain:
+			m.DrainSeen = time.Time{}
+		case m.DrainSeen.IsZero():
+			m.DrainSeen = p.in.Now
+		}
+		settled := !m.DrainSeen.IsZero() && p.in.Now.Sub(m.DrainSeen) >= drainSettle
 		switch n := p.in.Leases[m.Name]; {
 		case settled && n == 0:
 			m.Deleting = true
@@ -367,7 +400,9 @@ func (p *planner) finishDrains() {
 // being replaced because its instance changed, its own instance with the rest from the template.
 func (p *planner) desired(m events.PoolMember) schemas.ProxySpec {
 	want := render(*p.in.Spec, p.in.Name, m.Placement, !m.DrainingSince.IsZero())
-	if o, ok := p.in.Owned[m.Name]; ok && o.spec != nil && m.Retire != "" && m.Rev == o.rev {
+	// A member's instance is never changed by writing its spec (the reconciler would replace
+	// it under its leases): an instance that differs from the template is rolled by retire.
+	if o, ok := p.in.Owned[m.Name]; ok && o.spec != nil && identityOf(*o.spec) != identityOf(want) {
 		return inPlace(*o.spec, want)
 	}
 	return want

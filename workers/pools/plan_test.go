@@ -102,12 +102,19 @@ func (w *world) step() outcome {
 // settle steps until nothing changes, advancing the clock a little each time.
 func (w *world) settle() {
 	for range 50 {
+		var prev *events.PoolStatus
+		if w.ledger != nil {
+			c := *w.ledger
+			c.Members = slices.Clone(c.Members)
+			prev = &c
+		}
 		out := w.step()
+		changed := (prev == nil) != (w.ledger == nil) || (prev != nil && !sameLedger(*prev, *w.ledger))
 		if testing.Verbose() {
 			w.t.Logf("at %s: events %v writes %d members %v", w.now.Sub(t0), reasons(out), len(out.Writes), w.members())
 		}
 		w.now = w.now.Add(drainSettle)
-		if len(out.Writes) == 0 && len(out.Events) == 0 {
+		if len(out.Writes) == 0 && len(out.Events) == 0 && !changed {
 			return
 		}
 	}
@@ -396,8 +403,13 @@ func TestDeletedPoolDeletesItsMembers(t *testing.T) {
 		t.Fatalf("members left: %v", w.members())
 	}
 	out := plan(w.input())
-	if out.Ledger != nil {
-		t.Fatalf("ledger %+v, want the record deleted", out.Ledger)
+	if out.Ledger == nil || out.Ledger.Phase != events.PoolDeleting || len(out.Ledger.Members) != 0 {
+		t.Fatalf("ledger %+v, want an empty Deleting tombstone first", out.Ledger)
+	}
+	w.ledger = out.Ledger
+	w.now = w.now.Add(tombstoneFor)
+	if out := plan(w.input()); out.Ledger != nil {
+		t.Fatalf("ledger %+v, want the record deleted after the tombstone time", out.Ledger)
 	}
 }
 
@@ -457,5 +469,132 @@ func TestSpecsNamingAnUnknownPoolAreLeftAlone(t *testing.T) {
 	in.Spec = nil
 	if out := plan(in); len(out.Writes) != 0 || out.Ledger != nil || len(out.Events) != 0 {
 		t.Fatalf("outcome %+v, want nothing done", out)
+	}
+}
+
+// The controller never changes an existing member's instance by writing its spec, not even
+// when the ledger lost the member's revision (a pass killed before its last write, a ledger
+// deleted by hand): the reconciler would replace the instance under its leases, every
+// member at once. An instance that differs from the template is rolled, successor first.
+func TestNoInPlaceInstanceChangeWithoutARecordedRevision(t *testing.T) {
+	for _, lose := range []string{"revisions", "ledger"} {
+		t.Run(lose, func(t *testing.T) {
+			w := newWorld(t, `{"template":{"provider":"local"},"replicas":2,"rotation":{"maxAgeSeconds":3600}}`)
+			w.settle()
+			if lose == "ledger" {
+				w.ledger = nil
+			} else {
+				for i := range w.ledger.Members {
+					w.ledger.Members[i].Rev = 0
+				}
+			}
+			w.spec = poolSpec(t, `{"template":{"provider":"local","port":8080},"replicas":2,"rotation":{"maxAgeSeconds":3600}}`)
+			old := w.members()
+			for range 30 {
+				out := w.step()
+				for _, wr := range out.Writes {
+					if s, err := schemas.ParseProxySpec(wr.spec); err == nil && wr.rev != 0 && s.Port == 8080 {
+						t.Fatalf("existing member %s rewritten in place with the new port (%s)", wr.name, wr.reason)
+					}
+				}
+				if r := w.readyCount(); r < 2 {
+					t.Fatalf("%d Ready during the roll, minAvailable 2", r)
+				}
+				w.now = w.now.Add(drainSettle)
+			}
+			for _, n := range old {
+				if _, ok := w.owned[n]; ok {
+					t.Fatalf("old member %s never rolled: %v", n, w.members())
+				}
+			}
+		})
+	}
+}
+
+// The settle before a drained member's leases are counted runs from when its spec was seen
+// saying drain, not from when the ledger recorded the drain: a kill between the two, and the
+// next leader's drain write must not be followed by a delete a moment later.
+func TestDrainSettleCountsFromTheSpec(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	victim := w.members()[0]
+	for i := range w.ledger.Members {
+		if w.ledger.Members[i].Name == victim {
+			w.ledger.Members[i].DrainingSince, w.ledger.Members[i].Retire = w.now, events.ReasonScaleDown
+		}
+	}
+	w.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":1}`)
+	w.now = w.now.Add(10 * time.Second) // the next leader, later
+	w.step()                            // writes drain: true
+	if !w.owned[victim].spec.Drain {
+		t.Fatal("no drain written")
+	}
+	for range 2 {
+		w.now = w.now.Add(10 * time.Millisecond)
+		for _, wr := range w.step().Writes {
+			if wr.name == victim && wr.spec == nil {
+				t.Fatalf("%s deleted moments after its spec first said drain", victim)
+			}
+		}
+	}
+	w.now = w.now.Add(drainSettle)
+	w.settle()
+	if _, ok := w.owned[victim]; ok {
+		t.Fatal("never deleted after the settle")
+	}
+}
+
+// A Failed member (the reconciler latches Failed) is replaced like a burned one; a Failed
+// successor does not hold its predecessor and the surge for good.
+func TestFailedMembersAreReplaced(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":3,"rotation":{"maxAgeSeconds":3600,"maxSurge":1}}`)
+	w.settle()
+	old := w.members()
+	w.now = w.now.Add(2 * time.Hour)
+	w.step()
+	var succ string
+	for _, m := range w.ledger.Members {
+		if m.Successor != "" {
+			succ = m.Successor
+		}
+	}
+	w.phase[succ] = events.PhaseFailed
+	for range 60 {
+		w.step()
+		w.now = w.now.Add(drainSettle)
+	}
+	for _, n := range old {
+		if _, ok := w.owned[n]; ok {
+			t.Fatalf("old member %s never rotated (phase %s, %s: %s)", n, w.ledger.Phase, w.ledger.Reason, w.ledger.Message)
+		}
+	}
+	if _, ok := w.owned[succ]; ok {
+		t.Fatalf("the Failed successor %s is still there", succ)
+	}
+}
+
+// A create a stale controller still had in flight when the pool was deleted lands after the
+// members are gone: the tombstone ledger gets it deleted.
+func TestLateCreateAfterPoolDeletionIsDeleted(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	w.spec = poolSpec(t, `{"template":{"provider":"local"},"replicas":3}`)
+	a := plan(w.input()) // a stale controller records a new member, its create in flight
+	w.ledger = a.Ledger
+	var late write
+	for _, wr := range a.Writes {
+		if wr.rev == 0 && wr.spec != nil {
+			late = wr
+		}
+	}
+	w.spec = nil
+	for range 5 {
+		w.step()
+	}
+	s, _ := schemas.ParseProxySpec(late.spec)
+	w.owned[late.name], w.taken[late.name] = owned{rev: 999, spec: &s}, true
+	out := plan(w.input())
+	if !slices.ContainsFunc(out.Writes, func(wr write) bool { return wr.name == late.name && wr.spec == nil }) {
+		t.Fatalf("member %s created after the pool's members went is not deleted: %+v", late.name, out.Writes)
 	}
 }

@@ -19,6 +19,9 @@ type view struct {
 	pools   map[string]poolEntry
 	ledgers map[string]bool // pools with a record in pool_status
 	proxies map[string]proxyEntry
+	// gone holds, for a spec this controller deleted, the revision it deleted: a put the
+	// watch still delivers at or below it is from before the delete, not the spec back.
+	gone    map[string]uint64
 	byOwner map[string]map[string]bool // pool → the names of the specs naming it
 	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
 	phases  map[string]events.Phase
@@ -41,7 +44,7 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
+		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
@@ -109,10 +112,16 @@ func (v *view) applyProxy(e jetstream.KeyValueEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	name := e.Key()
-	old := v.proxies[name]
+	old, known := v.proxies[name]
 	if !isPut(e) {
+		delete(v.gone, name)
 		v.forget(name)
 		v.mark(old.owner)
+		return
+	}
+	// The watch may deliver a put after the controller folded in its own later write
+	// (notePut) or its delete (noteDelete): an older revision is not news.
+	if (known && e.Revision() <= old.rev) || e.Revision() <= v.gone[name] {
 		return
 	}
 	pe := v.decodeProxy(e.Value())
@@ -179,9 +188,11 @@ func (v *view) notePut(name string, b []byte, rev uint64) {
 	v.set(name, pe)
 }
 
-func (v *view) noteDelete(name string) {
+// noteDelete folds in the controller's own delete of the spec it knew at rev.
+func (v *view) noteDelete(name string, rev uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.gone[name] = max(v.gone[name], rev)
 	v.forget(name)
 }
 
