@@ -105,7 +105,7 @@ type Instance struct {
 	// EgressIP is the address the proxy's traffic leaves from, when the provider knows it
 	// (local with bindSource: its own address); the probers check it against what sites see.
 	EgressIP string `json:"egressIp,omitempty"`
-	Marks   Marks  `json:"marks"`
+	Marks    Marks  `json:"marks"`
 }
 
 // Marks identify an instance as ours. They are written by Create and read back from the
