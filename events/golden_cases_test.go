@@ -16,7 +16,12 @@ func goldenCases() map[string]any {
 		StartedAt: at, At: at.Add(time.Second)}
 	health := ProxyHealth{V: 1, Proxy: "crawl-1", Address: "127.0.0.2:3128", Healthy: false, ConsecutiveSuccesses: 4,
 		ConsecutiveFailures: 3, SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 12.5,
-		LastError: "CONNECT 127.0.0.1:41234: connection refused", EgressIP: "127.0.0.2", LeakedHeaders: []string{"Via"},
+		LastError: "CONNECT 127.0.0.1:41234: connection refused", EgressIP: "127.0.0.2", LeakedHeaders: []string{"Via", "X-Forwarded-For"},
+		Anonymity: AnonymityTransparent, ExpectedEgress: "192.0.2.10",
+		Paths: []PathCheck{
+			{Path: PathConnect, Error: "CONNECT 127.0.0.1:41234: connection refused"},
+			{Path: PathForward, EgressIP: "127.0.0.2", Leaked: []string{"Via", "X-Forwarded-For"}, Anonymity: AnonymityTransparent},
+		},
 		CheckURL: "http://127.0.0.1:41234/echo", Prober: "host-1", LastProbeAt: at, LastSuccessAt: at.Add(-time.Minute),
 		LastTransitionAt: at}
 	healthy := health
@@ -112,7 +117,7 @@ func goldenCases() map[string]any {
 
 		// The lease service: requests, replies and errors.
 		"lease_acquire_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",
-			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42"},
+			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42", MinAnonymity: AnonymityElite},
 		"lease_reply.v1.json": LeaseReply{Lease: LeaseGrant{ID: "crawl-1.1.0123456789abcdef", Proxy: "crawl-1", Host: "127.0.0.2",
 			Port: 3128, URL: "http://127.0.0.2:3128", ExpiresAt: at.Add(time.Minute), TTLSeconds: 60}},
 		"lease_renew_request.v1.json":   RenewRequest{ID: "crawl-1.1.0123456789abcdef", TTLSeconds: 120},
@@ -126,6 +131,6 @@ func goldenCases() map[string]any {
 		"lease_error_gone.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeGone, Field: "id", End: ReasonProxyDeleted,
 			Message: "lease crawl-1.1.0123456789abcdef was ended: its proxy was deleted"}},
 		"lease_error_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
-			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1}}},
+			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1, BelowAnonymity: 3}}},
 	}
 }
