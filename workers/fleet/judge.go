@@ -6,7 +6,7 @@ import (
 	"github.com/egressd/egressd/events"
 )
 
-// judge sets a row's health, overdue judgement and reason from its health record.
+// judge sets a row's health, anonymity, overdue judgement and reason from its health record.
 //
 // Precedence of REASON: the reason the reconciler recorded explains the phase (ProbeFailing,
 // AddressLost, …) and is kept; ProbeOverdue is shown only where the row has no other reason,
@@ -21,7 +21,10 @@ func judge(r *Row, h *events.ProxyHealth, now time.Time) {
 	}
 	if h != nil {
 		r.LastProbeAt = h.LastProbeAt
+		r.LeakedHeaders = h.LeakedHeaders
 	}
+	r.Anonymity = h.AnonymityVerdict(r.Address, since)
+	r.EgressMismatch = h.EgressMismatch()
 	switch healthy, judged := h.Verdict(r.Address, since, r.interval, now); {
 	case !judged:
 		r.Healthy = HealthUnknown
