@@ -9,9 +9,14 @@ import (
 // reconciler's HeaderLeak, the leaser's minAnonymity, the read model's ANONYMITY and
 // egress_proxies_anonymity. It is the record's Anonymity when the record is About the
 // proxy's instance at address since since, else unknown (""): a predecessor's verdict at
-// the same ip:port says nothing about what this instance reveals.
-func (h *ProxyHealth) AnonymityVerdict(address string, since time.Time) Anonymity {
+// the same ip:port says nothing about what this instance reveals. As with Verdict, a known
+// probe interval (> 0) makes a record whose last probe is older than
+// ProbeOverdueAfter(interval) unknown too; 0 leaves staleness to the record's TTL.
+func (h *ProxyHealth) AnonymityVerdict(address string, since time.Time, interval time.Duration, now time.Time) Anonymity {
 	if !h.About(address, since) {
+		return ""
+	}
+	if interval > 0 && now.Sub(h.LastProbeAt) > ProbeOverdueAfter(interval) {
 		return ""
 	}
 	return h.Anonymity

@@ -20,9 +20,21 @@ func TestAnonymityVerdict(t *testing.T) {
 		{"a predecessor at the same address", h, "10.0.0.1:3128", t0.Add(time.Second), ""},
 		{"no record", nil, "10.0.0.1:3128", time.Time{}, ""},
 	} {
-		if got := tc.h.AnonymityVerdict(tc.address, tc.since); got != tc.want {
+		if got := tc.h.AnonymityVerdict(tc.address, tc.since, 0, t0.Add(time.Hour)); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+func TestAnonymityVerdictGoesStaleWithTheHealthVerdict(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	h := &ProxyHealth{Address: "10.0.0.1:3128", Anonymity: AnonymityElite, LastProbeAt: t0}
+	interval := 30 * time.Second
+	if got := h.AnonymityVerdict(h.Address, time.Time{}, interval, t0.Add(ProbeOverdueAfter(interval))); got != AnonymityElite {
+		t.Errorf("within the overdue bound: %q", got)
+	}
+	if got := h.AnonymityVerdict(h.Address, time.Time{}, interval, t0.Add(ProbeOverdueAfter(interval)+time.Second)); got != "" {
+		t.Errorf("overdue: %q, want unknown", got)
 	}
 }
 

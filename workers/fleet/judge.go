@@ -21,10 +21,11 @@ func judge(r *Row, h *events.ProxyHealth, now time.Time) {
 	}
 	if h != nil {
 		r.LastProbeAt = h.LastProbeAt
-		r.LeakedHeaders = h.LeakedHeaders
 	}
-	r.Anonymity = h.AnonymityVerdict(r.Address, since)
-	r.EgressMismatch = h.EgressMismatch()
+	// What the proxy reveals is shown while its record is current, as its health is.
+	if r.Anonymity = h.AnonymityVerdict(r.Address, since, r.interval, now); r.Anonymity != "" {
+		r.LeakedHeaders, r.EgressMismatch = h.LeakedHeaders, h.EgressMismatch()
+	}
 	switch healthy, judged := h.Verdict(r.Address, since, r.interval, now); {
 	case !judged:
 		r.Healthy = HealthUnknown

@@ -61,7 +61,7 @@ func TestLoadMixedFleet(t *testing.T) {
 		"office Ready unknown true 1/3 ProbeOverdue",
 		"pending Pending unknown false 0/1 ",
 		"ready-de Ready True false 2/2 ",
-		"ready-fr Ready True false 0/1 ",
+		"ready-fr Ready True false 0/1 EgressMismatch",
 		"ready-stale Ready unknown true 0/1 ProbeOverdue",
 		"sick Unhealthy False false 0/1 ProbeFailing",
 		"slow Ready True false 0/1 ",
@@ -83,8 +83,11 @@ func TestLoadMixedFleet(t *testing.T) {
 		byName[r.Name] = r
 	}
 	if r := byName["office"]; r.Provider != events.External || r.Mode != "external" || r.Address != "127.0.0.50:8080" ||
-		r.Anonymity != events.AnonymityElite || !r.EgressMismatch {
+		r.Anonymity != "" || r.EgressMismatch {
 		t.Errorf("office: %+v", r)
+	}
+	if r := byName["ready-fr"]; r.Anonymity != events.AnonymityAnonymous || !r.EgressMismatch || fmt.Sprint(r.LeakedHeaders) != "[Via]" {
+		t.Errorf("ready-fr: anonymity %q leaked %v mismatch %v", r.Anonymity, r.LeakedHeaders, r.EgressMismatch)
 	}
 	if r := byName["sick"]; r.Anonymity != events.AnonymityTransparent || fmt.Sprint(r.LeakedHeaders) != "[Via X-Forwarded-For]" || r.EgressMismatch {
 		t.Errorf("sick: anonymity %q leaked %v mismatch %v", r.Anonymity, r.LeakedHeaders, r.EgressMismatch)

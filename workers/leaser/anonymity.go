@@ -3,6 +3,7 @@ package leaser
 import (
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/egressd/egressd/events"
 )
@@ -30,7 +31,8 @@ func (p *proxyView) anonymity() events.Anonymity {
 	if p.ip == "" || p.port <= 0 {
 		return ""
 	}
-	return p.health.AnonymityVerdict(net.JoinHostPort(p.ip, strconv.Itoa(p.port)), p.addressAt)
+	// Staleness is left to the record's TTL, as for the phase the reconciler derives.
+	return p.health.AnonymityVerdict(net.JoinHostPort(p.ip, strconv.Itoa(p.port)), p.addressAt, 0, time.Time{})
 }
 
 // order is the ordered set an acquire with minAnonymity min reads.

@@ -297,7 +297,7 @@ func refAvailability(v *view, selector map[string]string, tgt string, minAnon ev
 
 // refAnonymity is the verdict on p's instance, from the one judgement of events.
 func refAnonymity(p *proxyView) events.Anonymity {
-	return p.health.AnonymityVerdict(fmt.Sprintf("%s:%d", p.ip, p.port), p.addressAt)
+	return p.health.AnonymityVerdict(fmt.Sprintf("%s:%d", p.ip, p.port), p.addressAt, 0, time.Time{})
 }
 
 func refHeldBelowMax(p *proxyView) int {

@@ -623,7 +623,7 @@ func (d *decider) overridable() bool {
 func (d *decider) anonymity() (msg string, ok, pending bool) {
 	req := requiredAnonymity(d.in.Spec)
 	h := d.in.Health
-	a := h.AnonymityVerdict(d.st.Address(), d.st.AddressAt)
+	a := h.AnonymityVerdict(d.st.Address(), d.st.AddressAt, 0, d.now)
 	switch {
 	case a.AtLeast(req):
 		return "", true, false

@@ -80,7 +80,16 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		"ready-de": {`{"provider":"local","maxLeases":2,"attributes":{"geo":"de"},"auth":{"username":"u","password":"SENTINEL-PASSWORD-77aa"}}`,
 			running(events.PhaseReady, "127.0.0.2", ago(time.Hour), ""), judged(verdict("127.0.0.2:3128", true, ago(5*time.Second)), events.AnonymityElite)},
 		"ready-fr": {`{"provider":"local","attributes":{"geo":"fr"}}`,
-			running(events.PhaseReady, "127.0.0.3", ago(time.Hour), ""), judged(verdict("127.0.0.3:3128", true, ago(10*time.Second)), events.AnonymityAnonymous, "Via")},
+			func() *events.ProxyStatus {
+				st := running(events.PhaseReady, "127.0.0.3", ago(time.Hour), events.ReasonEgressMismatch)
+				st.Message = "traffic leaves from 127.0.0.1, expected 192.0.2.3"
+				return st
+			}(), func() *events.ProxyHealth {
+				// Its traffic leaves from another address than the one expected.
+				h := judged(verdict("127.0.0.3:3128", true, ago(10*time.Second)), events.AnonymityAnonymous, "Via")
+				h.ExpectedEgress = "192.0.2.3"
+				return h
+			}()},
 		// Its last probe is five minutes old: stale, so no verdict, and overdue.
 		"ready-stale": {`{"provider":"local","attributes":{"geo":"de"}}`,
 			running(events.PhaseReady, "127.0.0.4", ago(time.Hour), ""), verdict("127.0.0.4:3128", true, ago(5*time.Minute))},
@@ -101,12 +110,8 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		"office": {`{"mode":"external","endpoint":{"host":"127.0.0.50","port":8080},"maxLeases":3}`,
 			&events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: schemas.ModeExternal, IP: "127.0.0.50", Port: 8080, Reason: events.ReasonExternalEndpoint,
 				AddressAt: ago(time.Hour), CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Minute)},
-			func() *events.ProxyHealth {
-				// Its traffic leaves from another address than its endpoint's expectedEgress.
-				h := judged(verdict("127.0.0.50:8080", true, ago(3*time.Minute)), events.AnonymityElite)
-				h.ExpectedEgress = "192.0.2.50"
-				return h
-			}()},
+			// Judged elite, but three minutes ago: as stale as its health, so unknown.
+			judged(verdict("127.0.0.50:8080", true, ago(3*time.Minute)), events.AnonymityElite)},
 		"pending": {`{"provider":"local"}`, nil, nil},
 		"bad":     {`{"provider":"local","port":0.5}`, &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonInvalidSpec, Message: "port: must be an integer"}, nil},
 		"broken": {`{"provider":"local"}`, &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Mode: schemas.ModeManaged, Provider: "local",
@@ -138,8 +143,8 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 			events.PhaseInvalid: 1, events.PhaseFailed: 1, events.PhaseReplacing: 1, events.PhaseDeleting: 1},
 		Healthy: 3, Unhealthy: 1, ProbeOverdue: 3, Leases: 5,
 		RowLeases: map[string]int{"ready-de": 2, "office": 1, "gone": 1},
-		// moved's elite verdict is about its old address: unknown.
-		Anonymity: map[events.Anonymity]int{events.AnonymityElite: 2, events.AnonymityAnonymous: 1, events.AnonymityTransparent: 1, "": 5},
+		// moved's elite verdict is about its old address, office's stale: both unknown.
+		Anonymity: map[events.Anonymity]int{events.AnonymityElite: 1, events.AnonymityAnonymous: 1, events.AnonymityTransparent: 1, "": 6},
 	}
 }
 
