@@ -9,7 +9,7 @@ func goldenCases() map[string]any {
 	op := Op{V: 1, ID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
 		InstanceName: "egress-abcdefghijklmnop", SpecRevision: 7, SpecHash: "0123456789abcdef", IssuedAt: at}
 	res := OpResult{V: 1, OpID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
-		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, UID: "u1", CreatedAt: at},
+		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, EgressIP: "127.0.0.2", UID: "u1", CreatedAt: at},
 		SpecHash: "0123456789abcdef", Worker: "host-1", StartedAt: at, At: at.Add(time.Second)}
 	failed := OpResult{V: 1, OpID: "op3", Kind: OpGet, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 2, Final: false,
 		ErrorClass: ClassTransient, Error: "local get local/egress-abcdefghijklmnop: transient error: timeout", Worker: "host-1",
@@ -39,7 +39,7 @@ func goldenCases() map[string]any {
 
 		// Records in the buckets.
 		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
-			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
+			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128, ExpectedEgress: "127.0.0.2",
 			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
 			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
 			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
