@@ -76,7 +76,7 @@ func verdict(paths []events.PathCheck) (a events.Anonymity, leaked []string, com
 	complete = true
 	for _, pc := range paths {
 		if pc.Anonymity == "" {
-			if pc.Error != "" && pc.Error != errNotEcho {
+			if pc.Error != "" && pc.Error != errNotEcho && pc.Error != errNoForward {
 				complete = false
 			}
 			continue
