@@ -56,13 +56,18 @@ func (p *Prober) execute(ctx context.Context, j job) completion {
 	log := p.log.With("proxy", j.proxy)
 	at := p.cfg.Now().UTC()
 	var res result
+	pctx, cancel := context.WithTimeout(ctx, seconds(j.check.TimeoutSeconds))
 	if j.target == nil {
+		// The CONNECT path has nowhere to go; the forward path still judges what sites see.
 		res = result{pathResult: pathResult{err: errors.New("check URL does not parse")}}
+		if p.forwardURL != nil {
+			f := p.forwardFetch(pctx, j.addr, p.forwardURL, j.auth)
+			res.forward = &f
+		}
 	} else {
-		pctx, cancel := context.WithTimeout(ctx, seconds(j.check.TimeoutSeconds))
 		res = p.probe(pctx, j.addr, j.target, p.forwardURL, j.auth)
-		cancel()
 	}
+	cancel()
 	if ctx.Err() != nil {
 		return c // cut short by shutdown: says nothing about the proxy
 	}
