@@ -257,11 +257,10 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 }
 
 // statusExpectedEgress is the address a managed proxy's traffic should leave from as its
-// status tells it (the local provider's bindSource address, a VM's public address), "" when
-// the status does not know. The hook for the providers' side: nothing fills it yet.
-func statusExpectedEgress(st events.ProxyStatus) string {
-	return ""
-}
+// status tells it (ProxyStatus.ExpectedEgress: the reconciler records the provider's
+// Instance.EgressIP, e.g. the local provider's own address with bindSource), "" when the
+// status does not know.
+func statusExpectedEgress(st events.ProxyStatus) string { return st.ExpectedEgress }
 
 // expectedEgress is the address the probes should see t's traffic come from, "" when it is
 // not known: the spec's (an external endpoint's expectedEgress) first, else the status's.
