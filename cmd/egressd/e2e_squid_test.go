@@ -61,7 +61,7 @@ func TestSquidAnonymityEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	defer killProcs(t, dir)
 	port, reconfigure := startSquid(t, dir, false)
-	n := startNode(t, dir, "--config", writeConfig(t, dir, 44))
+	n := startNode(t, dir, "--config", writeConfig(t, dir, 30))
 	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":3,"successThreshold":1}`
 	n.nats("kv", "put", "proxies", "squid", fmt.Sprintf(`{"mode":"external","endpoint":{"host":"127.0.0.1","port":%d,"expectedEgress":"127.0.0.1"},%s}`, port, hc))
 	n.nats("kv", "put", "proxies", "own", `{"provider":"local",`+hc+`}`)
