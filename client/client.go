@@ -43,11 +43,14 @@ type AcquireOptions struct {
 	TTL      time.Duration     // whole seconds; 0 takes the service's default (5m)
 	Holder   string            // who holds the lease, for events and debugging
 	Sticky   string            // prefer the proxy this key was last leased
+	// MinAnonymity takes only proxies the probers judged at least this anonymous:
+	// events.AnonymityAnonymous or events.AnonymityElite; "" takes any.
+	MinAnonymity events.Anonymity
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
-		Holder: o.Holder, Sticky: o.Sticky}
+		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity}
 }
 
 // seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".

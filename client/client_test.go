@@ -179,6 +179,15 @@ func TestLeaseTypedErrors(t *testing.T) {
 	if !errors.Is(err, client.ErrBadRequest) || !errors.As(err, &se) || se.Field != "ttlSeconds" || errors.Is(err, client.ErrNoProxy) {
 		t.Fatalf("TTL too long: %v", err)
 	}
+	_, err = c.AcquireOnce(ctx, client.AcquireOptions{MinAnonymity: "high"})
+	if !errors.Is(err, client.ErrBadRequest) || !errors.As(err, &se) || se.Field != "minAnonymity" {
+		t.Fatalf("minAnonymity high: %v", err)
+	}
+	// No proxy of the service is judged yet: minAnonymity reaches it, and the 503 says so.
+	_, err = c.AcquireOnce(ctx, client.AcquireOptions{MinAnonymity: events.AnonymityElite})
+	if !errors.Is(err, client.ErrNoProxy) || !errors.As(err, &se) || se.Availability.BelowAnonymity == 0 || se.Availability.BelowAnonymity != se.Availability.Ready {
+		t.Fatalf("minAnonymity elite on unjudged proxies: %v %+v", err, se.Availability)
+	}
 	if _, err := c.Renew(ctx, "px-1.0.0123456789abcdef", 0); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown lease: %v", err)
 	}

@@ -18,6 +18,7 @@ const dashboardFile = "grafana/egressd-dashboard.json"
 var exportedMetrics = map[string]string{
 	"egress_proxies":                         "gauge",
 	"egress_proxies_healthy":                 "gauge",
+	"egress_proxies_anonymity":               "gauge",
 	"egress_proxies_probe_overdue":           "gauge",
 	"egress_leases_active":                   "gauge",
 	"egress_lease_requests_total":            "counter",

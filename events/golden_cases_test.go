@@ -9,14 +9,19 @@ func goldenCases() map[string]any {
 	op := Op{V: 1, ID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
 		InstanceName: "egress-abcdefghijklmnop", SpecRevision: 7, SpecHash: "0123456789abcdef", IssuedAt: at}
 	res := OpResult{V: 1, OpID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
-		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, UID: "u1", CreatedAt: at},
+		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, EgressIP: "127.0.0.2", UID: "u1", CreatedAt: at},
 		SpecHash: "0123456789abcdef", Worker: "host-1", StartedAt: at, At: at.Add(time.Second)}
 	failed := OpResult{V: 1, OpID: "op3", Kind: OpGet, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 2, Final: false,
 		ErrorClass: ClassTransient, Error: "local get local/egress-abcdefghijklmnop: transient error: timeout", Worker: "host-1",
 		StartedAt: at, At: at.Add(time.Second)}
 	health := ProxyHealth{V: 1, Proxy: "crawl-1", Address: "127.0.0.2:3128", Healthy: false, ConsecutiveSuccesses: 4,
 		ConsecutiveFailures: 3, SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 12.5,
-		LastError: "CONNECT 127.0.0.1:41234: connection refused", EgressIP: "127.0.0.2", LeakedHeaders: []string{"Via"},
+		LastError: "CONNECT 127.0.0.1:41234: connection refused", EgressIP: "127.0.0.2", LeakedHeaders: []string{"Via", "X-Forwarded-For"},
+		Anonymity: AnonymityTransparent, ExpectedEgress: "192.0.2.10",
+		Paths: []PathCheck{
+			{Path: PathConnect, Error: "CONNECT 127.0.0.1:41234: connection refused"},
+			{Path: PathForward, EgressIP: "127.0.0.2", Leaked: []string{"Via", "X-Forwarded-For"}, Anonymity: AnonymityTransparent},
+		},
 		CheckURL: "http://127.0.0.1:41234/echo", Prober: "host-1", LastProbeAt: at, LastSuccessAt: at.Add(-time.Minute),
 		LastTransitionAt: at}
 	healthy := health
@@ -34,7 +39,7 @@ func goldenCases() map[string]any {
 
 		// Records in the buckets.
 		"proxy_status.v1.json": ProxyStatus{V: 1, Phase: PhaseRunning, Mode: "managed", UID: "u1", InstanceName: "egress-abcdefghijklmnop",
-			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
+			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128, ExpectedEgress: "127.0.0.2",
 			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
 			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
 			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
@@ -112,7 +117,7 @@ func goldenCases() map[string]any {
 
 		// The lease service: requests, replies and errors.
 		"lease_acquire_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",
-			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42"},
+			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42", MinAnonymity: AnonymityElite},
 		"lease_reply.v1.json": LeaseReply{Lease: LeaseGrant{ID: "crawl-1.1.0123456789abcdef", Proxy: "crawl-1", Host: "127.0.0.2",
 			Port: 3128, URL: "http://127.0.0.2:3128", ExpiresAt: at.Add(time.Minute), TTLSeconds: 60}},
 		"lease_renew_request.v1.json":   RenewRequest{ID: "crawl-1.1.0123456789abcdef", TTLSeconds: 120},
@@ -126,6 +131,6 @@ func goldenCases() map[string]any {
 		"lease_error_gone.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeGone, Field: "id", End: ReasonProxyDeleted,
 			Message: "lease crawl-1.1.0123456789abcdef was ended: its proxy was deleted"}},
 		"lease_error_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
-			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1}}},
+			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1, BelowAnonymity: 3}}},
 	}
 }

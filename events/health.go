@@ -43,23 +43,30 @@ type ProbeRequest struct {
 // record carries a TTL of about three probe intervals, so a proxy nobody probes any more
 // reads as unknown (absent) rather than as stale health.
 type ProxyHealth struct {
-	V                    int       `json:"v"`
-	Proxy                string    `json:"proxy"`
-	Address              string    `json:"address"` // host:port that was probed
-	Healthy              bool      `json:"healthy"`
-	ConsecutiveSuccesses int       `json:"consecutiveSuccesses"`
-	ConsecutiveFailures  int       `json:"consecutiveFailures"`
-	SuccessThreshold     int       `json:"successThreshold"`
-	FailureThreshold     int       `json:"failureThreshold"`
-	LatencyMs            float64   `json:"latencyMs,omitempty"` // of the last successful probe
-	LastError            string    `json:"lastError,omitempty"`
-	EgressIP             string    `json:"egressIp,omitempty"`      // the address the check target saw
-	LeakedHeaders        []string  `json:"leakedHeaders,omitempty"` // Via, X-Forwarded-For, … the target received
-	CheckURL             string    `json:"checkUrl"`
-	Prober               string    `json:"prober"`
-	LastProbeAt          time.Time `json:"lastProbeAt"`
-	LastSuccessAt        time.Time `json:"lastSuccessAt,omitzero"`
-	LastTransitionAt     time.Time `json:"lastTransitionAt,omitzero"`
+	V                    int      `json:"v"`
+	Proxy                string   `json:"proxy"`
+	Address              string   `json:"address"` // host:port that was probed
+	Healthy              bool     `json:"healthy"`
+	ConsecutiveSuccesses int      `json:"consecutiveSuccesses"`
+	ConsecutiveFailures  int      `json:"consecutiveFailures"`
+	SuccessThreshold     int      `json:"successThreshold"`
+	FailureThreshold     int      `json:"failureThreshold"`
+	LatencyMs            float64  `json:"latencyMs,omitempty"` // of the last successful probe
+	LastError            string   `json:"lastError,omitempty"`
+	EgressIP             string   `json:"egressIp,omitempty"`      // the address the check target saw
+	LeakedHeaders        []string `json:"leakedHeaders,omitempty"` // Via, X-Forwarded-For, … the target received, on any path
+	// Anonymity is the verdict of the less anonymous path; Paths what each path showed.
+	Anonymity Anonymity   `json:"anonymity,omitempty"`
+	Paths     []PathCheck `json:"paths,omitempty"`
+	// ExpectedEgress is the address traffic should leave from, when it is known (the
+	// instance's own address with the local provider's bindSource, an external endpoint's
+	// expectedEgress); EgressIP differing from it is ReasonEgressMismatch.
+	ExpectedEgress   string    `json:"expectedEgress,omitempty"`
+	CheckURL         string    `json:"checkUrl"`
+	Prober           string    `json:"prober"`
+	LastProbeAt      time.Time `json:"lastProbeAt"`
+	LastSuccessAt    time.Time `json:"lastSuccessAt,omitzero"`
+	LastTransitionAt time.Time `json:"lastTransitionAt,omitzero"`
 }
 
 // Judged reports whether the thresholds have produced a verdict yet: healthy after

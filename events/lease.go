@@ -62,6 +62,9 @@ type AcquireRequest struct {
 	TTLSeconds int               `json:"ttlSeconds,omitempty"`
 	Holder     string            `json:"holder,omitempty"`
 	Sticky     string            `json:"sticky,omitempty"`
+	// MinAnonymity leaves out proxies the probers judged less anonymous (or not at all):
+	// "anonymous" or "elite"; "" takes any.
+	MinAnonymity Anonymity `json:"minAnonymity,omitempty"`
 }
 
 // LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
@@ -160,4 +163,7 @@ type Availability struct {
 	AtCapacity    int `json:"atCapacity"`    // of those Ready, every slot taken (or maxLeases 0)
 	CoolingTarget int `json:"coolingTarget"` // of those Ready, cooling down for this target
 	CoolingGlobal int `json:"coolingGlobal"` // of those Ready, cooling down for every target
+	// BelowAnonymity: of those Ready, less anonymous than the request's minAnonymity (or
+	// not judged yet).
+	BelowAnonymity int `json:"belowAnonymity,omitempty"`
 }

@@ -40,6 +40,7 @@ type Instance struct {
 	State     string    `json:"state"`
 	Address   string    `json:"address,omitempty"`
 	Port      int       `json:"port,omitempty"`
+	EgressIP  string    `json:"egressIp,omitempty"` // where its traffic leaves from, when the provider knows
 	UID       string    `json:"uid,omitempty"`
 	CreatedAt time.Time `json:"createdAt,omitzero"`
 }

@@ -57,34 +57,38 @@ const (
 
 // ProxyStatus is what the reconciler (its only writer) records for a proxy in proxy_status.
 type ProxyStatus struct {
-	V            int        `json:"v"`
-	Phase        Phase      `json:"phase"`
-	Mode         string     `json:"mode,omitempty"`
-	UID          string     `json:"uid,omitempty"`
-	InstanceName string     `json:"instanceName,omitempty"`
-	InstanceID   string     `json:"instanceId,omitempty"`
-	Provider     string     `json:"provider,omitempty"`
-	Host         string     `json:"host,omitempty"`
-	IP           string     `json:"ip,omitempty"`
-	Port         int        `json:"port,omitempty"`
-	SpecHash     string     `json:"specHash,omitempty"`     // hash of the instance that exists
-	AuthHash     string     `json:"authHash,omitempty"`     // salted hash of the auth last delivered
-	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
-	Teardown     Reason     `json:"teardown,omitempty"`     // why the current instance must go
-	Op           *OpRef     `json:"op,omitempty"`
-	LastError    *LastError `json:"lastError,omitempty"`
-	Reason       Reason     `json:"reason,omitempty"`
-	Message      string     `json:"message,omitempty"`
-	Failures     int        `json:"failures,omitempty"`  // consecutive transient failures
-	Deadlines    int        `json:"deadlines,omitempty"` // provisioning deadlines missed
-	AddrMisses   int        `json:"addrMisses,omitempty"`
-	RetryAt      time.Time  `json:"retryAt,omitzero"`
-	NextPollAt   time.Time  `json:"nextPollAt,omitzero"`
-	ProvisionAt  time.Time  `json:"provisionAt,omitzero"` // when the current create began
-	AddressAt    time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
-	CreatedAt    time.Time  `json:"createdAt,omitzero"`
-	ReadyAt      time.Time  `json:"readyAt,omitzero"`
-	UpdatedAt    time.Time  `json:"updatedAt,omitzero"`
+	V            int    `json:"v"`
+	Phase        Phase  `json:"phase"`
+	Mode         string `json:"mode,omitempty"`
+	UID          string `json:"uid,omitempty"`
+	InstanceName string `json:"instanceName,omitempty"`
+	InstanceID   string `json:"instanceId,omitempty"`
+	Provider     string `json:"provider,omitempty"`
+	Host         string `json:"host,omitempty"`
+	IP           string `json:"ip,omitempty"`
+	Port         int    `json:"port,omitempty"`
+	// ExpectedEgress is where the proxy's traffic should leave from, when that is known: the
+	// instance's own address when its provider says so (local with bindSource), an external
+	// endpoint's expectedEgress. The probers compare it with what their echo endpoint sees.
+	ExpectedEgress string     `json:"expectedEgress,omitempty"`
+	SpecHash       string     `json:"specHash,omitempty"`     // hash of the instance that exists
+	AuthHash       string     `json:"authHash,omitempty"`     // salted hash of the auth last delivered
+	SpecRevision   uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
+	Teardown       Reason     `json:"teardown,omitempty"`     // why the current instance must go
+	Op             *OpRef     `json:"op,omitempty"`
+	LastError      *LastError `json:"lastError,omitempty"`
+	Reason         Reason     `json:"reason,omitempty"`
+	Message        string     `json:"message,omitempty"`
+	Failures       int        `json:"failures,omitempty"`  // consecutive transient failures
+	Deadlines      int        `json:"deadlines,omitempty"` // provisioning deadlines missed
+	AddrMisses     int        `json:"addrMisses,omitempty"`
+	RetryAt        time.Time  `json:"retryAt,omitzero"`
+	NextPollAt     time.Time  `json:"nextPollAt,omitzero"`
+	ProvisionAt    time.Time  `json:"provisionAt,omitzero"` // when the current create began
+	AddressAt      time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
+	CreatedAt      time.Time  `json:"createdAt,omitzero"`
+	ReadyAt        time.Time  `json:"readyAt,omitzero"`
+	UpdatedAt      time.Time  `json:"updatedAt,omitzero"`
 }
 
 // Incarnation names the instance the status describes, "" while there is none: the

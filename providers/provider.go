@@ -102,7 +102,10 @@ type Instance struct {
 	State   State  `json:"state"`
 	Address string `json:"address,omitempty"` // IP the proxy listens on; set when Running
 	Port    int    `json:"port,omitempty"`
-	Marks   Marks  `json:"marks"`
+	// EgressIP is the address the proxy's traffic leaves from, when the provider knows it
+	// (local with bindSource: its own address); the probers check it against what sites see.
+	EgressIP string `json:"egressIp,omitempty"`
+	Marks    Marks  `json:"marks"`
 }
 
 // Marks identify an instance as ours. They are written by Create and read back from the

@@ -45,6 +45,13 @@ var specCases = []specCase{
 	{name: "health url", doc: `{"provider":"p","healthCheck":{"url":"HTTPS://user@example.com:8443/x?y#z"}}`},
 	{name: "escaped key", doc: `{"pro\u0076ider":"p"}`},
 	{name: "external", doc: `{"mode":"external","endpoint":{"host":"10.0.0.5"}}`},
+	{name: "require elite", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"elite"}}`},
+	{name: "require anonymous", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"anonymous"}}`},
+	{name: "require none", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"none"}}`},
+	{name: "require empty is none", doc: `{"provider":"p","healthCheck":{"requireAnonymity":""}}`},
+	{name: "expected egress IPv4", doc: `{"mode":"external","endpoint":{"host":"proxy.example.com","expectedEgress":"192.0.2.7"}}`},
+	{name: "expected egress IPv6", doc: `{"mode":"external","endpoint":{"host":"h","port":8080,"expectedEgress":"2001:db8::7"}}`},
+	{name: "expected egress empty is unchecked", doc: `{"mode":"external","endpoint":{"host":"h","expectedEgress":""}}`},
 	{name: "member", doc: `{"provider":"p","pool":"de-fleet","drain":false}`},
 	{name: "draining member", doc: `{"provider":"p","pool":"` + long57 + `","drain":true}`},
 	{name: "drained by hand", doc: `{"mode":"external","endpoint":{"host":"h"},"drain":true,"pool":""}`},
@@ -170,6 +177,18 @@ var specCases = []specCase{
 	{name: "url relative", doc: `{"provider":"p","healthCheck":{"url":"/healthz"}}`, fields: want("healthCheck.url")},
 	{name: "url without host", doc: `{"provider":"p","healthCheck":{"url":"http://"}}`, fields: want("healthCheck.url")},
 	{name: "url that does not parse", doc: `{"provider":"p","healthCheck":{"url":"http://a b/"}}`, fields: want("healthCheck.url"), schemaGap: true},
+	{name: "requireAnonymity unknown", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"high"}}`, fields: want("healthCheck.requireAnonymity")},
+	{name: "requireAnonymity miscased", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"Elite"}}`, fields: want("healthCheck.requireAnonymity")},
+	{name: "requireAnonymity transparent is no requirement", doc: `{"provider":"p","healthCheck":{"requireAnonymity":"transparent"}}`, fields: want("healthCheck.requireAnonymity")},
+	{name: "requireAnonymity a number", doc: `{"provider":"p","healthCheck":{"requireAnonymity":3}}`, fields: want("healthCheck.requireAnonymity")},
+	{name: "requireAnonymity null", doc: `{"provider":"p","healthCheck":{"requireAnonymity":null}}`, fields: want("healthCheck.requireAnonymity")},
+
+	// Expected egress: an IP address, not a host name or an address with a port.
+	{name: "expectedEgress a host name", doc: `{"mode":"external","endpoint":{"host":"h","expectedEgress":"proxy.example.com"}}`,
+		fields: want("endpoint.expectedEgress"), schemaGap: true},
+	{name: "expectedEgress with a port", doc: `{"mode":"external","endpoint":{"host":"h","expectedEgress":"192.0.2.7:3128"}}`,
+		fields: want("endpoint.expectedEgress"), schemaGap: true},
+	{name: "expectedEgress a number", doc: `{"mode":"external","endpoint":{"host":"h","expectedEgress":7}}`, fields: want("endpoint.expectedEgress")},
 
 	// Several problems are all reported, in a stable order.
 	{name: "several problems", doc: `{"provider":"A","port":70000,"maxLeases":-1,"healthCheck":{"failureThreshold":-3}}`,

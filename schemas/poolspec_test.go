@@ -22,7 +22,7 @@ func intp(n int) *int { return &n }
 
 func TestParsePoolSpecDefaults(t *testing.T) {
 	template := ProxySpec{V: 1, Mode: ModeManaged, Provider: "p", Port: 3128, MaxLeases: intp(1),
-		HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1}}
+		HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1, RequireAnonymity: AnonymityNone}}
 	tests := []struct {
 		name string
 		doc  string

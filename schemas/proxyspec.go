@@ -13,6 +13,13 @@ const (
 	ModeExternal = "external"
 )
 
+// Levels of healthCheck.requireAnonymity; the others are events.Anonymity's.
+const (
+	AnonymityNone      = "none"
+	AnonymityAnonymous = "anonymous"
+	AnonymityElite     = "elite"
+)
+
 // Defaults applied by ParseProxySpec.
 const (
 	DefaultPort             = 3128
@@ -55,6 +62,9 @@ type Placement struct {
 type Endpoint struct {
 	Host string `json:"host"`
 	Port int    `json:"port,omitempty"`
+	// ExpectedEgress is the IP address sites should see traffic come from; another one seen
+	// by the probers is a warning (EgressMismatch).
+	ExpectedEgress string `json:"expectedEgress,omitempty"`
 }
 
 // Auth is the basic-auth credential handed out with leases.
@@ -70,6 +80,9 @@ type HealthCheck struct {
 	FailureThreshold int    `json:"failureThreshold,omitempty"`
 	SuccessThreshold int    `json:"successThreshold,omitempty"`
 	URL              string `json:"url,omitempty"`
+	// RequireAnonymity makes a proxy less anonymous than this Unhealthy (HeaderLeak):
+	// "none" (the default), "anonymous" or "elite".
+	RequireAnonymity string `json:"requireAnonymity,omitempty"`
 }
 
 // ParseProxySpec decodes and validates a spec strictly (unknown or miscased fields, null,
@@ -136,6 +149,9 @@ func (s *ProxySpec) applyDefaults() {
 	}
 	if h.SuccessThreshold == 0 {
 		h.SuccessThreshold = DefaultSuccessThreshold
+	}
+	if h.RequireAnonymity == "" {
+		h.RequireAnonymity = AnonymityNone
 	}
 }
 

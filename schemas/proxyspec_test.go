@@ -19,25 +19,25 @@ func TestParseProxySpecDefaults(t *testing.T) {
 			name: "managed",
 			doc:  `{"provider":"p"}`,
 			want: ProxySpec{V: 1, Mode: ModeManaged, Provider: "p", Port: 3128, MaxLeases: &one,
-				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1}},
+				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1, RequireAnonymity: AnonymityNone}},
 		},
 		{
 			name: "external endpoint port is the spec port",
 			doc:  `{"mode":"external","port":8080,"endpoint":{"host":"h"},"attributes":{}}`,
 			want: ProxySpec{V: 1, Mode: ModeExternal, Port: 8080, Endpoint: &Endpoint{Host: "h", Port: 8080}, MaxLeases: &one,
-				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1}},
+				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1, RequireAnonymity: AnonymityNone}},
 		},
 		{
 			name: "external endpoint port defaults to 3128",
 			doc:  `{"mode":"external","endpoint":{"host":"h"}}`,
 			want: ProxySpec{V: 1, Mode: ModeExternal, Port: 3128, Endpoint: &Endpoint{Host: "h", Port: 3128}, MaxLeases: &one,
-				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1}},
+				HealthCheck: HealthCheck{IntervalSeconds: 30, TimeoutSeconds: 5, FailureThreshold: 3, SuccessThreshold: 1, RequireAnonymity: AnonymityNone}},
 		},
 		{
 			name: "timeout never defaults above the interval",
 			doc:  `{"provider":"p","healthCheck":{"intervalSeconds":2}}`,
 			want: ProxySpec{V: 1, Mode: ModeManaged, Provider: "p", Port: 3128, MaxLeases: &one,
-				HealthCheck: HealthCheck{IntervalSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1}},
+				HealthCheck: HealthCheck{IntervalSeconds: 2, TimeoutSeconds: 2, FailureThreshold: 3, SuccessThreshold: 1, RequireAnonymity: AnonymityNone}},
 		},
 	}
 	for _, tc := range tests {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
@@ -134,6 +135,16 @@ func (s ProxySpec) Validate() error {
 	}
 	if h.SuccessThreshold < 1 || h.SuccessThreshold > 100 {
 		bad("healthCheck.successThreshold", "must be between 1 and 100, got %d", h.SuccessThreshold)
+	}
+	switch h.RequireAnonymity {
+	case AnonymityNone, AnonymityAnonymous, AnonymityElite:
+	default:
+		bad("healthCheck.requireAnonymity", "must be %q, %q or %q, got %q", AnonymityNone, AnonymityAnonymous, AnonymityElite, h.RequireAnonymity)
+	}
+	if e := s.Endpoint; e != nil && e.ExpectedEgress != "" {
+		if _, err := netip.ParseAddr(e.ExpectedEgress); err != nil {
+			bad("endpoint.expectedEgress", "must be an IP address")
+		}
 	}
 	if h.URL != "" {
 		u, err := url.Parse(h.URL)

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/client"
+	"github.com/egressd/egressd/events"
 	"github.com/nats-io/nats.go"
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S] [--url-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S] [--min-anonymity anonymous|elite] [--url-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
@@ -36,6 +37,7 @@ type leaseFlags struct {
 	ttl      ttlFlag
 	holder   string
 	sticky   string
+	minAnon  string
 	urlOnly  bool
 	id       string
 	result   string
@@ -65,6 +67,7 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Var(&f.ttl, "ttl", "lease TTL: a duration (5m) or seconds (300); default the service's (5m)")
 		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
 		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
+		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
 		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
 	case "renew":
 		fs.StringVar(&f.id, "id", "", "lease ID (required)")
@@ -115,7 +118,7 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch sub {
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
-			Holder: f.holder, Sticky: f.sticky})
+			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon)})
 		if err != nil {
 			return fail(stderr, sub, leaseErr(err))
 		}

@@ -74,6 +74,14 @@ func TestLeaseCommand(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "1 at capacity") {
 		t.Fatalf("acquire with both slots held: %d %q", code, errs)
 	}
+	code, _, errs = runLease(t, "acquire", "--min-anonymity", "elite")
+	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "less anonymous than elite") {
+		t.Fatalf("acquire --min-anonymity elite of an unjudged proxy: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "acquire", "--min-anonymity", "max")
+	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "minAnonymity") {
+		t.Fatalf("acquire --min-anonymity max: %d %q", code, errs)
+	}
 	code, out, errs = runLease(t, "renew", "--id", r.Lease.ID, "--ttl", "120")
 	if code != 0 || !strings.Contains(out, r.Lease.ID) || !strings.Contains(out, `"ttlSeconds":120`) {
 		t.Fatalf("renew: %d %q %q", code, out, errs)

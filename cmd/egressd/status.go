@@ -185,7 +185,7 @@ func printTable(w io.Writer, rows []fleet.Row) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tHEALTHY\tLEASES\tREASON\tAGE")
+	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tHEALTHY\tANONYMITY\tLEASES\tREASON\tAGE")
 	for _, r := range rows {
 		healthy, max := string(r.Healthy), "?"
 		if r.Healthy == fleet.HealthUnknown {
@@ -194,12 +194,14 @@ func printTable(w io.Writer, rows []fleet.Row) {
 		if r.MaxLeases != nil {
 			max = strconv.Itoa(*r.MaxLeases)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
-			healthy, r.Leases, max, dash(string(r.Reason)), r.Age)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
+			healthy, dash(string(r.Anonymity)), r.Leases, max, dash(string(r.Reason)), r.Age)
 	}
 	tw.Flush()
 	for _, r := range rows {
-		if r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed {
+		// The messages that need reading: why nothing is done, and what a proxy reveals (the
+		// leaked headers, by name) or where its traffic really leaves from.
+		if r.Message != "" && (r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed || r.Reason == events.ReasonHeaderLeak || r.Reason == events.ReasonEgressMismatch) {
 			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Message)
 		}
 	}

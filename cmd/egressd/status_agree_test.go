@@ -21,16 +21,26 @@ import (
 type readerCounts struct {
 	phases                  map[events.Phase]int
 	healthy, unhealthy, due int
-	leases                  int // every held slot
+	leases                  int            // every held slot
+	anonymity               map[string]int // proxies with an address by verdict, "unknown" included
 }
 
 func (c readerCounts) String() string {
-	return fmt.Sprintf("phases %v healthy %d unhealthy %d overdue %d leases %d", c.phases, c.healthy, c.unhealthy, c.due, c.leases)
+	return fmt.Sprintf("phases %v healthy %d unhealthy %d overdue %d leases %d anonymity %v", c.phases, c.healthy, c.unhealthy, c.due, c.leases, c.anonymity)
+}
+
+// verdictLabel is a verdict as the metric and the page's counts name it.
+func verdictLabel(a events.Anonymity) string {
+	if a == "" {
+		return "unknown"
+	}
+	return string(a)
 }
 
 // For one KV state (every phase, verdicts at the current and at old addresses, stale and
 // overdue probes, leases, one of a deleted proxy), `egressd status -o json`, the status page's
-// /api/status.json and /metrics say the same about phases, health, leases and overdue probes.
+// /api/status.json and /metrics say the same about phases, health, anonymity verdicts, leases
+// and overdue probes.
 func TestStatusPageAndMetricsAgree(t *testing.T) {
 	url, store, nc, want := mixedFleet(t)
 	get := func(h http.Handler, path string) string {
@@ -55,8 +65,11 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &cliRows); code != 0 || err != nil {
 		t.Fatalf("status: exit %d %v %s", code, err, errs)
 	}
-	cli := readerCounts{phases: map[events.Phase]int{}}
+	cli := readerCounts{phases: map[events.Phase]int{}, anonymity: map[string]int{}}
 	for _, r := range cliRows {
+		if r.Address != "" {
+			cli.anonymity[verdictLabel(r.Anonymity)]++
+		}
 		cli.phases[r.Phase]++
 		cli.healthy += b2i(r.Healthy == fleet.HealthTrue)
 		cli.unhealthy += b2i(r.Healthy == fleet.HealthFalse)
@@ -75,7 +88,12 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 	pg := readerCounts{phases: map[events.Phase]int{}, healthy: snap.Counts.Healthy, unhealthy: snap.Counts.Unhealthy,
-		due: snap.Counts.ProbeOverdue, leases: snap.Counts.Leases}
+		due: snap.Counts.ProbeOverdue, leases: snap.Counts.Leases, anonymity: map[string]int{}}
+	for a, n := range snap.Counts.Anonymity {
+		if n > 0 {
+			pg.anonymity[a] = n
+		}
+	}
 	for p, n := range snap.Counts.Phases {
 		pg.phases[events.Phase(p)] = n
 	}
@@ -90,8 +108,18 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 		}
 	}
 	met.unhealthy = cli.unhealthy // the metrics have no unhealthy gauge
+	met.anonymity = map[string]int{}
+	for _, a := range append([]events.Anonymity{""}, events.Anonymities...) {
+		if n := int(sample(t, text, "egress_proxies_anonymity", `anonymity="`+verdictLabel(a)+`"`)); n > 0 {
+			met.anonymity[verdictLabel(a)] = n
+		}
+	}
 
-	wantCounts := readerCounts{phases: want.Phases, healthy: want.Healthy, unhealthy: want.Unhealthy, due: want.ProbeOverdue, leases: want.Leases}
+	wantCounts := readerCounts{phases: want.Phases, healthy: want.Healthy, unhealthy: want.Unhealthy, due: want.ProbeOverdue, leases: want.Leases,
+		anonymity: map[string]int{}}
+	for a, n := range want.Anonymity {
+		wantCounts.anonymity[verdictLabel(a)] = n
+	}
 	for name, got := range map[string]readerCounts{"egressd status": cli, "status page": pg, "metrics": met} {
 		if got.String() != wantCounts.String() {
 			t.Errorf("%s: %s\nwant %s", name, got, wantCounts)
@@ -114,7 +142,8 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 }
 
 func rowKey(r fleet.Row) string {
-	return fmt.Sprintf("%s %s %s %s overdue=%t leases=%d reason=%s", r.Name, r.Phase, r.Address, r.Healthy, r.ProbeOverdue, r.Leases, r.Reason)
+	return fmt.Sprintf("%s %s %s %s anonymity=%s leaked=%v mismatch=%t overdue=%t leases=%d reason=%s", r.Name, r.Phase, r.Address, r.Healthy,
+		r.Anonymity, r.LeakedHeaders, r.EgressMismatch, r.ProbeOverdue, r.Leases, r.Reason)
 }
 
 func b2i(b bool) int {

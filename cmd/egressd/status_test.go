@@ -91,12 +91,14 @@ func TestStatusCommandTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	for _, want := range []string{
-		"NAME MODE PROVIDER PHASE ADDRESS HEALTHY LEASES REASON AGE",
-		"ready-de managed local Ready 127.0.0.2:3128 True 2/2 - 1h",
-		"office external external Ready 127.0.0.50:8080 - 1/3 ProbeOverdue 1h",
-		"sick managed local Unhealthy 127.0.0.5:3128 False 0/1 ProbeFailing 1h",
-		"gone managed local Deleting - - 1/? ProxyDeleted -",
+		"NAME MODE PROVIDER PHASE ADDRESS HEALTHY ANONYMITY LEASES REASON AGE",
+		"ready-de managed local Ready 127.0.0.2:3128 True elite 2/2 - 1h",
+		"ready-fr managed local Ready 127.0.0.3:3128 True anonymous 0/1 EgressMismatch 1h",
+		"office external external Ready 127.0.0.50:8080 - - 1/3 ProbeOverdue 1h",
+		"sick managed local Unhealthy 127.0.0.5:3128 False transparent 0/1 ProbeFailing 1h",
+		"gone managed local Deleting - - - 1/? ProxyDeleted -",
 		"bad: port: must be an integer",
+		"ready-fr: traffic leaves from 127.0.0.1, expected 192.0.2.3",
 	} {
 		if !strings.Contains(spaced(out), "\n"+want+"\n") {
 			t.Errorf("table lacks\n%s\nin\n%s", want, out)

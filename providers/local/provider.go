@@ -135,6 +135,9 @@ func (p *Provider) describe(m *meta) providers.Instance {
 	case err == nil && alive(pid, marker):
 		inst.State = providers.StateRunning
 		inst.Address = m.Address
+		if m.BindSource {
+			inst.EgressIP = m.Address // it dials out from its own address
+		}
 	default:
 		inst.State = providers.StateStopped
 	}

@@ -117,7 +117,7 @@ func activeLeases(leases map[string]jetstream.KeyValueEntry) map[string]int {
 }
 
 func total(rows []Row, active map[string]int) Totals {
-	t := Totals{Proxies: len(rows), Phases: map[events.Phase]int{}}
+	t := Totals{Proxies: len(rows), Phases: map[events.Phase]int{}, Anonymity: map[events.Anonymity]int{}}
 	for i := range rows {
 		r := &rows[i]
 		t.Phases[r.Phase]++
@@ -131,6 +131,9 @@ func total(rows []Row, active map[string]int) Totals {
 		}
 		if r.ProbeOverdue {
 			t.ProbeOverdue++
+		}
+		if r.Address != "" {
+			t.Anonymity[r.Anonymity]++
 		}
 		if r.Phase == events.PhaseReady && r.MaxLeases != nil {
 			t.LeaseCapacity += *r.MaxLeases

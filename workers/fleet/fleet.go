@@ -37,6 +37,13 @@ type Row struct {
 	Phase    events.Phase `json:"phase"`
 	Address  string       `json:"address"` // ip:port, empty while it has none
 	Healthy  Health       `json:"healthy"`
+	// Anonymity is what the proxy reveals to sites, as the probers judged its current
+	// instance (events.ProxyHealth.AnonymityVerdict); "" unknown. LeakedHeaders names the
+	// headers that gave it away; EgressMismatch: its traffic leaves from another address than
+	// expected. All three come from a record about the current address only.
+	Anonymity      events.Anonymity `json:"anonymity,omitempty"`
+	LeakedHeaders  []string         `json:"leakedHeaders,omitempty"`
+	EgressMismatch bool             `json:"egressMismatch,omitempty"`
 	// ProbeOverdue: no probe at the current address within events.ProbeOverdueAfter of the
 	// spec's interval (see probeOverdue).
 	ProbeOverdue bool              `json:"probeOverdue"`
@@ -68,6 +75,8 @@ type Totals struct {
 	Unhealthy     int
 	HealthUnknown int
 	ProbeOverdue  int
+	// Anonymity counts the proxies that have an address by verdict, "" for unknown.
+	Anonymity map[events.Anonymity]int
 	// Leases is every held slot, also one whose proxy was deleted while its lease runs: the
 	// rows' Leases may sum to less.
 	Leases        int

@@ -6,7 +6,7 @@ import (
 	"github.com/egressd/egressd/events"
 )
 
-// judge sets a row's health, overdue judgement and reason from its health record.
+// judge sets a row's health, anonymity, overdue judgement and reason from its health record.
 //
 // Precedence of REASON: the reason the reconciler recorded explains the phase (ProbeFailing,
 // AddressLost, …) and is kept; ProbeOverdue is shown only where the row has no other reason,
@@ -21,6 +21,10 @@ func judge(r *Row, h *events.ProxyHealth, now time.Time) {
 	}
 	if h != nil {
 		r.LastProbeAt = h.LastProbeAt
+	}
+	// What the proxy reveals is shown while its record is current, as its health is.
+	if r.Anonymity = h.AnonymityVerdict(r.Address, since, r.interval, now); r.Anonymity != "" {
+		r.LeakedHeaders, r.EgressMismatch = h.LeakedHeaders, h.EgressMismatch()
 	}
 	switch healthy, judged := h.Verdict(r.Address, since, r.interval, now); {
 	case !judged:

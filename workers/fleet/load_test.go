@@ -48,6 +48,9 @@ func TestLoadMixedFleet(t *testing.T) {
 		tot.ProbeOverdue != want.ProbeOverdue || tot.Leases != want.Leases || tot.Proxies != 13 || tot.HealthUnknown != 13-4 {
 		t.Errorf("totals %+v\nwant %+v", tot, want)
 	}
+	if fmt.Sprint(tot.Anonymity) != fmt.Sprint(want.Anonymity) {
+		t.Errorf("anonymity totals %v, want %v", tot.Anonymity, want.Anonymity)
+	}
 	// rows: name phase healthy overdue leases/max reason
 	wantRows := []string{
 		"bad Invalid unknown false 0/? InvalidSpec",
@@ -58,7 +61,7 @@ func TestLoadMixedFleet(t *testing.T) {
 		"office Ready unknown true 1/3 ProbeOverdue",
 		"pending Pending unknown false 0/1 ",
 		"ready-de Ready True false 2/2 ",
-		"ready-fr Ready True false 0/1 ",
+		"ready-fr Ready True false 0/1 EgressMismatch",
 		"ready-stale Ready unknown true 0/1 ProbeOverdue",
 		"sick Unhealthy False false 0/1 ProbeFailing",
 		"slow Ready True false 0/1 ",
@@ -79,8 +82,18 @@ func TestLoadMixedFleet(t *testing.T) {
 	for _, r := range f.Rows {
 		byName[r.Name] = r
 	}
-	if r := byName["office"]; r.Provider != events.External || r.Mode != "external" || r.Address != "127.0.0.50:8080" {
+	if r := byName["office"]; r.Provider != events.External || r.Mode != "external" || r.Address != "127.0.0.50:8080" ||
+		r.Anonymity != "" || r.EgressMismatch {
 		t.Errorf("office: %+v", r)
+	}
+	if r := byName["ready-fr"]; r.Anonymity != events.AnonymityAnonymous || !r.EgressMismatch || fmt.Sprint(r.LeakedHeaders) != "[Via]" {
+		t.Errorf("ready-fr: anonymity %q leaked %v mismatch %v", r.Anonymity, r.LeakedHeaders, r.EgressMismatch)
+	}
+	if r := byName["sick"]; r.Anonymity != events.AnonymityTransparent || fmt.Sprint(r.LeakedHeaders) != "[Via X-Forwarded-For]" || r.EgressMismatch {
+		t.Errorf("sick: anonymity %q leaked %v mismatch %v", r.Anonymity, r.LeakedHeaders, r.EgressMismatch)
+	}
+	if r := byName["moved"]; r.Anonymity != "" || r.LeakedHeaders != nil {
+		t.Errorf("moved: a verdict about its old address shows as %q %v", r.Anonymity, r.LeakedHeaders)
 	}
 	if r := byName["ready-de"]; r.Attributes["geo"] != "de" || r.Status == nil || r.Status.IP != "127.0.0.2" || r.Age != "1h" || r.LastProbeAt.IsZero() {
 		t.Errorf("ready-de: %+v", r)

@@ -23,7 +23,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := newQuery(r.Selector, r.Target, r.Sticky)
+	q := newQuery(r.Selector, r.Target, r.Sticky, r.MinAnonymity)
 	at := newAttempt()
 	var cur cursor
 	tried := map[string]bool{}
@@ -68,9 +68,12 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 		}
 	}
 	av := l.view.availability(q, at)
-	return nil, &apiError{code: events.CodeUnavailable, avail: &av, msg: fmt.Sprintf(
-		"no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
-		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)}
+	msg := fmt.Sprintf("no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
+		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)
+	if r.MinAnonymity != "" {
+		msg += fmt.Sprintf(", %d less anonymous than %s (or not judged)", av.BelowAnonymity, r.MinAnonymity)
+	}
+	return nil, &apiError{code: events.CodeUnavailable, avail: &av, msg: msg}
 }
 
 // tryCandidate tries c's free slots in turn while it reads c's cooldowns, returning the grant

@@ -72,6 +72,12 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 			return r, 0, badRequest("selector", "selector keys must be 1 to %d bytes and values at most %d", maxStringLen, maxStringLen)
 		}
 	}
+	switch r.MinAnonymity {
+	case "", events.AnonymityAnonymous, events.AnonymityElite:
+	default:
+		return r, 0, badRequest("minAnonymity", "minAnonymity must be %q or %q (or absent for any), got %q",
+			events.AnonymityAnonymous, events.AnonymityElite, truncate(string(r.MinAnonymity), 40))
+	}
 	for _, c := range []struct {
 		field, v string
 		limit    int

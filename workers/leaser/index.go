@@ -2,6 +2,8 @@ package leaser
 
 import (
 	"maps"
+
+	"github.com/egressd/egressd/events"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,10 +24,16 @@ type selSet struct {
 	selector map[string]string
 	members  map[*proxyView]struct{} // a valid spec whose attributes match
 	// Members by how they count in a refusal (DESIGN §3.5): leasable (Ready), of those the
-	// ones without a free slot and the ones cooling down for every target.
+	// ones without a free slot and the ones cooling down for every target, and the leasable
+	// ones by anonymity verdict.
 	ready, full, coolingAll int
+	readyBy                 [levels]int
 	eligible                ranked // leasable, a free slot, no global cooldown
-	used                    atomic.Uint64
+	// The eligible ones at least anonymous (atLeast[0]) and at least elite (atLeast[1]), in
+	// the same order: an acquire with minAnonymity reads these, so it finds the one elite
+	// proxy of a fleet at the cost of that one entry, not of the proxies it would pass over.
+	atLeast [len(minLevels)]ranked
+	used    atomic.Uint64
 }
 
 // maxSets bounds the selectors indexed at once; the least recently used set goes first and
@@ -36,6 +44,7 @@ const maxSets = 1024
 // standing is how a proxy counts in every set it is a member of.
 type standing struct {
 	ready, full, coolingAll, eligible bool
+	anon                              events.Anonymity // the verdict on the current instance; "" unknown
 }
 
 // indexed is how the index currently accounts for a proxy, so a change can be applied as the
@@ -66,6 +75,7 @@ func selectorKey(sel map[string]string) string {
 func (p *proxyView) standing() standing {
 	st := standing{ready: p.leasable()}
 	if st.ready {
+		st.anon = p.anonymity()
 		free := hasFreeSlot(p)
 		st.full, st.coolingAll = !free, p.cooling[""]
 		st.eligible = free && !st.coolingAll
@@ -94,12 +104,8 @@ func (v *view) reindex(p *proxyView) {
 	for s := range ix.sets {
 		s.count(ix.st, -1)
 		s.count(st, 1)
-		if ix.st.eligible {
-			s.eligible.delete(ix.rank)
-		}
-		if st.eligible {
-			s.eligible.insert(rk, p)
-		}
+		s.remove(ix.st, ix.rank)
+		s.add(st, rk, p)
 	}
 	ix.st, ix.rank = st, rk
 }
@@ -113,6 +119,35 @@ func (s *selSet) count(st standing, d int) {
 	}
 	if st.coolingAll {
 		s.coolingAll += d
+	}
+	if st.ready {
+		s.readyBy[level(st.anon)] += d
+	}
+}
+
+// add enters p at rk into the ordered sets its standing puts it in.
+func (s *selSet) add(st standing, rk rank, p *proxyView) {
+	if !st.eligible {
+		return
+	}
+	s.eligible.insert(rk, p)
+	for i, min := range minLevels {
+		if st.anon.AtLeast(min) {
+			s.atLeast[i].insert(rk, p)
+		}
+	}
+}
+
+// remove undoes add.
+func (s *selSet) remove(st standing, rk rank) {
+	if !st.eligible {
+		return
+	}
+	s.eligible.delete(rk)
+	for i, min := range minLevels {
+		if st.anon.AtLeast(min) {
+			s.atLeast[i].delete(rk)
+		}
 	}
 }
 
@@ -165,9 +200,7 @@ func (v *view) join(s *selSet, p *proxyView) {
 	ix.sets[s] = struct{}{}
 	s.members[p] = struct{}{}
 	s.count(ix.st, 1)
-	if ix.st.eligible {
-		s.eligible.insert(ix.rank, p)
-	}
+	s.add(ix.st, ix.rank, p)
 }
 
 func (v *view) leave(s *selSet, p *proxyView) {
@@ -175,9 +208,7 @@ func (v *view) leave(s *selSet, p *proxyView) {
 	delete(ix.sets, s)
 	delete(s.members, p)
 	s.count(ix.st, -1)
-	if ix.st.eligible {
-		s.eligible.delete(ix.rank)
-	}
+	s.remove(ix.st, ix.rank)
 }
 
 // member reports whether p counts for s.

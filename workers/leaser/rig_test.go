@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -146,6 +147,7 @@ type proxy struct {
 	maxLeases int
 	phase     events.Phase
 	latencyMs float64
+	anonymity events.Anonymity // the probers' verdict on its address; "" unknown
 	auth      *[2]string
 	external  bool
 	drain     bool
@@ -186,8 +188,9 @@ func (r *rig) seed(ps ...proxy) {
 		if _, err := kvstore.PutJSON(ctx, r.store.Status, p.name, st); err != nil {
 			r.t.Fatal(err)
 		}
-		if p.latencyMs > 0 {
-			h := events.ProxyHealth{V: 1, Proxy: p.name, Healthy: true, LatencyMs: p.latencyMs}
+		if p.latencyMs > 0 || p.anonymity != "" {
+			h := events.ProxyHealth{V: 1, Proxy: p.name, Healthy: true, LatencyMs: p.latencyMs,
+				Address: net.JoinHostPort(st.IP, strconv.Itoa(st.Port)), Anonymity: p.anonymity}
 			if _, err := kvstore.PutJSON(ctx, r.store.Health, p.name, h); err != nil {
 				r.t.Fatal(err)
 			}

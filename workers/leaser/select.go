@@ -21,10 +21,11 @@ type query struct {
 	selector       map[string]string
 	key            string
 	target, sticky string
+	min            events.Anonymity // the acquire's minAnonymity; "" takes any
 }
 
-func newQuery(selector map[string]string, target, sticky string) query {
-	return query{selector: selector, key: selectorKey(selector), target: target, sticky: sticky}
+func newQuery(selector map[string]string, target, sticky string, min events.Anonymity) query {
+	return query{selector: selector, key: selectorKey(selector), target: target, sticky: sticky, min: min}
 }
 
 // cursor is how far an acquire has read the selection order.
@@ -54,21 +55,22 @@ func (p *proxyView) leasable() bool {
 // next returns up to n eligible candidates for q, best first, after those cur has already
 // read, leaving out the proxies in skip: the sticky key's previous proxy first, then the
 // selector's ordered set (fewest active leases, least recently leased, lowest probe latency,
-// name). A proxy cooling down for the target is passed over here rather than indexed per
-// target, since targets are unbounded and most are never cooled. Its cost is that of the
-// entries it reads, not of the fleet.
+// name). With a minAnonymity it reads the set of those that meet it instead, kept in the same
+// order, so a proxy below it is never read at all. A proxy cooling down for the target is
+// passed over here rather than indexed per target, since targets are unbounded and most are
+// never cooled. Its cost is that of the entries it reads, not of the fleet.
 func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candidate {
 	var out []candidate
 	v.withSet(q.selector, q.key, func(s *selSet) {
 		if !cur.stickyDone && q.sticky != "" {
 			prev := v.sticky[q.sticky].proxy
-			if p := v.proxies[prev]; p != nil && s.member(p) && p.ix.st.eligible && !skip[prev] && !p.cooling[q.target] {
+			if p := v.proxies[prev]; p != nil && s.member(p) && p.ix.st.eligible && p.ix.st.anon.AtLeast(q.min) && !skip[prev] && !p.cooling[q.target] {
 				out = append(out, p.candidate(true))
 				cur.sticky = prev
 			}
 		}
 		cur.stickyDone = true
-		s.eligible.ascend(cur.after, func(k rank, p *proxyView) bool {
+		s.order(q.min).ascend(cur.after, func(k rank, p *proxyView) bool {
 			cur.after = &k
 			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) {
 				return true
@@ -112,13 +114,15 @@ func newAttempt() *attempt {
 }
 
 // availability explains a refusal from the view corrected by what the attempt learned. The
-// counts are not a partition: a Ready proxy at capacity that also cools down counts in both.
+// counts are not a partition: a Ready proxy at capacity that also cools down counts in both,
+// and BelowAnonymity counts Ready proxies whatever else holds them back.
 // The selector's set holds the counters; only the proxies the attempt learned about and those
 // cooling for the target are looked at one by one.
 func (v *view) availability(q query, a *attempt) events.Availability {
 	var av events.Availability
 	v.withSet(q.selector, q.key, func(s *selSet) {
-		av = events.Availability{Matched: len(s.members), Ready: s.ready, AtCapacity: s.full, CoolingGlobal: s.coolingAll}
+		av = events.Availability{Matched: len(s.members), Ready: s.ready, AtCapacity: s.full, CoolingGlobal: s.coolingAll,
+			BelowAnonymity: s.belowAnonymity(q.min)}
 		// counts reports whether name is a Ready member of s that flag does not yet count.
 		counts := func(name string, counted func(*proxyView) bool) bool {
 			p := v.proxies[name]

@@ -49,7 +49,9 @@ func TestLeaseIndexMatchesFullSort(t *testing.T) {
 		for _, sel := range usable {
 			for _, tgt := range targets {
 				sticky := fmt.Sprintf("s%d", rng.IntN(5))
-				w.compare(sel, tgt, sticky)
+				for _, min := range []events.Anonymity{"", events.AnonymityAnonymous, events.AnonymityElite} {
+					w.compare(sel, tgt, sticky, min)
+				}
 			}
 		}
 	}
@@ -119,7 +121,10 @@ func (w *world) randomChange() {
 		w.v.applyStatus(entry{key: name, op: jetstream.KeyValueDelete, rev: w.nextRev()})
 	case op < 20:
 		// Latencies are few, with unknown among them, so ties reach the name.
-		h := events.ProxyHealth{V: 1, Proxy: name, LatencyMs: []float64{0, 10, 20}[w.rng.IntN(3)]}
+		// Verdicts are few too, some about another address (so unknown for this instance).
+		h := events.ProxyHealth{V: 1, Proxy: name, LatencyMs: []float64{0, 10, 20}[w.rng.IntN(3)],
+			Address:   []string{"127.0.0.1:3128", "127.0.0.1:3128", "127.0.0.1:3128", "127.0.0.9:3128"}[w.rng.IntN(4)],
+			Anonymity: append([]events.Anonymity{""}, events.Anonymities...)[w.rng.IntN(4)]}
 		b, _ := json.Marshal(h)
 		w.v.applyHealth(entry{key: name, value: b, op: jetstream.KeyValuePut, rev: w.nextRev()})
 	case op < 50:
@@ -167,9 +172,9 @@ func (w *world) cooldownKey(name string) string {
 
 // compare checks the index's order and refusal numbers for one request against the
 // reference, with an attempt that learned of a few proxies the view knows otherwise.
-func (w *world) compare(sel map[string]string, tgt, sticky string) {
+func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon events.Anonymity) {
 	w.t.Helper()
-	q := newQuery(sel, tgt, sticky)
+	q := newQuery(sel, tgt, sticky, minAnon)
 	var cur cursor
 	var got []string
 	for {
@@ -181,13 +186,13 @@ func (w *world) compare(sel map[string]string, tgt, sticky string) {
 			got = append(got, c.name)
 		}
 	}
-	want := refCandidates(w.v, sel, tgt, sticky)
+	want := refCandidates(w.v, sel, tgt, sticky, minAnon)
 	if !slices.Equal(got, want) {
 		i := 0
 		for i < min(len(got), len(want)) && got[i] == want[i] {
 			i++
 		}
-		w.t.Fatalf("selector %v target %q sticky %s: %d candidates, want %d; from #%d\n%v\nwant\n%v", sel, tgt, sticky,
+		w.t.Fatalf("selector %v target %q sticky %s minAnonymity %q: %d candidates, want %d; from #%d\n%v\nwant\n%v", sel, tgt, sticky, minAnon,
 			len(got), len(want), i, w.describe(got[i:]), w.describe(want[i:]))
 	}
 	at := newAttempt()
@@ -196,8 +201,8 @@ func (w *world) compare(sel map[string]string, tgt, sticky string) {
 		at.coolingGlobal[w.name(w.rng.IntN(w.proxies))] = true
 		at.coolingTarget[w.name(w.rng.IntN(w.proxies))] = true
 	}
-	if got, want := w.v.availability(q, at), refAvailability(w.v, sel, tgt, at); got != want {
-		w.t.Fatalf("selector %v target %q: availability %+v, want %+v", sel, tgt, got, want)
+	if got, want := w.v.availability(q, at), refAvailability(w.v, sel, tgt, minAnon, at); got != want {
+		w.t.Fatalf("selector %v target %q minAnonymity %q: availability %+v, want %+v", sel, tgt, minAnon, got, want)
 	}
 }
 
@@ -211,7 +216,7 @@ func (w *world) describe(names []string) []string {
 }
 
 // refCandidates is the simple rule: every eligible proxy, sorted.
-func refCandidates(v *view, selector map[string]string, tgt, sticky string) []string {
+func refCandidates(v *view, selector map[string]string, tgt, sticky string, minAnon events.Anonymity) []string {
 	prev := ""
 	if sticky != "" {
 		prev = v.sticky[sticky].proxy
@@ -225,7 +230,7 @@ func refCandidates(v *view, selector map[string]string, tgt, sticky string) []st
 		if !p.leasable() || !matches(p.attrs, selector) || p.cooling[""] || (tgt != "" && p.cooling[tgt]) {
 			continue
 		}
-		if p.maxLeases-refHeldBelowMax(p) <= 0 {
+		if p.maxLeases-refHeldBelowMax(p) <= 0 || !refAnonymity(p).AtLeast(minAnon) {
 			continue
 		}
 		out = append(out, cand{r: rank{active: len(p.slots), lastLeased: p.lastLeased, latencyMs: p.latencyMs, name: name},
@@ -263,7 +268,7 @@ func refCandidates(v *view, selector map[string]string, tgt, sticky string) []st
 }
 
 // refAvailability counts a refusal over the whole fleet.
-func refAvailability(v *view, selector map[string]string, tgt string, a *attempt) events.Availability {
+func refAvailability(v *view, selector map[string]string, tgt string, minAnon events.Anonymity, a *attempt) events.Availability {
 	var av events.Availability
 	for name, p := range v.proxies {
 		if !p.hasSpec || !matches(p.attrs, selector) {
@@ -283,8 +288,16 @@ func refAvailability(v *view, selector map[string]string, tgt string, a *attempt
 		if p.cooling[""] || a.coolingGlobal[name] {
 			av.CoolingGlobal++
 		}
+		if minAnon != "" && !refAnonymity(p).AtLeast(minAnon) {
+			av.BelowAnonymity++
+		}
 	}
 	return av
+}
+
+// refAnonymity is the verdict on p's instance, from the one judgement of events.
+func refAnonymity(p *proxyView) events.Anonymity {
+	return p.health.AnonymityVerdict(fmt.Sprintf("%s:%d", p.ip, p.port), p.addressAt, 0, time.Time{})
 }
 
 func refHeldBelowMax(p *proxyView) int {

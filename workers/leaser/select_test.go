@@ -1,6 +1,7 @@
 package leaser_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -160,5 +161,66 @@ func TestDrainStopsGrantsButNotHeldLeases(t *testing.T) {
 	eventually(t, 5*time.Second, "leasable again once the drain is lifted", func() bool {
 		_, rep := r.acquire(events.AcquireRequest{Selector: sel})
 		return rep.code == 0
+	})
+}
+
+// minAnonymity takes only proxies the probers judged at least that anonymous on their current
+// address; unknown is below every minimum. The one elite proxy of a fleet of anonymous ones
+// is found though it ranks last, and the 503 counts what the minimum excluded.
+func TestLeaseMinAnonymity(t *testing.T) {
+	r := newRig(t, nil)
+	r.seed(
+		proxy{name: "anon-1", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityAnonymous},
+		proxy{name: "anon-2", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityAnonymous},
+		proxy{name: "anon-3", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityAnonymous},
+		proxy{name: "anon-4", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityAnonymous},
+		proxy{name: "anon-5", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityAnonymous},
+		proxy{name: "clear", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityTransparent},
+		proxy{name: "unjudged", maxLeases: 2, latencyMs: 1},
+		proxy{name: "z-elite", maxLeases: 1, latencyMs: 900, anonymity: events.AnonymityElite},
+		proxy{name: "z-sick-elite", maxLeases: 1, anonymity: events.AnonymityElite, phase: events.PhaseUnhealthy},
+	)
+	r.startLeasers(2)
+	elite := events.AcquireRequest{MinAnonymity: events.AnonymityElite}
+	var g events.LeaseGrant
+	eventually(t, 5*time.Second, "the elite proxy leased for minAnonymity elite", func() bool {
+		var rep reply
+		g, rep = r.acquire(elite)
+		return rep.code == 0
+	})
+	if g.Proxy != "z-elite" {
+		t.Fatalf("minAnonymity elite leased %s", g.Proxy)
+	}
+	_, rep := r.acquire(elite)
+	want := events.Availability{Matched: 9, Ready: 8, AtCapacity: 1, BelowAnonymity: 7}
+	if rep.code != events.CodeUnavailable || *rep.err.Availability != want {
+		t.Fatalf("%d %+v, want 503 %+v", rep.code, rep.err.Availability, want)
+	}
+	if !strings.Contains(rep.err.Message, "7 less anonymous than elite") {
+		t.Errorf("message %q does not count what minAnonymity excluded", rep.err.Message)
+	}
+	// anonymous takes the anonymous ones and the elite one (full now), never clear or unjudged.
+	seen := map[string]bool{}
+	for range 10 {
+		seen[r.mustAcquire(events.AcquireRequest{MinAnonymity: events.AnonymityAnonymous}).Proxy] = true
+	}
+	if seen["clear"] || seen["unjudged"] || len(seen) != 5 {
+		t.Fatalf("minAnonymity anonymous leased %v", seen)
+	}
+	_, rep = r.acquire(events.AcquireRequest{MinAnonymity: events.AnonymityAnonymous})
+	want = events.Availability{Matched: 9, Ready: 8, AtCapacity: 6, BelowAnonymity: 2}
+	if rep.code != events.CodeUnavailable || *rep.err.Availability != want {
+		t.Fatalf("%d %+v, want 503 %+v", rep.code, rep.err.Availability, want)
+	}
+	// Without a minimum anything goes, and nothing counts as below.
+	g, rep = r.acquire(events.AcquireRequest{})
+	if rep.code != 0 || (g.Proxy != "clear" && g.Proxy != "unjudged") {
+		t.Fatalf("no minimum: %d %s", rep.code, g.Proxy)
+	}
+	// A verdict that improves makes a proxy leasable for the minimum without a restart.
+	r.seed(proxy{name: "clear", maxLeases: 2, latencyMs: 1, anonymity: events.AnonymityElite})
+	eventually(t, 5*time.Second, "clear leasable once judged elite", func() bool {
+		g, rep := r.acquire(elite)
+		return rep.code == 0 && g.Proxy == "clear"
 	})
 }

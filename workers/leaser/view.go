@@ -68,8 +68,10 @@ type proxyView struct {
 	statusRev uint64
 	instance  string // events.ProxyStatus.Incarnation
 	teardown  bool   // the instance must go (replaced, recreated or deleted)
+	addressAt time.Time
 	// proxy_health
-	latencyMs float64 // 0: unknown
+	latencyMs float64            // 0: unknown
+	health    events.ProxyHealth // what the anonymity verdict needs of the record: address, probe time, verdict
 	// proxy_leases
 	slots      map[int]slotState
 	held       int // slots below maxLeases
@@ -141,7 +143,7 @@ func (v *view) changed(p *proxyView) {
 // forget drops an entry nothing refers to any more. Callers hold mu.
 func (v *view) forget(name string) {
 	p := v.proxies[name]
-	if p != nil && !p.hasSpec && !p.hasStatus && p.latencyMs == 0 && len(p.slots) == 0 && len(p.cooling) == 0 {
+	if p != nil && !p.hasSpec && !p.hasStatus && p.latencyMs == 0 && p.health.Address == "" && len(p.slots) == 0 && len(p.cooling) == 0 {
 		delete(v.proxies, name)
 	}
 }
@@ -192,13 +194,13 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	p := v.proxy(e.Key())
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
-	p.statusRev, p.instance, p.teardown = e.Revision(), st.Incarnation(), st.Teardown != ""
+	p.statusRev, p.instance, p.teardown, p.addressAt = e.Revision(), st.Incarnation(), st.Teardown != "", st.AddressAt
 	v.findStale(p)
 	v.changed(p)
 }
 
-// applyHealth folds an entry of proxy_health; only the latency matters here, since the
-// reconciler already turns health into the phase.
+// applyHealth folds an entry of proxy_health: the latency ranks, and the anonymity verdict
+// serves an acquire's minAnonymity; the reconciler already turns health into the phase.
 func (v *view) applyHealth(e jetstream.KeyValueEntry) {
 	var h events.ProxyHealth
 	if isPut(e) && json.Unmarshal(e.Value(), &h) != nil {
@@ -208,6 +210,7 @@ func (v *view) applyHealth(e jetstream.KeyValueEntry) {
 	defer v.mu.Unlock()
 	p := v.proxy(e.Key())
 	p.latencyMs = h.LatencyMs
+	p.health = events.ProxyHealth{Address: h.Address, LastProbeAt: h.LastProbeAt, Anonymity: h.Anonymity}
 	v.changed(p)
 }
 

@@ -56,11 +56,12 @@ func seed(t *testing.T) (*kvstore.Store, *metrics.Metrics) {
 	put(st.Status, "d", events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "external"})
 	put(st.Status, "e", ready("127.0.0.4"))
 	put(st.Status, "f", ready("127.0.0.5"))
-	put(st.Health, "a", healthy("127.0.0.2:3128", true, now))
-	put(st.Health, "b", healthy("127.0.0.3:3128", false, now))
+	judged := func(h events.ProxyHealth, a events.Anonymity) events.ProxyHealth { h.Anonymity = a; return h }
+	put(st.Health, "a", judged(healthy("127.0.0.2:3128", true, now), events.AnonymityElite))
+	put(st.Health, "b", judged(healthy("127.0.0.3:3128", false, now), events.AnonymityTransparent))
 	// Healthy, but about the address e had before, and f's verdict is five minutes old: not
-	// their health now, and both are overdue.
-	put(st.Health, "e", healthy("127.0.0.99:3128", true, now))
+	// their health now, and both are overdue. e's elite verdict is its predecessor's: unknown.
+	put(st.Health, "e", judged(healthy("127.0.0.99:3128", true, now), events.AnonymityElite))
 	put(st.Health, "f", healthy("127.0.0.5:3128", true, now.Add(-5*time.Minute)))
 	// g was replaced ten seconds ago by an instance on the same address; its record is fresh
 	// but from the predecessor, probed before the address reappeared: no verdict on g now.
@@ -104,6 +105,12 @@ egress_proxies{phase="Running",provider="external"} 1
 # HELP egress_proxies_healthy Proxies with a current healthy verdict at the address they have now.
 # TYPE egress_proxies_healthy gauge
 egress_proxies_healthy 1
+# HELP egress_proxies_anonymity Proxies with an address by the probers' anonymity verdict on it: elite, anonymous, transparent or unknown.
+# TYPE egress_proxies_anonymity gauge
+egress_proxies_anonymity{anonymity="anonymous"} 0
+egress_proxies_anonymity{anonymity="elite"} 1
+egress_proxies_anonymity{anonymity="transparent"} 1
+egress_proxies_anonymity{anonymity="unknown"} 3
 # HELP egress_proxies_probe_overdue Proxies whose last probe at their current address is overdue, by provider.
 # TYPE egress_proxies_probe_overdue gauge
 egress_proxies_probe_overdue{provider=""} 0
@@ -132,7 +139,7 @@ egress_gc_deletions_total{provider="local"} 1
 # TYPE egress_probe_failures_total counter
 egress_probe_failures_total 1
 `
-	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
+	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_proxies_anonymity", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
 		"egress_provider_target_up", "egress_provider_ops_total", "egress_gc_deletions_total", "egress_probe_failures_total"}
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

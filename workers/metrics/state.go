@@ -16,6 +16,7 @@ import (
 var (
 	descProxies      = prometheus.NewDesc("egress_proxies", "Proxies by provider and phase.", []string{"provider", "phase"}, nil)
 	descHealthy      = prometheus.NewDesc("egress_proxies_healthy", "Proxies with a current healthy verdict at the address they have now.", nil, nil)
+	descAnonymity    = prometheus.NewDesc("egress_proxies_anonymity", "Proxies with an address by the probers' anonymity verdict on it: elite, anonymous, transparent or unknown.", []string{"anonymity"}, nil)
 	descOverdue      = prometheus.NewDesc("egress_proxies_probe_overdue", "Proxies whose last probe at their current address is overdue, by provider.", []string{"provider"}, nil)
 	descLeases       = prometheus.NewDesc("egress_leases_active", "Active lease slots, from proxy_leases.", nil, nil)
 	descInFlight     = prometheus.NewDesc("egress_host_ops_in_flight", "Ops delivered to a provisioner and not yet settled, per host (the consumer's ack-pending count).", []string{"provider", "host"}, nil)
@@ -58,7 +59,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
+	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descAnonymity, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
 		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
 		descReconnects, descConnected, descPoolDesired, descPoolMembers, descPoolReady, descPoolLeased, descPoolDraining, descPoolInfo,
 		descScrapeErrors} {
@@ -99,6 +100,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		collectPhases(ch, fl.Rows)
 		if !failed[events.BucketHealth] {
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(fl.Totals.Healthy))
+			collectAnonymity(ch, fl.Totals.Anonymity)
 			collectOverdue(ch, fl.Rows)
 		}
 	}
@@ -159,6 +161,15 @@ func collectPools(ch chan<- prometheus.Metric, pools []fleet.PoolRow, failed map
 		if !failed[events.BucketLeases] {
 			gauge(descPoolLeased, p.Leased, p.Name)
 		}
+	}
+}
+
+// collectAnonymity exports every verdict, unknown included, at 0 when no proxy has it, so a
+// panel or an alert (say on transparent > 0) sees the series before the first such proxy.
+func collectAnonymity(ch chan<- prometheus.Metric, counts map[events.Anonymity]int) {
+	ch <- prometheus.MustNewConstMetric(descAnonymity, prometheus.GaugeValue, float64(counts[""]), "unknown")
+	for _, a := range events.Anonymities {
+		ch <- prometheus.MustNewConstMetric(descAnonymity, prometheus.GaugeValue, float64(counts[a]), string(a))
 	}
 }
 

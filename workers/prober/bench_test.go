@@ -61,8 +61,9 @@ func rawConnect(proxy, echo string) error {
 
 // BenchmarkProbeRound is one prober holding 10,000 proxies (over four real forward proxies)
 // at a 10 s interval: after the first round, over one whole interval, the share of proxies
-// probed and the CPU per probe, against a raw CONNECT round trip through the same proxies
-// measured in the same run (16 at a time, about the prober's concurrency in use).
+// probed and the CPU per probe (both paths, CONNECT and plain-HTTP forward, and the record),
+// against a raw CONNECT round trip through the same proxies measured in the same run (16 at
+// a time, about the prober's concurrency in use).
 func BenchmarkProbeRound(b *testing.B) {
 	const (
 		n        = 10_000

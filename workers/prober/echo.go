@@ -27,8 +27,9 @@ type EchoReply struct {
 var redacted = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // leakHeaders are the headers that give a proxy away, or its credentials, to the sites a
-// crawler visits.
-var leakHeaders = []string{"Via", "X-Forwarded-For", "Forwarded", "X-Real-Ip", "Proxy-Authorization"}
+// crawler visits, in the canonical spelling the records use. Any of them makes a path at
+// best anonymous; any header carrying the client's address makes it transparent (judge).
+var leakHeaders = []string{"Via", "X-Forwarded-For", "Forwarded", "X-Real-Ip", "Client-Ip", "X-Proxy-Id", "Proxy-Authorization"}
 
 // EchoHandler answers GET and HEAD with an EchoReply as JSON.
 func EchoHandler() http.Handler {

@@ -4,13 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/events"
 )
 
 func TestEchoHandler(t *testing.T) {
@@ -106,6 +110,7 @@ func FuzzDecodeEcho(f *testing.F) {
 	f.Add([]byte(`{"v":1,"remoteAddr":"127.0.0.1:5","ip":"127.0.0.1","headers":{"via":["x"],"Forwarded":[]}}`))
 	f.Add([]byte(`{"v":1,"ip":"::1","headers":null}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"v":1,"ip":"10.0.0.1","headers":{"X-Forwarded-For":["127.0.0.1, 10.0.0.2"],"forwarded":["for=\"[::ffff:127.0.0.1]:80\""]}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		r, ok := decodeEcho("application/json", body)
 		if !ok {
@@ -117,6 +122,16 @@ func FuzzDecodeEcho(f *testing.F) {
 		for _, h := range r.leaked() {
 			if !slices.Contains(leakHeaders, h) {
 				t.Fatalf("leaked %q", h)
+			}
+		}
+		// The verdict names only headers the reply has, and is one of the three.
+		leaked, a := r.judge(netip.MustParseAddr("127.0.0.1"))
+		if !slices.Contains(events.Anonymities, a) {
+			t.Fatalf("verdict %q", a)
+		}
+		for _, h := range leaked {
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(r.Headers)), func(k string) bool { return strings.EqualFold(k, h) }) {
+				t.Fatalf("leaked %q, not in %v", h, r.Headers)
 			}
 		}
 		// What the prober keeps from an echo survives a round trip.

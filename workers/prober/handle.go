@@ -16,14 +16,15 @@ import (
 
 // job is one probe, with everything it needs copied out of the loop's state.
 type job struct {
-	proxy  string
-	addr   string // host:port
-	check  schemas.HealthCheck
-	target *url.URL
-	auth   *schemas.Auth
-	prev   *events.ProxyHealth // the record the loop knows, nil for none
-	rev    uint64              // its revision
-	known  bool                // prev and rev are known; otherwise record reads them
+	proxy    string
+	addr     string // host:port
+	check    schemas.HealthCheck
+	target   *url.URL
+	auth     *schemas.Auth
+	expected string              // expectedEgress, "" when unknown
+	prev     *events.ProxyHealth // the record the loop knows, nil for none
+	rev      uint64              // its revision
+	known    bool                // prev and rev are known; otherwise record reads them
 }
 
 // completion is a worker's report of a job: the record written, if any.
@@ -35,7 +36,7 @@ type completion struct {
 
 func (p *Prober) newJob(t *target) job {
 	j := job{proxy: t.name, addr: t.addr, check: t.spec.check, target: p.defaultURL, auth: t.spec.auth,
-		rev: t.rev, known: true}
+		expected: expectedEgress(t), rev: t.rev, known: true}
 	if h := t.current(); h != nil {
 		// A record about another address, or from before this one appeared, describes a
 		// predecessor: the fold starts afresh (at the record's revision, for the write).
@@ -55,13 +56,18 @@ func (p *Prober) execute(ctx context.Context, j job) completion {
 	log := p.log.With("proxy", j.proxy)
 	at := p.cfg.Now().UTC()
 	var res result
+	pctx, cancel := context.WithTimeout(ctx, seconds(j.check.TimeoutSeconds))
 	if j.target == nil {
-		res = result{err: errors.New("check URL does not parse")}
+		// The CONNECT path has nowhere to go; the forward path still judges what sites see.
+		res = result{pathResult: pathResult{err: errors.New("check URL does not parse")}}
+		if p.forwardURL != nil {
+			f := p.forwardFetch(pctx, j.addr, p.forwardURL, j.auth)
+			res.forward = &f
+		}
 	} else {
-		pctx, cancel := context.WithTimeout(ctx, seconds(j.check.TimeoutSeconds))
-		res = p.probe(pctx, j.addr, j.target, j.auth)
-		cancel()
+		res = p.probe(pctx, j.addr, j.target, p.forwardURL, j.auth)
 	}
+	cancel()
 	if ctx.Err() != nil {
 		return c // cut short by shutdown: says nothing about the proxy
 	}
@@ -70,8 +76,8 @@ func (p *Prober) execute(ctx context.Context, j job) completion {
 	if j.target != nil {
 		checkURL = j.target.Redacted()
 	}
-	h, rev, transition, err := p.record(ctx, j, observation{proxy: j.proxy, address: j.addr, checkURL: checkURL,
-		prober: p.cfg.Worker, at: at, check: j.check, res: res})
+	h, rev, ch, err := p.record(ctx, j, observation{proxy: j.proxy, address: j.addr, checkURL: checkURL,
+		prober: p.cfg.Worker, at: at, check: j.check, expected: j.expected, res: res})
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("health not recorded", "err", err)
@@ -84,7 +90,13 @@ func (p *Prober) execute(ctx context.Context, j job) completion {
 	} else {
 		log.Debug("probe succeeded", "address", j.addr, "healthy", h.Healthy, "latency", res.latency.Round(time.Microsecond))
 	}
-	if !transition {
+	if ch.anonymity {
+		log.Info("proxy anonymity changed", "address", j.addr, "anonymity", h.Anonymity, "was", ch.was, "leakedHeaders", h.LeakedHeaders)
+		if err := p.publishAnonymityChange(ctx, ch.was, h); err != nil {
+			log.Warn("anonymity event not published", "err", err)
+		}
+	}
+	if !ch.health {
 		return c
 	}
 	if h.Healthy {

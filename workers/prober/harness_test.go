@@ -193,7 +193,7 @@ func (e *env) probeNow(p *Prober, proxy, addr string) events.ProxyHealth {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	j := p.newJob(&target{name: proxy, spec: &probeSpec{check: sp.HealthCheck, auth: sp.Auth}, addr: addr})
+	j := p.newJob(&target{name: proxy, spec: probeSpecOf(sp), addr: addr})
 	j.known = false // read the record, as after a lost race
 	p.execute(context.Background(), j)
 	h, ok := e.health(proxy)

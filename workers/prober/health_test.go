@@ -15,8 +15,8 @@ func specCheck(interval, failure, success int) schemas.HealthCheck {
 
 func TestNextHealth(t *testing.T) {
 	const addr = "10.0.0.5:3128"
-	ok := result{latency: 1500 * time.Microsecond, echo: true, egressIP: "203.0.113.7", leaked: []string{"Via"}}
-	bad := result{err: errors.New("dial proxy: connection refused")}
+	ok := result{latency: 1500 * time.Microsecond, pathResult: pathResult{echo: true, egressIP: "203.0.113.7", leaked: []string{"Via"}, anonymity: events.AnonymityAnonymous}}
+	bad := result{pathResult: pathResult{err: errors.New("dial proxy: connection refused")}}
 	// Each case is a sequence of probes (true = success) and the Healthy value and
 	// transition after each.
 	for _, tc := range []struct {
@@ -44,7 +44,8 @@ func TestNextHealth(t *testing.T) {
 				if success {
 					o.res = ok
 				}
-				h, transition := nextHealth(prev, o)
+				h, ch := nextHealth(prev, o)
+				transition := ch.health
 				if h.Healthy != tc.healthy[i] || transition != tc.transition[i] {
 					t.Fatalf("probe %d: healthy %v transition %v, want %v %v: %+v", i+1, h.Healthy, transition, tc.healthy[i], tc.transition[i], h)
 				}
@@ -70,8 +71,9 @@ func TestNextHealthNewAddress(t *testing.T) {
 	prev := &events.ProxyHealth{V: 1, Proxy: "p1", Address: "10.0.0.5:3128", Healthy: true, ConsecutiveSuccesses: 9,
 		LatencyMs: 3, EgressIP: "203.0.113.7", LastTransitionAt: time.Unix(1, 0), SuccessThreshold: 1, FailureThreshold: 3}
 	o := observation{proxy: "p1", address: "10.0.0.6:3128", at: time.Unix(100, 0), check: specCheck(10, 3, 2),
-		res: result{err: errors.New("refused")}}
-	h, transition := nextHealth(prev, o)
+		res: result{pathResult: pathResult{err: errors.New("refused")}}}
+	h, ch := nextHealth(prev, o)
+	transition := ch.health
 	if h.Healthy || h.ConsecutiveFailures != 1 || h.ConsecutiveSuccesses != 0 || h.EgressIP != "" || h.LatencyMs != 0 || transition {
 		t.Fatalf("%+v transition %v", h, transition)
 	}

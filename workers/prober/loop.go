@@ -36,6 +36,16 @@ type target struct {
 type probeSpec struct {
 	check schemas.HealthCheck
 	auth  *schemas.Auth
+	// expectedEgress is an external endpoint's endpoint.expectedEgress, "" when it has none.
+	expectedEgress string
+}
+
+func probeSpecOf(s schemas.ProxySpec) *probeSpec {
+	ps := &probeSpec{check: s.HealthCheck, auth: s.Auth}
+	if s.Mode == schemas.ModeExternal && s.Endpoint != nil {
+		ps.expectedEgress = s.Endpoint.ExpectedEgress
+	}
+	return ps
 }
 
 // where is the part of a status that probing needs: the address to probe ("" when there is
@@ -43,10 +53,11 @@ type probeSpec struct {
 type where struct {
 	addr, provider, host string
 	since                time.Time // when the address appeared (ProxyStatus.AddressAt)
+	expectedEgress       string    // see statusExpectedEgress
 }
 
 func whereOf(st events.ProxyStatus) *where {
-	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt}
+	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt, expectedEgress: statusExpectedEgress(st)}
 	if st.Mode == schemas.ModeExternal {
 		w.provider, w.host = events.External, events.External
 	}
@@ -215,7 +226,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t.spec = nil
 		if put {
 			if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
-				t.spec = &probeSpec{check: s.HealthCheck, auth: s.Auth}
+				t.spec = probeSpecOf(s)
 			}
 		}
 	case l.statusW:
@@ -243,6 +254,24 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 	if started {
 		l.refresh(t, now)
 	}
+}
+
+// statusExpectedEgress is the address a managed proxy's traffic should leave from as its
+// status tells it (ProxyStatus.ExpectedEgress: the reconciler records the provider's
+// Instance.EgressIP, e.g. the local provider's own address with bindSource), "" when the
+// status does not know.
+func statusExpectedEgress(st events.ProxyStatus) string { return st.ExpectedEgress }
+
+// expectedEgress is the address the probes should see t's traffic come from, "" when it is
+// not known: the spec's (an external endpoint's expectedEgress) first, else the status's.
+func expectedEgress(t *target) string {
+	if t.spec != nil && t.spec.expectedEgress != "" {
+		return t.spec.expectedEgress
+	}
+	if t.st != nil {
+		return t.st.expectedEgress
+	}
+	return ""
 }
 
 // probeAddr is where target is to be probed and on which provider and host it counts, or ""

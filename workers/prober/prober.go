@@ -28,7 +28,9 @@ type Config struct {
 	Filters []string
 
 	// DefaultCheckURL is fetched through a proxy whose spec names no healthCheck.url; normally
-	// the URL of egressd's echo endpoint (ServeEcho).
+	// the URL of egressd's echo endpoint (ServeEcho). When it is an http URL it is also the
+	// target of every probe's plain-HTTP path, whatever the spec's check URL: that path needs
+	// an echo endpoint to see what the proxy adds.
 	DefaultCheckURL string
 
 	// Concurrency is the number of probes in flight at most (default 256). A prober keeps up
@@ -77,6 +79,7 @@ type Prober struct {
 	log        *slog.Logger
 	subjects   []string
 	defaultURL *url.URL
+	forwardURL *url.URL            // the plain-HTTP path's target: defaultURL when it is http, else nil
 	member     events.ProberMember // this process's presence record
 
 	ready      chan struct{}  // closed once the watches are in sync and probes start
@@ -118,8 +121,13 @@ func New(cfg Config) (*Prober, error) {
 	rand.Read(id)
 	m := events.ProberMember{V: 1, ID: hex.EncodeToString(id), Worker: cfg.Worker, Filters: cfg.Filters,
 		Concurrency: cfg.Concurrency, StartedAt: cfg.Now().UTC()}
+	var forward *url.URL
+	if u.Scheme == "http" {
+		forward = u
+	}
 	return &Prober{
 		cfg:        cfg,
+		forwardURL: forward,
 		log:        cfg.Log.With("role", "prober", "worker", cfg.Worker, "member", m.ID),
 		subjects:   subs,
 		defaultURL: u,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -16,8 +17,8 @@ import (
 // record folds o into the proxy's health record and writes it at the revision it was known
 // at (j's, else read now), so two probers racing on one proxy (during a hand-over) cannot lose
 // an update: the loser re-reads and re-applies once. It returns the record written, its
-// revision and whether it is a transition.
-func (p *Prober) record(ctx context.Context, j job, o observation) (events.ProxyHealth, uint64, bool, error) {
+// revision and what it changed.
+func (p *Prober) record(ctx context.Context, j job, o observation) (events.ProxyHealth, uint64, changes, error) {
 	ttl := ttlFor(o.check)
 	prev, rev, known := j.prev, j.rev, j.known
 	for attempt := 1; ; attempt++ {
@@ -27,13 +28,13 @@ func (p *Prober) record(ctx context.Context, j job, o observation) (events.Proxy
 			prev, rev, err = p.readHealth(rctx, o.proxy)
 			cancel()
 			if err != nil {
-				return events.ProxyHealth{}, 0, false, err
+				return events.ProxyHealth{}, 0, changes{}, err
 			}
 		}
-		next, transition := nextHealth(prev, o)
+		next, ch := nextHealth(prev, o)
 		b, err := json.Marshal(next)
 		if err != nil {
-			return events.ProxyHealth{}, 0, false, err
+			return events.ProxyHealth{}, 0, changes{}, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, kvBudget)
 		var newRev uint64
@@ -48,9 +49,9 @@ func (p *Prober) record(ctx context.Context, j job, o observation) (events.Proxy
 			continue
 		}
 		if err != nil {
-			return events.ProxyHealth{}, 0, false, fmt.Errorf("write health of %s: %w", o.proxy, err)
+			return events.ProxyHealth{}, 0, changes{}, fmt.Errorf("write health of %s: %w", o.proxy, err)
 		}
-		return next, newRev, transition, nil
+		return next, newRev, ch, nil
 	}
 }
 
@@ -80,6 +81,22 @@ func (p *Prober) publishTransition(ctx context.Context, h events.ProxyHealth) er
 	if h.Healthy {
 		ev.Reason, ev.Message = events.ReasonHealthy, ""
 	}
+	return p.publishHealth(ctx, ev)
+}
+
+// publishAnonymityChange tells EGRESS_EVENTS that the proxy's anonymity verdict moved from
+// was to the record's. The message names the headers, never their values.
+func (p *Prober) publishAnonymityChange(ctx context.Context, was events.Anonymity, h events.ProxyHealth) error {
+	msg := fmt.Sprintf("anonymity %s (was %s)", h.Anonymity, was)
+	if len(h.LeakedHeaders) > 0 {
+		msg += "; the sites see " + strings.Join(h.LeakedHeaders, ", ")
+	}
+	return p.publishHealth(ctx, events.Event{V: 1, ID: newID(), Kind: events.KindHealth, Proxy: h.Proxy,
+		At: h.LastProbeAt, Reason: events.ReasonAnonymityChanged, Message: msg, Health: &h})
+}
+
+func (p *Prober) publishHealth(ctx context.Context, ev events.Event) error {
+	h := ev.Health
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,13 +17,26 @@ import (
 
 // startLeakyProxy runs a careless forward proxy on 127.0.0.4: it accepts any CONNECT, then
 // reads the plain HTTP request inside the tunnel and forwards it with extra headers added,
-// and with the client's Proxy-Authorization when forwardAuth is set. It returns its address.
+// and with the client's Proxy-Authorization when forwardAuth is set; plain-HTTP requests it
+// forwards the same way. "{client}" in a header value is the client's address as the proxy
+// sees it; a name prefixed "forward:" is added to plain-HTTP requests only (a real proxy
+// cannot touch what goes through a tunnel). It returns its address.
 func startLeakyProxy(t *testing.T, extra map[string]string, forwardAuth bool) string {
+	t.Helper()
+	addr, _ := startSwitchableLeaky(t, extra, forwardAuth)
+	return addr
+}
+
+// startSwitchableLeaky is startLeakyProxy with a function that replaces the extra headers
+// for the requests that follow.
+func startSwitchableLeaky(t *testing.T, extra map[string]string, forwardAuth bool) (string, func(map[string]string)) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.4:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var current atomic.Pointer[map[string]string]
+	current.Store(&extra)
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Go(func() {
@@ -31,39 +45,50 @@ func startLeakyProxy(t *testing.T, extra map[string]string, forwardAuth bool) st
 			if err != nil {
 				return
 			}
-			wg.Go(func() { leak(c, extra, forwardAuth) })
+			wg.Go(func() { leak(c, *current.Load(), forwardAuth) })
 		}
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), func(m map[string]string) { current.Store(&m) }
 }
 
 func leak(c net.Conn, extra map[string]string, forwardAuth bool) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
+	client, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	br := bufio.NewReader(c)
-	connect, err := http.ReadRequest(br)
-	if err != nil || connect.Method != http.MethodConnect {
+	first, err := http.ReadRequest(br)
+	if err != nil {
 		return
 	}
-	up, err := net.DialTimeout("tcp", connect.Host, 5*time.Second)
+	inner, upstream := first, first.URL.Host
+	if first.Method == http.MethodConnect {
+		upstream = first.Host
+	}
+	up, err := net.DialTimeout("tcp", upstream, 5*time.Second)
 	if err != nil {
 		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\n\r\n")
 		return
 	}
 	defer up.Close()
 	up.SetDeadline(time.Now().Add(5 * time.Second))
-	io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-	inner, err := http.ReadRequest(br)
-	if err != nil {
-		return
+	if first.Method == http.MethodConnect {
+		io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		if inner, err = http.ReadRequest(br); err != nil {
+			return
+		}
 	}
 	for k, v := range extra {
-		inner.Header.Set(k, v)
+		name, forwardOnly := strings.CutPrefix(k, "forward:")
+		if !forwardOnly || first.Method != http.MethodConnect {
+			inner.Header.Set(name, strings.ReplaceAll(v, "{client}", client))
+		}
 	}
 	if forwardAuth {
-		inner.Header.Set("Proxy-Authorization", connect.Header.Get("Proxy-Authorization"))
+		inner.Header.Set("Proxy-Authorization", first.Header.Get("Proxy-Authorization"))
+	} else {
+		inner.Header.Del("Proxy-Authorization")
 	}
-	if inner.Write(up) != nil {
+	if inner.Write(up) != nil { // origin form, as a proxy forwards it
 		return
 	}
 	io.Copy(c, up)

@@ -33,7 +33,7 @@ func (p *Provisioner) run(ctx context.Context, op events.Op) events.OpResult {
 	res := events.OpResult{SpecHash: hash}
 	if inst != nil {
 		res.Instance = &events.Instance{ID: inst.ID, Name: inst.Name, State: string(inst.State), Address: inst.Address,
-			Port: inst.Port, UID: inst.Marks.UID, CreatedAt: inst.Marks.CreatedAt}
+			Port: inst.Port, EgressIP: inst.EgressIP, UID: inst.Marks.UID, CreatedAt: inst.Marks.CreatedAt}
 	}
 	if err != nil {
 		var stale *staleError

@@ -172,6 +172,7 @@ func (d *decider) external() {
 	d.setIdentity()
 	d.st.Mode, d.st.Provider, d.st.Host = schemas.ModeExternal, "", ""
 	d.setAddress(ep.Host, ep.Port)
+	d.st.ExpectedEgress = ep.ExpectedEgress
 	d.st.Teardown, d.st.LastError, d.st.Failures = "", nil, 0
 	d.st.Reason, d.st.Message = events.ReasonExternalEndpoint, ""
 	d.st.SpecRevision = d.in.SpecRevision
@@ -419,7 +420,7 @@ func (d *decider) backoff(msg string) {
 // gone records that no instance exists any more.
 func (d *decider) gone() {
 	st := d.st
-	st.InstanceID, st.IP, st.Port, st.SpecHash = "", "", 0, ""
+	st.InstanceID, st.IP, st.Port, st.SpecHash, st.ExpectedEgress = "", "", 0, "", ""
 	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
 }
 
@@ -451,6 +452,7 @@ func (d *decider) observe(inst *events.Instance) {
 	switch providers.State(inst.State) {
 	case providers.StateRunning:
 		d.setAddress(inst.Address, inst.Port)
+		st.ExpectedEgress = inst.EgressIP
 		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
 		if st.Reason == events.ReasonCreating || st.Reason == events.ReasonWaitingForAddress || st.Reason == events.ReasonTransient || st.Reason == events.ReasonInstanceLost || st.Reason == events.ReasonAddressLost {
@@ -494,7 +496,7 @@ func (d *decider) finish() Decision {
 		return dec
 	}
 	d.st.Phase = d.phase()
-	if d.st.Phase != old {
+	if d.st.Phase != old || d.warningChanged() {
 		dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindPhase, Proxy: d.in.Name, At: d.now,
 			Phase: d.st.Phase, From: old, Reason: d.st.Reason, Message: d.st.Message})
 	}
@@ -503,6 +505,23 @@ func (d *decider) finish() Decision {
 	}
 	dec.Status = d.st
 	return dec
+}
+
+// warnings are the reasons a proxy may carry without leaving its phase (Ready): their
+// coming and going is news too, so it is a phase event whose phase and from are the same.
+var warnings = []events.Reason{events.ReasonEgressMismatch}
+
+// warningChanged reports whether a warning appeared or cleared, or its message changed (the
+// egress address moved again), while the phase stayed.
+func (d *decider) warningChanged() bool {
+	was := d.in.Status
+	if was == nil || was.Phase != d.st.Phase {
+		return false
+	}
+	if !slices.Contains(warnings, was.Reason) && !slices.Contains(warnings, d.st.Reason) {
+		return false
+	}
+	return was.Reason != d.st.Reason || was.Message != d.st.Message
 }
 
 func (d *decider) phase() events.Phase {
@@ -538,22 +557,33 @@ func (d *decider) drained(p events.Phase) events.Phase {
 }
 
 // healthPhase is the phase of a proxy that has an address: Ready or Unhealthy once the probers
-// have a verdict on that very address, Running until then.
+// have a verdict on that very address, Running until then. A healthy proxy less anonymous than
+// its spec requires is Unhealthy too (HeaderLeak, see anonymity), and one whose traffic leaves
+// from another address than expected is Ready with the warning EgressMismatch.
 func (d *decider) healthPhase() events.Phase {
 	st := d.st
 	healthy, judged := d.verdict()
 	if !judged {
-		if st.Reason == events.ReasonProbeFailing {
-			st.Reason, st.Message = "", ""
-		}
+		d.clearHealthReason()
 		return events.PhaseRunning
 	}
 	if healthy {
+		switch msg, ok, pending := d.anonymity(); {
+		case pending:
+			d.clearHealthReason()
+			return events.PhaseRunning
+		case !ok:
+			if d.overridable() {
+				st.Reason, st.Message = events.ReasonHeaderLeak, msg
+			}
+			return events.PhaseUnhealthy
+		}
 		if st.ReadyAt.IsZero() {
 			st.ReadyAt = d.now
 		}
-		if st.Reason == events.ReasonProbeFailing {
-			st.Reason, st.Message = "", ""
+		d.clearHealthReason()
+		if h := d.in.Health; h.EgressMismatch() && d.overridable() {
+			st.Reason, st.Message = events.ReasonEgressMismatch, fmt.Sprintf("traffic leaves from %s, expected %s", h.EgressIP, h.ExpectedEgress)
 		}
 		return events.PhaseReady
 	}
@@ -561,6 +591,80 @@ func (d *decider) healthPhase() events.Phase {
 		st.Reason, st.Message = events.ReasonProbeFailing, d.in.Health.LastError
 	}
 	return events.PhaseUnhealthy
+}
+
+// healthReasons are the reasons healthPhase sets from the probers' record; they say nothing
+// once the record no longer shows them.
+var healthReasons = []events.Reason{events.ReasonProbeFailing, events.ReasonHeaderLeak, events.ReasonEgressMismatch}
+
+func (d *decider) clearHealthReason() {
+	if slices.Contains(healthReasons, d.st.Reason) {
+		d.st.Reason, d.st.Message = "", ""
+		if d.st.Mode == schemas.ModeExternal {
+			d.st.Reason = events.ReasonExternalEndpoint
+		}
+	}
+}
+
+// overridable reports whether the status reason may give way to one from the probers'
+// record: it has none, only the external proxy's standing one, or a health reason. Another
+// (a provider error, say) explains more and is kept.
+func (d *decider) overridable() bool {
+	r := d.st.Reason
+	return r == "" || r == events.ReasonExternalEndpoint || slices.Contains(healthReasons, r)
+}
+
+// anonymity checks a healthy proxy's verdict against its spec's healthCheck.requireAnonymity.
+// An unknown verdict is below every requirement once the probers tried to judge it (the
+// record lists paths): a path whose echo failed, or a custom check URL that is not an echo
+// endpoint, cannot show that the proxy hides what it must, so the proxy is never leased
+// (fail closed; the message says how to fix it). Only a record without any path (a prober
+// from before anonymity was judged) is pending: Running, not leased either.
+func (d *decider) anonymity() (msg string, ok, pending bool) {
+	req := requiredAnonymity(d.in.Spec)
+	h := d.in.Health
+	a := h.AnonymityVerdict(d.st.Address(), d.st.AddressAt, 0, d.now)
+	switch {
+	case a.AtLeast(req):
+		return "", true, false
+	case !h.Echoed():
+		return "", false, true
+	}
+	return anonymityMessage(h, req), false, false
+}
+
+// requiredAnonymity is the verdict a spec requires, "" for none.
+func requiredAnonymity(s *schemas.ProxySpec) events.Anonymity {
+	if s == nil || s.HealthCheck.RequireAnonymity == schemas.AnonymityNone {
+		return ""
+	}
+	return events.Anonymity(s.HealthCheck.RequireAnonymity)
+}
+
+// anonymityMessage says why a proxy is below its requirement, naming the leaked headers (by
+// name only: their values hold the client's address) or why there is no verdict.
+func anonymityMessage(h *events.ProxyHealth, req events.Anonymity) string {
+	if h.Anonymity != "" {
+		msg := fmt.Sprintf("%s, requires %s", h.Anonymity, req)
+		if len(h.LeakedHeaders) > 0 {
+			msg += ": sites see " + strings.Join(h.LeakedHeaders, ", ")
+		}
+		return msg
+	}
+	var why []string
+	for _, p := range h.Paths {
+		switch {
+		case p.Error != "":
+			why = append(why, p.Path+": "+p.Error)
+		case p.Anonymity == "":
+			why = append(why, p.Path+": no echo reply from the check URL "+h.CheckURL+" (requireAnonymity needs egressd's echo endpoint: leave healthCheck.url empty)")
+		}
+	}
+	msg := fmt.Sprintf("anonymity unknown, requires %s", req)
+	if len(why) > 0 {
+		msg += ": " + strings.Join(why, "; ")
+	}
+	return msg
 }
 
 // verdict is the probers' verdict on the proxy's current address, if they have one

@@ -43,6 +43,20 @@ func running(s *schemas.ProxySpec) *events.ProxyStatus {
 		ProvisionAt: t0.Add(-time.Hour), NextPollAt: t0.Add(time.Minute), CreatedAt: t0.Add(-time.Hour)}
 }
 
+// ready is the status of a Ready proxy running spec s at 127.0.0.2.
+func ready(s *schemas.ProxySpec) *events.ProxyStatus {
+	st := running(s)
+	st.Phase, st.ReadyAt = events.PhaseReady, t0.Add(-time.Hour)
+	return st
+}
+
+// anonHealth is a healthy record at 127.0.0.2:3128 whose echo verdict is a, leaking headers.
+func anonHealth(a events.Anonymity, leaked ...string) *events.ProxyHealth {
+	return &events.ProxyHealth{Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 1, SuccessThreshold: 1, FailureThreshold: 3,
+		LastProbeAt: t0, Anonymity: a, LeakedHeaders: leaked, EgressIP: "192.0.2.1",
+		Paths: []events.PathCheck{{Path: events.PathConnect, Anonymity: events.AnonymityElite, EgressIP: "192.0.2.1"}, {Path: events.PathForward, Anonymity: a, Leaked: leaked, EgressIP: "192.0.2.1"}}}
+}
+
 func withOp(st *events.ProxyStatus, kind events.OpKind, at time.Time) *events.ProxyStatus {
 	st.Op = &events.OpRef{Kind: kind, ID: "op1", Host: "h1", IssuedAt: at}
 	return st
@@ -472,6 +486,125 @@ func TestDecide(t *testing.T) {
 				SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: t0.Add(-20 * time.Second)}
 			return in
 		}, want{phase: events.PhaseReady}},
+		{"a healthy proxy below requireAnonymity is Unhealthy with HeaderLeak naming the headers", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"elite"}}`), ready(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityTransparent, "X-Forwarded-For", "Via")
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonHeaderLeak, check: func(t *testing.T, d Decision) {
+			if want := "transparent, requires elite: sites see X-Forwarded-For, Via"; d.Status.Message != want {
+				t.Errorf("message %q, want %q", d.Status.Message, want)
+			}
+			if len(d.Ops) != 0 || !d.Wake.Equal(t0.Add(time.Minute)) {
+				t.Errorf("a header leak is configuration, not a dead instance: ops %v, wake %v", d.Ops, d.Wake)
+			}
+			if len(d.Events) != 1 || d.Events[0].Phase != events.PhaseUnhealthy || d.Events[0].From != events.PhaseReady || d.Events[0].Reason != events.ReasonHeaderLeak {
+				t.Errorf("events %+v", d.Events)
+			}
+		}}},
+		{"an external proxy below requireAnonymity is Unhealthy too", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"mode":"external","endpoint":{"host":"127.0.0.2","port":3128},"healthCheck":{"requireAnonymity":"anonymous"}}`), nil, t0)
+			in.Health = anonHealth(events.AnonymityTransparent, "X-Forwarded-For")
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonHeaderLeak}},
+		{"an anonymous proxy meets requireAnonymity anonymous", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"anonymous"}}`), running(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityAnonymous, "Via")
+			return in
+		}, want{phase: events.PhaseReady, reason: "-"}},
+		{"a leaking proxy is Ready under the default requireAnonymity none", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityTransparent, "X-Forwarded-For")
+			return in
+		}, want{phase: events.PhaseReady, reason: "-"}},
+		{"fixed config: Ready again without a spec change, the reason cleared", func(t *testing.T) Input {
+			st := ready(spec(t, base))
+			st.Phase, st.Reason, st.Message = events.PhaseUnhealthy, events.ReasonHeaderLeak, "transparent, requires elite: sites see Via"
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"elite"}}`), st, t0)
+			in.Health = anonHealth(events.AnonymityElite)
+			return in
+		}, want{phase: events.PhaseReady, reason: "-", check: func(t *testing.T, d Decision) {
+			if d.Status.Message != "" || len(d.Events) != 1 || d.Events[0].Phase != events.PhaseReady {
+				t.Errorf("message %q events %+v", d.Status.Message, d.Events)
+			}
+		}}},
+		{"unknown after an echo on one path counts as below: the failed path is named", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"elite"}}`), running(spec(t, base)), t0)
+			in.Health = anonHealth("")
+			in.Health.Paths = []events.PathCheck{{Path: events.PathConnect, Anonymity: events.AnonymityElite}, {Path: events.PathForward, Error: "403 Forbidden"}}
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonHeaderLeak, check: func(t *testing.T, d Decision) {
+			if want := "anonymity unknown, requires elite: forward: 403 Forbidden"; d.Status.Message != want {
+				t.Errorf("message %q, want %q", d.Status.Message, want)
+			}
+		}}},
+		{"a custom check URL gives no echo verdict: fail closed, saying how to fix it", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"anonymous","url":"https://example.com/"}}`), running(spec(t, base)), t0)
+			in.Health = anonHealth("")
+			in.Health.Paths = []events.PathCheck{{Path: events.PathConnect}, {Path: events.PathForward}}
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonHeaderLeak, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "leave healthCheck.url empty") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+		}}},
+		{"a record without paths (no anonymity judged yet) keeps a proxy that requires it Running", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"anonymous"}}`), running(spec(t, base)), t0)
+			in.Health = anonHealth("")
+			in.Health.Paths = nil
+			return in
+		}, want{phase: events.PhaseRunning}},
+		{"a header leak on an unhealthy proxy: ProbeFailing explains more", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"elite"}}`), running(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityTransparent, "Via")
+			in.Health.Healthy, in.Health.ConsecutiveFailures, in.Health.LastError = false, 3, "refused"
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonProbeFailing}},
+		{"another egress address than expected is a warning: Ready, EgressMismatch, an event", func(t *testing.T) Input {
+			in := input(t, spec(t, base), ready(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityElite)
+			in.Health.EgressIP, in.Health.ExpectedEgress = "198.51.100.7", "192.0.2.1"
+			return in
+		}, want{phase: events.PhaseReady, reason: events.ReasonEgressMismatch, check: func(t *testing.T, d Decision) {
+			if want := "traffic leaves from 198.51.100.7, expected 192.0.2.1"; d.Status.Message != want {
+				t.Errorf("message %q, want %q", d.Status.Message, want)
+			}
+			if len(d.Events) != 1 || d.Events[0].Phase != events.PhaseReady || d.Events[0].From != events.PhaseReady || d.Events[0].Reason != events.ReasonEgressMismatch {
+				t.Errorf("a warning appearing is a phase event: %+v", d.Events)
+			}
+		}}},
+		{"the egress address as expected again clears the warning, with an event", func(t *testing.T) Input {
+			st := ready(spec(t, base))
+			st.Reason, st.Message = events.ReasonEgressMismatch, "traffic leaves from 198.51.100.7, expected 192.0.2.1"
+			in := input(t, spec(t, base), st, t0)
+			in.Health = anonHealth(events.AnonymityElite)
+			in.Health.EgressIP, in.Health.ExpectedEgress = "::ffff:192.0.2.1", "192.0.2.1"
+			return in
+		}, want{phase: events.PhaseReady, reason: "-", check: func(t *testing.T, d Decision) {
+			if len(d.Events) != 1 || d.Events[0].Reason != "" || d.Events[0].Phase != events.PhaseReady {
+				t.Errorf("events %+v", d.Events)
+			}
+		}}},
+		{"an external proxy's egress mismatch replaces ExternalEndpoint", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"mode":"external","endpoint":{"host":"127.0.0.2","port":3128,"expectedEgress":"192.0.2.1"}}`), nil, t0)
+			in.Health = anonHealth(events.AnonymityElite)
+			in.Health.EgressIP, in.Health.ExpectedEgress = "198.51.100.7", "192.0.2.1"
+			return in
+		}, want{phase: events.PhaseReady, reason: events.ReasonEgressMismatch}},
+		{"a provider error explains more than an egress mismatch", func(t *testing.T) Input {
+			st := ready(spec(t, base))
+			st.Reason, st.Message = events.ReasonTransient, "backend said transient"
+			st.RetryAt = t0.Add(time.Minute)
+			in := input(t, spec(t, base), st, t0)
+			in.Health = anonHealth(events.AnonymityElite)
+			in.Health.EgressIP, in.Health.ExpectedEgress = "198.51.100.7", "192.0.2.1"
+			return in
+		}, want{phase: events.PhaseReady, reason: events.ReasonTransient}},
+		{"a header leak outranks an egress mismatch", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","healthCheck":{"requireAnonymity":"elite"}}`), ready(spec(t, base)), t0)
+			in.Health = anonHealth(events.AnonymityAnonymous, "Via")
+			in.Health.EgressIP, in.Health.ExpectedEgress = "198.51.100.7", "192.0.2.1"
+			return in
+		}, want{phase: events.PhaseUnhealthy, reason: events.ReasonHeaderLeak}},
 		{"new credentials are delivered to the running instance, not replaced", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","auth":{"username":"u","password":"new"}}`), running(spec(t, base)), t0)
 		}, want{phase: events.PhaseRunning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
@@ -505,7 +638,10 @@ func TestDecide(t *testing.T) {
 				if d.Status.Phase != tc.want.phase {
 					t.Errorf("phase = %s, want %s (reason %s: %s)", d.Status.Phase, tc.want.phase, d.Status.Reason, d.Status.Message)
 				}
-				if tc.want.reason != "" && d.Status.Reason != tc.want.reason {
+				if tc.want.reason == "-" && d.Status.Reason != "" {
+					t.Errorf("reason = %q (%s), want none", d.Status.Reason, d.Status.Message)
+				}
+				if tc.want.reason != "" && tc.want.reason != "-" && d.Status.Reason != tc.want.reason {
 					t.Errorf("reason = %q, want %q (%s)", d.Status.Reason, tc.want.reason, d.Status.Message)
 				}
 				if len(d.Ops) > 0 && (d.Status.Op == nil || d.Status.Op.ID != d.Ops[0].ID) {

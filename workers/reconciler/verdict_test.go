@@ -17,6 +17,8 @@ func TestSameVerdictCoversWhatDecideReads(t *testing.T) {
 	managed := `{"provider":"local"}`
 	healthy := events.ProxyHealth{V: 1, Proxy: "p1", Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 1,
 		SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: t0.Add(-time.Second)}
+	healthy.Anonymity, healthy.LeakedHeaders, healthy.EgressIP, healthy.ExpectedEgress = events.AnonymityAnonymous, []string{"Via"}, "192.0.2.1", "192.0.2.1"
+	healthy.Paths = []events.PathCheck{{Path: events.PathConnect, Anonymity: events.AnonymityElite}, {Path: events.PathForward, Anonymity: events.AnonymityAnonymous, Leaked: []string{"Via"}}}
 	failing := healthy
 	failing.Healthy, failing.ConsecutiveSuccesses, failing.ConsecutiveFailures, failing.LastError = false, 0, 3, "refused"
 	cases := []struct {
@@ -27,6 +29,12 @@ func TestSameVerdictCoversWhatDecideReads(t *testing.T) {
 		{"managed, running", func(t *testing.T) Input {
 			s := spec(t, managed)
 			return input(t, s, running(s), t0)
+		}},
+		{"external, requires elite", func(t *testing.T) Input {
+			return input(t, spec(t, `{"mode":"external","endpoint":{"host":"127.0.0.2","port":3128},"healthCheck":{"requireAnonymity":"elite"}}`), nil, t0)
+		}},
+		{"external, requires anonymous", func(t *testing.T) Input {
+			return input(t, spec(t, `{"mode":"external","endpoint":{"host":"127.0.0.2","port":3128},"healthCheck":{"requireAnonymity":"anonymous"}}`), nil, t0)
 		}},
 	}
 	// mutate gives every field of a copy a different value.
@@ -42,7 +50,11 @@ func TestSameVerdictCoversWhatDecideReads(t *testing.T) {
 		case reflect.Bool:
 			v.SetBool(!v.Bool())
 		case reflect.Slice:
-			v.Set(reflect.ValueOf([]string{"Via"}))
+			if v.Type().Elem().Kind() == reflect.Struct {
+				v.Set(reflect.ValueOf([]events.PathCheck{{Path: events.PathForward, Error: "refused"}}))
+			} else {
+				v.Set(reflect.ValueOf([]string{"X-Forwarded-For"}))
+			}
 		case reflect.Struct:
 			v.Set(reflect.ValueOf(t0.Add(-3 * time.Second)))
 		default:
@@ -79,6 +91,14 @@ func TestSameVerdict(t *testing.T) {
 	moved.Address = "b:1"
 	judged := h
 	judged.Healthy, judged.ConsecutiveFailures = false, 3
+	leaks := h
+	leaks.Anonymity, leaks.LeakedHeaders = events.AnonymityTransparent, []string{"X-Forwarded-For"}
+	moreLeaks := leaks
+	moreLeaks.LeakedHeaders = []string{"X-Forwarded-For", "Via"}
+	pathFailed := h
+	pathFailed.Paths = []events.PathCheck{{Path: events.PathForward, Error: "refused"}}
+	egress := h
+	egress.EgressIP, egress.ExpectedEgress = "192.0.2.1", "192.0.2.2"
 	for _, tc := range []struct {
 		name string
 		a, b *events.ProxyHealth
@@ -90,6 +110,10 @@ func TestSameVerdict(t *testing.T) {
 		{"probed again, same verdict", &h, &later, true},
 		{"another address", &h, &moved, false},
 		{"judged unhealthy", &h, &judged, false},
+		{"another anonymity verdict", &h, &leaks, false},
+		{"other leaked headers", &leaks, &moreLeaks, false},
+		{"a path failed", &h, &pathFailed, false},
+		{"another egress address", &h, &egress, false},
 	} {
 		if got := sameVerdict(tc.a, tc.b); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

@@ -125,8 +125,10 @@ func (r *rig) seedFleet(t *testing.T) {
 		r.put(t, r.store.Status, name, st)
 	}
 	health := []events.ProxyHealth{
-		{Proxy: "crawl-eu-1", Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 12, SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 4.2, LastProbeAt: ago(10 * time.Second)},
-		{Proxy: "crawl-eu-2", Address: "127.0.0.3:3128", ConsecutiveFailures: 3, SuccessThreshold: 1, FailureThreshold: 3, LastError: "connection refused", LastProbeAt: ago(10 * time.Second)},
+		{Proxy: "crawl-eu-1", Address: "127.0.0.2:3128", Healthy: true, ConsecutiveSuccesses: 12, SuccessThreshold: 1, FailureThreshold: 3, LatencyMs: 4.2, LastProbeAt: ago(10 * time.Second),
+			Anonymity: events.AnonymityElite},
+		{Proxy: "crawl-eu-2", Address: "127.0.0.3:3128", ConsecutiveFailures: 3, SuccessThreshold: 1, FailureThreshold: 3, LastError: "connection refused", LastProbeAt: ago(10 * time.Second),
+			Anonymity: events.AnonymityTransparent, LeakedHeaders: []string{"Via", "X-Forwarded-For"}},
 		{Proxy: "ext-office", Address: "203.0.113.7:8080", Healthy: true, ConsecutiveSuccesses: 3, SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: ago(20 * time.Second)},
 		// A verdict about an address crawl-us-1 no longer has: not its health now.
 		{Proxy: "crawl-us-1", Address: "192.0.2.50:3128", Healthy: true, ConsecutiveSuccesses: 3, SuccessThreshold: 1, FailureThreshold: 3, LastProbeAt: ago(time.Hour)},

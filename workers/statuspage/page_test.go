@@ -42,7 +42,7 @@ func TestPageShowsTheFleet(t *testing.T) {
 
 	text := visibleText(body)
 	for _, want := range []string{
-		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Probe overdue 0 of 7", "Leases 3 active; 6 slots on Ready proxies",
+		"Proxies 7", "Healthy 2 of 7; 1 unhealthy, 4 unknown", "Probe overdue 0 of 7", "Anonymity 1 elite; 0 anonymous, 1 transparent, 1 unknown", "Leases 3 active; 6 slots on Ready proxies",
 		"Provider targets 2 of 3 ready",
 		"Ready: 2", "Provisioning: 1", "Pending: 1", "Unhealthy: 1", "Failed: 1", "Invalid: 1",
 	} {
@@ -56,14 +56,14 @@ func TestPageShowsTheFleet(t *testing.T) {
 		t.Errorf("%d proxy rows, want 7:\n%s", len(proxies), strings.Join(proxies, "\n"))
 	}
 	rows := map[string][]string{
-		"crawl-eu-1": {"pool=crawl, region=eu", "managed local Ready 127.0.0.2:3128 True 2/2 - ", " 2h"},
-		"crawl-eu-2": {"Unhealthy 127.0.0.3:3128 False 0/2 ProbeFailing CONNECT example.com:443: connection refused"},
-		"crawl-eu-3": {"managed local Pending - unknown 0/3 -"},
+		"crawl-eu-1": {"pool=crawl, region=eu", "managed local Ready 127.0.0.2:3128 True elite 2/2 - ", " 2h"},
+		"crawl-eu-2": {"Unhealthy 127.0.0.3:3128 False transparent sites see Via, X-Forwarded-For 0/2 ProbeFailing CONNECT example.com:443: connection refused"},
+		"crawl-eu-3": {"managed local Pending - unknown - 0/3 -"},
 		// Its health record is about an address it no longer has.
-		"crawl-us-1": {"managed kvm-home Provisioning - unknown 0/1 Creating", " Ns"},
-		"ext-office": {"external external Ready 203.0.113.7:8080 True 1/4 ExternalEndpoint", " 3d"},
-		"bad-spec":   {"Invalid - unknown 0/1 UnknownProvider provider \"nosuch\" is not configured (known: kvm-home, local)"},
-		"broken-1": {"Failed - unknown 0/1 PermanentError create failed: kvm-home create: permanent error: storage pool default is full",
+		"crawl-us-1": {"managed kvm-home Provisioning - unknown - 0/1 Creating", " Ns"},
+		"ext-office": {"external external Ready 203.0.113.7:8080 True - 1/4 ExternalEndpoint", " 3d"},
+		"bad-spec":   {"Invalid - unknown - 0/1 UnknownProvider provider \"nosuch\" is not configured (known: kvm-home, local)"},
+		"broken-1": {"Failed - unknown - 0/1 PermanentError create failed: kvm-home create: permanent error: storage pool default is full",
 			"Last provider error: Permanent: storage pool default is full"},
 	}
 	for name, wants := range rows {
@@ -139,7 +139,7 @@ func TestJSONHasTheSameData(t *testing.T) {
 		t.Errorf("title %q, refresh %d, errors %v", s.Title, s.RefreshSeconds, s.Errors)
 	}
 	wantCounts := Counts{Proxies: 7, Phases: map[string]int{"Ready": 2, "Unhealthy": 1, "Pending": 1, "Provisioning": 1, "Invalid": 1, "Failed": 1},
-		Healthy: 2, Unhealthy: 1, HealthUnknown: 4, Leases: 3, LeaseCapacity: 6, Targets: 3, TargetsReady: 2,
+		Healthy: 2, Unhealthy: 1, HealthUnknown: 4, Anonymity: map[string]int{"elite": 1, "transparent": 1, "unknown": 1}, Leases: 3, LeaseCapacity: 6, Targets: 3, TargetsReady: 2,
 		Pools: 2, PoolPhases: map[string]int{"Degraded": 1, "Pending": 1}}
 	if fmt.Sprint(s.Counts) != fmt.Sprint(wantCounts) {
 		t.Errorf("counts %+v\nwant   %+v", s.Counts, wantCounts)

@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -41,6 +42,9 @@ type Counts struct {
 	Unhealthy     int            `json:"unhealthy"`
 	HealthUnknown int            `json:"healthUnknown"`
 	ProbeOverdue  int            `json:"probeOverdue"`
+	// Anonymity counts the proxies with an address by verdict, as egress_proxies_anonymity
+	// labels them: elite, anonymous, transparent, unknown.
+	Anonymity     map[string]int `json:"anonymity"`
 	Leases        int            `json:"leases"`        // active leases on every proxy
 	LeaseCapacity int            `json:"leaseCapacity"` // maxLeases summed over Ready proxies
 	Targets       int            `json:"targets"`
@@ -157,7 +161,10 @@ func paginate(rows []fleet.Row, page, perPage int) ([]fleet.Row, Paging) {
 func count(t fleet.Totals, targets []TargetRow) Counts {
 	c := Counts{Proxies: t.Proxies, Phases: map[string]int{}, Healthy: t.Healthy, Unhealthy: t.Unhealthy,
 		HealthUnknown: t.HealthUnknown, ProbeOverdue: t.ProbeOverdue, Leases: t.Leases, LeaseCapacity: t.LeaseCapacity,
-		Targets: len(targets), Pools: t.Pools, PoolPhases: map[string]int{}}
+		Targets: len(targets), Pools: t.Pools, PoolPhases: map[string]int{}, Anonymity: map[string]int{}}
+	for a, n := range t.Anonymity {
+		c.Anonymity[cmp.Or(string(a), "unknown")] = n
+	}
 	for p, n := range t.Phases {
 		c.Phases[string(p)] = n
 	}

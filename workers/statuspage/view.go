@@ -17,16 +17,18 @@ var pageSource string
 // pageTemplate is parsed once; html/template escapes every value for its context, so a
 // proxy message or event text containing markup is shown as text.
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
-	"phaseClass":  phaseClass,
-	"poolClass":   poolClass,
-	"healthClass": healthClass,
-	"problem":     problem,
-	"leases":      leases,
-	"overdueNote": func(r fleet.Row) bool { return r.ProbeOverdue && r.Reason != events.ReasonProbeOverdue },
-	"attrs":       attrs,
-	"ms":          func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
-	"iso":         func(t time.Time) string { return t.Format(time.RFC3339) },
-	"full":        func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+	"phaseClass":     phaseClass,
+	"poolClass":      poolClass,
+	"healthClass":    healthClass,
+	"anonymityClass": anonymityClass,
+	"anonymityCount": func(c map[string]int, a string) int { return c[a] },
+	"problem":        problem,
+	"leases":         leases,
+	"overdueNote":    func(r fleet.Row) bool { return r.ProbeOverdue && r.Reason != events.ReasonProbeOverdue },
+	"attrs":          attrs,
+	"ms":             func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
+	"iso":            func(t time.Time) string { return t.Format(time.RFC3339) },
+	"full":           func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
 }).Parse(pageSource))
 
 // phaseOrder is the order of the summary: lifecycle first, trouble last.
@@ -197,6 +199,20 @@ func healthClass(h fleet.Health) string {
 	case fleet.HealthTrue:
 		return "ok"
 	case fleet.HealthFalse:
+		return "bad"
+	}
+	return "neutral"
+}
+
+// anonymityClass colours a verdict: elite hides everything, anonymous still reveals a proxy,
+// transparent hands the client's address to every site.
+func anonymityClass(a events.Anonymity) string {
+	switch a {
+	case events.AnonymityElite:
+		return "ok"
+	case events.AnonymityAnonymous:
+		return "warn"
+	case events.AnonymityTransparent:
 		return "bad"
 	}
 	return "neutral"

@@ -21,6 +21,17 @@ var hopHeaders = []string{
 	"Upgrade",
 }
 
+// removeProxyHeaders drops every request header named Proxy-*: by convention they are meant
+// for a proxy (credentials, connection options, a client's proxy hints), never for the site,
+// and one passed on tells the site a proxy is in the way.
+func removeProxyHeaders(h http.Header) {
+	for name := range h {
+		if len(name) > len("Proxy-") && strings.EqualFold(name[:len("Proxy-")], "Proxy-") {
+			delete(h, name)
+		}
+	}
+}
+
 func removeHopHeaders(h http.Header) {
 	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
@@ -35,7 +46,8 @@ func removeHopHeaders(h http.Header) {
 }
 
 // forward relays an absolute-form request. It deliberately does not use
-// httputil.ReverseProxy, whose defaults add X-Forwarded-For.
+// httputil.ReverseProxy, whose defaults add X-Forwarded-For: the proxy is elite, the site
+// sees no Via, X-Forwarded-For, Forwarded or Proxy-* header and no address but the egress one.
 func (h *handler) forward(w http.ResponseWriter, r *http.Request, rec *record) {
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
@@ -45,6 +57,7 @@ func (h *handler) forward(w http.ResponseWriter, r *http.Request, rec *record) {
 		out.Body = nil
 	}
 	removeHopHeaders(out.Header)
+	removeProxyHeaders(out.Header)
 	if _, ok := out.Header["User-Agent"]; !ok {
 		// Otherwise the transport announces itself as Go-http-client.
 		out.Header.Set("User-Agent", "")

@@ -114,8 +114,13 @@ func recordingServer(t *testing.T, tlsToo bool) (*httptest.Server, func() seenRe
 
 func assertNoLeaks(t *testing.T, h http.Header) {
 	t.Helper()
-	for _, name := range []string{"Via", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "Proxy-Authorization", "Proxy-Connection", "X-Hop"} {
+	for _, name := range []string{"Via", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Real-Ip", "Client-Ip", "X-Proxy-Id", "X-Hop"} {
 		if v := h.Values(name); len(v) > 0 {
+			t.Errorf("upstream saw %s: %q", name, v)
+		}
+	}
+	for name, v := range h {
+		if strings.HasPrefix(name, "Proxy-") {
 			t.Errorf("upstream saw %s: %q", name, v)
 		}
 	}
@@ -130,6 +135,7 @@ func TestForwardPlainHTTP(t *testing.T) {
 	req.Header.Set("Connection", "X-Hop")
 	req.Header.Set("X-Hop", "must not pass")
 	req.Header.Set("Proxy-Connection", "keep-alive")
+	req.Header.Set("Proxy-Custom-Hint", "for the proxy only")
 	resp, err := proxyClient(proxy, nil).Do(req)
 	if err != nil {
 		t.Fatal(err)

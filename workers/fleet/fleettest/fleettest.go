@@ -43,6 +43,8 @@ type Want struct {
 	ProbeOverdue int
 	Leases       int            // every held slot
 	RowLeases    map[string]int // per proxy
+	// Anonymity counts the proxies with an address by verdict, "" unknown.
+	Anonymity map[events.Anonymity]int
 }
 
 // Mixed writes a small fleet as of now: every phase the probers care about, verdicts at the
@@ -69,20 +71,35 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		}
 		return h
 	}
+	// judged is a verdict that also says what the proxy reveals.
+	judged := func(h *events.ProxyHealth, a events.Anonymity, leaked ...string) *events.ProxyHealth {
+		h.Anonymity, h.LeakedHeaders, h.EgressIP = a, leaked, "127.0.0.1"
+		return h
+	}
 	proxies := map[string]proxy{
 		"ready-de": {`{"provider":"local","maxLeases":2,"attributes":{"geo":"de"},"auth":{"username":"u","password":"SENTINEL-PASSWORD-77aa"}}`,
-			running(events.PhaseReady, "127.0.0.2", ago(time.Hour), ""), verdict("127.0.0.2:3128", true, ago(5*time.Second))},
+			running(events.PhaseReady, "127.0.0.2", ago(time.Hour), ""), judged(verdict("127.0.0.2:3128", true, ago(5*time.Second)), events.AnonymityElite)},
 		"ready-fr": {`{"provider":"local","attributes":{"geo":"fr"}}`,
-			running(events.PhaseReady, "127.0.0.3", ago(time.Hour), ""), verdict("127.0.0.3:3128", true, ago(10*time.Second))},
+			func() *events.ProxyStatus {
+				st := running(events.PhaseReady, "127.0.0.3", ago(time.Hour), events.ReasonEgressMismatch)
+				st.Message = "traffic leaves from 127.0.0.1, expected 192.0.2.3"
+				return st
+			}(), func() *events.ProxyHealth {
+				// Its traffic leaves from another address than the one expected.
+				h := judged(verdict("127.0.0.3:3128", true, ago(10*time.Second)), events.AnonymityAnonymous, "Via")
+				h.ExpectedEgress = "192.0.2.3"
+				return h
+			}()},
 		// Its last probe is five minutes old: stale, so no verdict, and overdue.
 		"ready-stale": {`{"provider":"local","attributes":{"geo":"de"}}`,
 			running(events.PhaseReady, "127.0.0.4", ago(time.Hour), ""), verdict("127.0.0.4:3128", true, ago(5*time.Minute))},
 		"sick": {`{"provider":"local"}`,
-			running(events.PhaseUnhealthy, "127.0.0.5", ago(time.Hour), events.ReasonProbeFailing), verdict("127.0.0.5:3128", false, ago(3*time.Second))},
+			running(events.PhaseUnhealthy, "127.0.0.5", ago(time.Hour), events.ReasonProbeFailing),
+			judged(verdict("127.0.0.5:3128", false, ago(3*time.Second)), events.AnonymityTransparent, "Via", "X-Forwarded-For")},
 		// A healthy verdict, but about the address it had before: unknown, and overdue since
 		// its new address appeared two minutes ago.
 		"moved": {`{"provider":"local"}`,
-			running(events.PhaseRunning, "127.0.0.6", ago(2*time.Minute), ""), verdict("127.0.0.99:3128", true, ago(time.Second))},
+			running(events.PhaseRunning, "127.0.0.6", ago(2*time.Minute), ""), judged(verdict("127.0.0.99:3128", true, ago(time.Second)), events.AnonymityElite)},
 		// New: no probe yet, within the bound. (Every bound leaves a minute or more of slack,
 		// so a slow test run does not change a verdict.)
 		"new": {`{"provider":"local"}`,
@@ -93,7 +110,8 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 		"office": {`{"mode":"external","endpoint":{"host":"127.0.0.50","port":8080},"maxLeases":3}`,
 			&events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: schemas.ModeExternal, IP: "127.0.0.50", Port: 8080, Reason: events.ReasonExternalEndpoint,
 				AddressAt: ago(time.Hour), CreatedAt: ago(time.Hour), UpdatedAt: ago(time.Minute)},
-			verdict("127.0.0.50:8080", true, ago(3*time.Minute))},
+			// Judged elite, but three minutes ago: as stale as its health, so unknown.
+			judged(verdict("127.0.0.50:8080", true, ago(3*time.Minute)), events.AnonymityElite)},
 		"pending": {`{"provider":"local"}`, nil, nil},
 		"bad":     {`{"provider":"local","port":0.5}`, &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonInvalidSpec, Message: "port: must be an integer"}, nil},
 		"broken": {`{"provider":"local"}`, &events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Mode: schemas.ModeManaged, Provider: "local",
@@ -125,6 +143,8 @@ func Mixed(tb testing.TB, st *kvstore.Store, now time.Time) Want {
 			events.PhaseInvalid: 1, events.PhaseFailed: 1, events.PhaseReplacing: 1, events.PhaseDeleting: 1},
 		Healthy: 3, Unhealthy: 1, ProbeOverdue: 3, Leases: 5,
 		RowLeases: map[string]int{"ready-de": 2, "office": 1, "gone": 1},
+		// moved's elite verdict is about its old address, office's stale: both unknown.
+		Anonymity: map[events.Anonymity]int{events.AnonymityElite: 1, events.AnonymityAnonymous: 1, events.AnonymityTransparent: 1, "": 6},
 	}
 }
 
