@@ -19,8 +19,8 @@ const (
 	StreamEvents      = "EGRESS_EVENTS"
 	StreamLeaseEvents = "EGRESS_LEASE_EVENTS"
 	EventsSubjects    = "egress.events.>"
-	opsPrefix      = "egress.ops."
-	eventsPrefix   = "egress.events."
+	opsPrefix         = "egress.ops."
+	eventsPrefix      = "egress.events."
 )
 
 // Lock keys in the egress_locks bucket, and the key holding the installation ID.
