@@ -28,10 +28,11 @@ type EventLimits struct {
 // Defaults: the lifecycle history is a few events per proxy per day, so a month fits in a
 // modest cap; lease events come at the rate of lease cycles and nobody needs each one for
 // long: a day covers the pool controller's default recycle window many times over, and on
-// a busy fleet the byte cap binds long before the age does.
+// a busy fleet the byte cap binds long before the age does. JetStream reserves each stream's
+// MaxBytes against the server's max_file_store, so together they stay under 1 GiB.
 const (
 	DefaultLifecycleMaxAge   = 30 * 24 * time.Hour
-	DefaultLifecycleMaxBytes = 1 << 30
+	DefaultLifecycleMaxBytes = 512 << 20
 	DefaultLeaseMaxAge       = 24 * time.Hour
 	DefaultLeaseMaxBytes     = 256 << 20
 )
