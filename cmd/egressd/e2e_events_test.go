@@ -23,7 +23,7 @@ import (
 func TestLifecycleSurvivesLeaseFlood(t *testing.T) {
 	dir := t.TempDir()
 	defer killProcs(t, dir)
-	cfg := writeConfig(t, dir, 44)
+	cfg := writeConfig(t, dir, 46)
 	b, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
