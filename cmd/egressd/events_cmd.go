@@ -51,10 +51,10 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	var srcs []*eventSource
+	start := time.Now().Add(-*since) // one start for both streams
 	for stream, filters := range eventFilters(*kind, *proxy) {
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
 		if *since > 0 {
-			start := time.Now().Add(-*since)
 			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
 		} else {
 			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
