@@ -100,10 +100,24 @@ func TestEventLimitsAreConfigurableAndChecked(t *testing.T) {
 // history stays, the old lease events go, and new lease events land on the lease stream.
 func TestUpgradeNarrowsOldEvents(t *testing.T) {
 	_, _, js := kvstoretest.Start(t)
+	testUpgrade(t, js, 1)
+}
+
+// The same on a three-server cluster with three replicas, as `egressd setup --replicas 3`.
+func TestUpgradeNarrowsOldEventsOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster")
+	}
+	c := kvstoretest.StartCluster(t, 3)
+	_, js := kvstoretest.Connect(t, c.Servers[0])
+	testUpgrade(t, js, 3)
+}
+
+func testUpgrade(t *testing.T, js jetstream.JetStream, replicas int) {
 	ctx := context.Background()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamEvents, Subjects: []string{events.EventsSubjects},
 		Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, MaxBytes: 256 << 20, Storage: jetstream.FileStorage,
-		Duplicates: 2 * time.Minute}); err != nil {
+		Replicas: replicas, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	publishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: "px-1", Phase: events.PhaseReady})
@@ -114,7 +128,7 @@ func TestUpgradeNarrowsOldEvents(t *testing.T) {
 	}
 	publishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "x"}})
 	for range 2 { // the second run is a plain restart
-		if _, err := kvstore.Ensure(ctx, js, kvstore.Options{}); err != nil {
+		if _, err := kvstore.Ensure(ctx, js, kvstore.Options{Replicas: replicas}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -129,7 +143,7 @@ func TestUpgradeNarrowsOldEvents(t *testing.T) {
 	if got, want := info.Config.Subjects, events.EventStreamSubjects(events.StreamEvents); !slices.Equal(got, want) {
 		t.Errorf("EGRESS_EVENTS subjects %v, want %v", got, want)
 	}
-	if info.Config.MaxAge != kvstore.DefaultLifecycleMaxAge || info.Config.MaxBytes != kvstore.DefaultLifecycleMaxBytes {
+	if info.Config.MaxAge != kvstore.DefaultLifecycleMaxAge || info.Config.MaxBytes != kvstore.DefaultLifecycleMaxBytes || info.Config.Replicas != replicas {
 		t.Errorf("EGRESS_EVENTS limits %s %d, want the lifecycle defaults", info.Config.MaxAge, info.Config.MaxBytes)
 	}
 	if info.State.Msgs != 2 {
