@@ -265,7 +265,7 @@ func bindStore(ctx context.Context, js jetstream.JetStream) (*kvstore.Store, err
 	return kvstore.Bind(ctx, js)
 }
 
-// declare is `egressd setup` as admin: every bucket (with kvstore.MaxLeaseShards lease shards), EGRESS_EVENTS, the ops streams of the
+// declare is `egressd setup` as admin: every bucket (with kvstore.MaxLeaseShards lease shards), both event streams, the ops streams of the
 // providers local (host "local") and kvm-home (host "kvm1") with their host consumers, and
 // the installation ID.
 func declare(t *testing.T, admin *client, hosts map[string][]kvstore.HostConfig) *kvstore.Store {
@@ -684,6 +684,9 @@ func TestPermissions(t *testing.T) {
 		if _, err := admin.js.Publish(ctx, events.EventSubject(events.KindPhase, "crawl-1"), []byte(`{"v":1,"kind":"phase"}`)); err != nil {
 			t.Fatal(err)
 		}
+		if _, err := admin.js.Publish(ctx, events.EventSubject(events.KindLease, "crawl-1"), []byte(`{"v":1,"kind":"lease"}`)); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := admin.js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{Durable: "reconciler",
 			FilterSubject: events.OpResultSubjects, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 			t.Fatal(err)
@@ -703,6 +706,20 @@ func TestPermissions(t *testing.T) {
 			}
 			return nil
 		})
+		viewer.mustAllow(t, "read the lease event history", func(ctx context.Context) error {
+			cons, err := viewer.js.OrderedConsumer(ctx, events.StreamLeaseEvents, jetstream.OrderedConsumerConfig{})
+			if err != nil {
+				return err
+			}
+			m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(m.Subject(), "egress.events.lease.") {
+				return fmt.Errorf("got %s", m.Subject())
+			}
+			return nil
+		})
 		viewer.mustDeny(t, "pull from the reconciler's durable", "$JS.API.CONSUMER.MSG.NEXT.EGRESS_EVENTS.reconciler", func(ctx context.Context) error {
 			_, err := viewer.nc.RequestWithContext(ctx, "$JS.API.CONSUMER.MSG.NEXT.EGRESS_EVENTS.reconciler", []byte(`{"batch":1,"expires":500000000}`))
 			return err
@@ -712,6 +729,41 @@ func TestPermissions(t *testing.T) {
 				FilterSubject: events.OpResultSubjects, AckPolicy: jetstream.AckExplicitPolicy})
 			return err
 		})
+	})
+}
+
+// The pool controller (in the reconciler's process) follows report events on the lease
+// stream, and the reconciler reads nothing else of it.
+func TestReconcilerFollowsReportsOnTheLeaseStream(t *testing.T) {
+	ts := startServer(t)
+	admin := ts.connect(t, "admin")
+	declare(t, admin, map[string][]kvstore.HostConfig{"local": {{Name: "local", MaxConcurrentOps: 2}}})
+	ctx := context.Background()
+	for _, k := range []events.EventKind{events.KindLease, events.KindReport} {
+		if _, err := admin.js.Publish(ctx, events.EventSubject(k, "crawl-1"), []byte(`{"v":1,"kind":"`+string(k)+`"}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := ts.connect(t, "reconciler")
+	rec.mustAllow(t, "follow the report events", func(ctx context.Context) error {
+		cons, err := rec.js.OrderedConsumer(ctx, events.StreamLeaseEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{events.EventSubject(events.KindReport, ">")}})
+		if err != nil {
+			return err
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(2 * time.Second))
+		if err != nil {
+			return err
+		}
+		if m.Subject() != events.EventSubject(events.KindReport, "crawl-1") {
+			return fmt.Errorf("got %s", m.Subject())
+		}
+		return nil
+	})
+	rec.mustDeny(t, "follow the lease grants", "$JS.API.CONSUMER.CREATE.EGRESS_LEASE_EVENTS.", func(ctx context.Context) error {
+		_, err := rec.js.OrderedConsumer(ctx, events.StreamLeaseEvents, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{events.EventSubject(events.KindLease, ">")}})
+		return err
 	})
 }
 

@@ -24,7 +24,8 @@ const (
 var Kinds = []EventKind{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
 	KindProgress, KindProber, KindPool}
 
-// Event is a human-facing record on EGRESS_EVENTS. Op results are published with Kind op and
+// Event is a human-facing record on an event stream (EventStream: EGRESS_EVENTS for the
+// lifecycle, EGRESS_LEASE_EVENTS for the lease kinds). Op results are published with Kind op and
 // the OpResult in Op.
 type Event struct {
 	V       int           `json:"v"`

@@ -1,5 +1,7 @@
 package events
 
+import "slices"
+
 // Bucket names (DESIGN §3.1).
 const (
 	BucketProxies   = "proxies"
@@ -9,12 +11,16 @@ const (
 	BucketLocks     = "egress_locks"
 )
 
-// Stream names and subject roots (DESIGN §3.2).
+// Stream names and subject roots (DESIGN §3.2). Events are split over two streams by kind
+// (LeaseKinds on StreamLeaseEvents, every other kind on StreamEvents) so that the lease
+// traffic of a busy fleet cannot push the lifecycle history out; EventsSubjects still covers
+// both, for subscribers.
 const (
-	StreamEvents   = "EGRESS_EVENTS"
-	EventsSubjects = "egress.events.>"
-	opsPrefix      = "egress.ops."
-	eventsPrefix   = "egress.events."
+	StreamEvents      = "EGRESS_EVENTS"
+	StreamLeaseEvents = "EGRESS_LEASE_EVENTS"
+	EventsSubjects    = "egress.events.>"
+	opsPrefix         = "egress.ops."
+	eventsPrefix      = "egress.events."
 )
 
 // Lock keys in the egress_locks bucket, and the key holding the installation ID.
@@ -63,3 +69,30 @@ const (
 	OpSubjectTemplate       = opsPrefix + "{provider}.{host}.{proxy}"
 	OpResultSubjectTemplate = eventsPrefix + string(KindOpResult) + ".{proxy}"
 )
+
+// LeaseKinds are the kinds published at the rate of lease cycles, kept on StreamLeaseEvents
+// with a short retention of their own.
+var LeaseKinds = []EventKind{KindLease, KindReport}
+
+// IsLeaseKind tells whether k is one of LeaseKinds.
+func IsLeaseKind(k EventKind) bool { return slices.Contains(LeaseKinds, k) }
+
+// EventStream is the stream that stores the events of kind k.
+func EventStream(k EventKind) string {
+	if IsLeaseKind(k) {
+		return StreamLeaseEvents
+	}
+	return StreamEvents
+}
+
+// EventStreamSubjects are the subjects StreamEvents (lifecycle) or StreamLeaseEvents (lease
+// kinds) captures: one egress.events.<kind>.> per kind, so the two never overlap.
+func EventStreamSubjects(stream string) []string {
+	var out []string
+	for _, k := range Kinds {
+		if EventStream(k) == stream {
+			out = append(out, eventsPrefix+string(k)+".>")
+		}
+	}
+	return out
+}

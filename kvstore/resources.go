@@ -15,6 +15,8 @@ type Options struct {
 	// LeaseShards is how many buckets the lease slots are spread over (1 to MaxLeaseShards).
 	// 0 keeps the count already recorded, or takes DefaultLeaseShards at the first setup.
 	LeaseShards int
+	// Events are the limits of the two event streams; a zero field takes its default.
+	Events EventLimits
 }
 
 // DefaultLeaseShards is the shard count a first setup takes: one per replica, so that on the
@@ -43,13 +45,7 @@ type Store struct {
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
 const lockMarkerTTL = time.Minute
 
-// EventsMaxBytes caps EGRESS_EVENTS; the oldest events go first.
-const EventsMaxBytes = 256 << 20
-
-// EventsMaxAge is how long EGRESS_EVENTS keeps history.
-const EventsMaxAge = 7 * 24 * time.Hour
-
-// Ensure declares the shared buckets and the events stream (create or update, so it is safe
+// Ensure declares the shared buckets and the event streams (create or update, so it is safe
 // from every process at every start) and returns their handles.
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, error) {
 	r := max(o.Replicas, 1)
@@ -69,19 +65,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 		return nil, err
 	}
 	s.Leases = leases
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        events.StreamEvents,
-		Description: "egressd events: phases, op results, transitions",
-		Subjects:    []string{events.EventsSubjects},
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      EventsMaxAge,
-		MaxBytes:    EventsMaxBytes,
-		Storage:     jetstream.FileStorage,
-		Replicas:    r,
-		Duplicates:  2 * time.Minute,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("declare stream %s: %w", events.StreamEvents, err)
+	if err := ensureEventStreams(ctx, js, r, o.Events); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -18,6 +18,7 @@ import (
 type fileConfig struct {
 	Version   int              `yaml:"version"`
 	Providers []providerConfig `yaml:"providers"`
+	Events    *eventsConfig    `yaml:"events"`
 }
 
 // providerConfig declares one provider instance: a name users put in specs, a type, and the
@@ -112,6 +113,9 @@ func (c fileConfig) validate() error {
 		default:
 			errs = append(errs, fmt.Errorf("%s.type: unknown provider type %q (one of %v)", at, p.Type, providerTypes))
 		}
+	}
+	if err := c.eventLimits().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

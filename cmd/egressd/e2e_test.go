@@ -300,7 +300,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 }
 
-// eventsDump reads every message of EGRESS_EVENTS, subjects and headers included.
+// eventsDump reads every message of both event streams, subjects and headers included.
 func eventsDump(t *testing.T, url string) string {
 	t.Helper()
 	nc, err := nats.Connect(url)
@@ -311,25 +311,25 @@ func eventsDump(t *testing.T, url string) string {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var b strings.Builder
-	for {
-		batch, err := cons.FetchNoWait(100)
+	for _, stream := range []string{events.StreamEvents, events.StreamLeaseEvents} {
+		cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			fmt.Fprintf(&b, "%s %v %s\n", m.Subject(), m.Headers(), m.Data())
-		}
-		if got == 0 {
-			return b.String()
+		for got := -1; got != 0; {
+			batch, err := cons.FetchNoWait(100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = 0
+			for m := range batch.Messages() {
+				got++
+				fmt.Fprintf(&b, "%s %v %s\n", m.Subject(), m.Headers(), m.Data())
+			}
 		}
 	}
+	return b.String()
 }
 
 func statusDump(n *node) string {

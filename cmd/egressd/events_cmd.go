@@ -9,14 +9,18 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 )
 
-// eventsCmd tails EGRESS_EVENTS in a human-readable form.
+// eventsCmd shows the events of both event streams (the lifecycle on EGRESS_EVENTS, the
+// lease kinds on EGRESS_LEASE_EVENTS) in a human-readable form: the history since --since,
+// merged in the order it was stored, then new events as they come.
 func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -46,47 +50,147 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "egressd events:", err)
 		return 1
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: eventFilters(*kind, *proxy)}
-	if *since > 0 {
-		start := time.Now().Add(-*since)
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
-	} else {
-		cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+	var srcs []*eventSource
+	start := time.Now().Add(-*since) // one start for both streams
+	for stream, filters := range eventFilters(*kind, *proxy) {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+		if *since > 0 {
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+		} else {
+			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		}
+		cons, err := js.OrderedConsumer(ctx, stream, cfg)
+		if err != nil {
+			hint := ""
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				hint = " (has `egressd setup` of this version run?)"
+			}
+			fmt.Fprintf(stderr, "egressd events: %s: %v%s\n", stream, err, hint)
+			return 1
+		}
+		srcs = append(srcs, &eventSource{stream: stream, cons: cons, caught: *since <= 0})
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, cfg)
-	if err != nil {
+	var mu sync.Mutex // one line at a time once the sources are followed side by side
+	show := func(m jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		if *asJSON {
+			fmt.Fprintf(stdout, "%s\n", m.Data())
+			return
+		}
+		var ev events.Event
+		if json.Unmarshal(m.Data(), &ev) == nil {
+			fmt.Fprintln(stdout, formatEvent(ev))
+		}
+	}
+	if err := mergeHistory(ctx, srcs, show); err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
 		fmt.Fprintln(stderr, "egressd events:", err)
 		return 1
 	}
-	for {
-		batch, err := cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			if ctx.Err() != nil {
-				return 0
-			}
-			fmt.Fprintln(stderr, "egressd events:", err)
-			return 1
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			if *asJSON {
-				fmt.Fprintf(stdout, "%s\n", m.Data())
-				continue
-			}
-			var ev events.Event
-			if json.Unmarshal(m.Data(), &ev) != nil {
-				continue
-			}
-			fmt.Fprintln(stdout, formatEvent(ev))
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
-			fmt.Fprintln(stderr, "egressd events:", err)
-		}
-		if ctx.Err() != nil || (n == 0 && !*follow) {
-			return 0
+	if !*follow || ctx.Err() != nil {
+		return 0
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, src := range srcs {
+		g.Go(func() error { return src.follow(gctx, show, stderr, &mu) })
+	}
+	if err := g.Wait(); err != nil && ctx.Err() == nil {
+		fmt.Fprintln(stderr, "egressd events:", err)
+		return 1
+	}
+	return 0
+}
+
+// eventSource is one event stream read by `egressd events`: its ordered consumer, the
+// messages fetched but not printed yet, and whether its history has been read to the end.
+type eventSource struct {
+	stream string
+	cons   jetstream.Consumer
+	buf    []jetstream.Msg
+	caught bool
+}
+
+// historyBatch is how many stored events one fetch of the history asks for.
+const historyBatch = 256
+
+// fill fetches the next stored events if none are buffered. A fetch that brings nothing,
+// or an event with nothing stored after it, ends the history: the rest is followed live.
+func (s *eventSource) fill() error {
+	if len(s.buf) > 0 || s.caught {
+		return nil
+	}
+	batch, err := s.cons.FetchNoWait(historyBatch)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.stream, err)
+	}
+	for m := range batch.Messages() {
+		s.buf = append(s.buf, m)
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			s.caught = true
 		}
 	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return fmt.Errorf("%s: %w", s.stream, err)
+	}
+	if len(s.buf) == 0 {
+		s.caught = true
+	}
+	return nil
+}
+
+// storedAt is when the server stored m: the order both streams share.
+func storedAt(m jetstream.Msg) time.Time {
+	if md, err := m.Metadata(); err == nil {
+		return md.Timestamp
+	}
+	return time.Time{}
+}
+
+// mergeHistory prints the stored events of every source in the order they were stored, a
+// merge of the streams' own orders, so a --kind list spanning both reads as one history.
+func mergeHistory(ctx context.Context, srcs []*eventSource, print func(jetstream.Msg)) error {
+	for ctx.Err() == nil {
+		var next *eventSource
+		for _, s := range srcs {
+			if err := s.fill(); err != nil {
+				return err
+			}
+			if len(s.buf) > 0 && (next == nil || storedAt(s.buf[0]).Before(storedAt(next.buf[0]))) {
+				next = s
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		print(next.buf[0])
+		next.buf = next.buf[1:]
+	}
+	return ctx.Err()
+}
+
+// follow prints new events of s until ctx ends.
+func (s *eventSource) follow(ctx context.Context, print func(jetstream.Msg), stderr io.Writer, mu *sync.Mutex) error {
+	for ctx.Err() == nil {
+		batch, err := s.cons.Fetch(100, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", s.stream, err)
+		}
+		for m := range batch.Messages() {
+			print(m)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && ctx.Err() == nil {
+			mu.Lock()
+			fmt.Fprintf(stderr, "egressd events: %s: %v\n", s.stream, err)
+			mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // eventKinds are the names --kind accepts.
@@ -98,17 +202,24 @@ var eventKinds = func() []string {
 	return out
 }()
 
-func eventFilters(kinds, proxy string) []string {
+// eventFilters are the subjects to read for --kind and --proxy, by the stream that stores
+// them: no --kind reads every kind of both streams.
+func eventFilters(kinds, proxy string) map[string][]string {
 	tok := "*"
 	if proxy != "" {
 		tok = proxy
 	}
-	var out []string
-	for _, k := range splitList(kinds) {
-		out = append(out, events.EventSubject(events.EventKind(k), tok))
+	ks := splitList(kinds)
+	if len(ks) == 0 {
+		ks = eventKinds
 	}
-	if len(out) == 0 {
-		out = []string{events.EventSubject("*", tok)}
+	out := map[string][]string{}
+	for _, k := range ks {
+		stream := events.EventStream(events.EventKind(k))
+		subj := events.EventSubject(events.EventKind(k), tok)
+		if !slices.Contains(out[stream], subj) {
+			out[stream] = append(out[stream], subj)
+		}
 	}
 	return out
 }

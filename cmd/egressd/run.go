@@ -54,7 +54,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.dataDir, "data-dir", "./egressd-data", "where the embedded NATS server and the local provider keep their state")
 	fs.StringVar(&f.configPath, "config", "", "YAML config declaring providers (default: one local provider named local)")
 	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one (credentials: "+envUser+", "+envPassword+")")
-	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare the buckets, EGRESS_EVENTS and the op streams of the providers this process provisions (needs admin rights; always done with the embedded server; egressd setup declares every provider's)")
+	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare the buckets, the event streams and the op streams of the providers this process provisions (needs admin rights; always done with the embedded server; egressd setup declares every provider's)")
 	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
 	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser")
 	fs.StringVar(&f.provision, "provision", "", "providers this process provisions (comma list; default all in the config)")
@@ -196,7 +196,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	defer cancel()
 	// Only an admin declares resources on a shared NATS (deploy/nats); every other role binds.
 	declare := f.natsURL == "" || f.declare
-	ko := kvstore.Options{Replicas: f.replicas}
+	ko := kvstore.Options{Replicas: f.replicas, Events: cfg.eventLimits()}
 	var store *kvstore.Store
 	var installation string
 	if declare {

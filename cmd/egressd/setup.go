@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// setupCmd declares everything on a shared NATS, as the admin: the buckets, EGRESS_EVENTS,
+// setupCmd declares everything on a shared NATS, as the admin: the buckets, the event streams,
 // each configured provider's op stream with one consumer per host, and the installation ID;
 // and it removes the catalog records of providers the config no longer declares. It is
 // idempotent; run it again after adding or removing a provider or a host.
@@ -47,6 +48,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	if err != nil {
 		return err
 	}
+	o.Events = cfg.eventLimits()
 	nc, err := dial(natsURL, "egressd setup", 5*time.Second)
 	if err != nil {
 		return err
@@ -62,7 +64,8 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "buckets and EGRESS_EVENTS declared")
+	fmt.Fprintln(stdout, "buckets, "+events.StreamEvents+" and "+events.StreamLeaseEvents+" declared")
+	fmt.Fprintln(stdout, eventStreamsLine(o))
 	leaders, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases)
 	if err != nil {
 		return err
@@ -138,3 +141,12 @@ func ensureWhileClusterForms(ctx context.Context, js jetstream.JetStream, o kvst
 		}
 	}
 }
+
+// eventStreamsLine tells the limits the event streams were declared with.
+func eventStreamsLine(o kvstore.Options) string {
+	l := o.Events.WithDefaults()
+	return fmt.Sprintf("event limits: %s %s/%s, %s %s/%s", events.StreamEvents, l.Lifecycle.MaxAge, mib(l.Lifecycle.MaxBytes),
+		events.StreamLeaseEvents, l.Leases.MaxAge, mib(l.Leases.MaxBytes))
+}
+
+func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', -1, 64) + " MiB" }

@@ -123,18 +123,18 @@ func TestLeaseCapacityIsExactAcrossReplicas(t *testing.T) {
 	}
 
 	// Each expiry is one event in the stream, though every replica published it.
-	eventually(t, 5*time.Second, "30 expired events in EGRESS_EVENTS", func() bool {
+	eventually(t, 5*time.Second, "30 expired events in EGRESS_LEASE_EVENTS", func() bool {
 		return countStored(t, r, events.ReasonExpired) == granted
 	})
 }
 
-// countStored counts the lease events with reason in EGRESS_EVENTS (not the core NATS copies,
+// countStored counts the lease events with reason in EGRESS_LEASE_EVENTS (not the core NATS copies,
 // which the stream's duplicate window does not thin out).
 func countStored(t *testing.T, r *rig, reason events.Reason) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := r.store.JS.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+	c, err := r.store.JS.OrderedConsumer(ctx, events.StreamLeaseEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubject(events.KindLease, ">")}})
 	if err != nil {
 		t.Fatal(err)

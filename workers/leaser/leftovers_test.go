@@ -132,7 +132,7 @@ func (r *rig) held(proxy string) (int, error) {
 	return n, nil
 }
 
-// countEvents counts the events of kind and reason stored in EGRESS_EVENTS.
+// countEvents counts the events of kind and reason stored in the event streams.
 func (r *rig) countEvents(kind events.EventKind, reason events.Reason) int {
 	r.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -146,11 +146,16 @@ func (r *rig) countEvents(kind events.EventKind, reason events.Reason) int {
 	return n
 }
 
-// storedEvents reads every event in EGRESS_EVENTS.
+// storedEvents reads every event in both event streams, the lifecycle's first.
 func (r *rig) storedEvents(ctx context.Context) []events.Event {
 	r.t.Helper()
+	return append(r.streamEvents(ctx, events.StreamEvents), r.streamEvents(ctx, events.StreamLeaseEvents)...)
+}
+
+func (r *rig) streamEvents(ctx context.Context, name string) []events.Event {
+	r.t.Helper()
 	js := r.store.JS
-	st, err := js.Stream(ctx, events.StreamEvents)
+	st, err := js.Stream(ctx, name)
 	if err != nil {
 		r.t.Fatal(err)
 	}

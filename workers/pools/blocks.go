@@ -13,7 +13,8 @@ import (
 
 // blocks counts, per proxy, the distinct targets crawlers reported it blocked on, from the
 // lease service's report events. A restarted controller replays the window from
-// EGRESS_EVENTS, so a leader change loses no report.
+// EGRESS_LEASE_EVENTS, so a leader change loses no report the stream still keeps (its limits,
+// events.leases in the config, bound how far back that reaches).
 type blocks struct {
 	mu   sync.Mutex
 	last map[string]map[string]time.Time // proxy → target → latest blocked report
@@ -69,7 +70,7 @@ func (b *blocks) prune(before time.Time, keep func(proxy string) bool) {
 // follow feeds b from the report events since start until ctx ends. It uses an ordered
 // consumer, which the client recreates after a server restart from where it was.
 func (b *blocks) follow(ctx context.Context, js jetstream.JetStream, start time.Time) error {
-	c, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
+	c, err := js.OrderedConsumer(ctx, events.StreamLeaseEvents, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.EventSubject(events.KindReport, ">")},
 		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &start,
 	})

@@ -1,7 +1,7 @@
 // Package statuspage serves the all-in-one's read-only status page (DESIGN §5.5): proxies
 // with phase, address, health, leases and age; pools with their desired, ready, leased and
 // draining members and next rotation (when there are any); provider targets and their checks; the most
-// recent events on EGRESS_EVENTS; and the same data as JSON at /api/status.json.
+// recent lifecycle events on EGRESS_EVENTS (not the lease traffic of EGRESS_LEASE_EVENTS); and the same data as JSON at /api/status.json.
 //
 // Proxies come from the read model (workers/fleet) that `egressd status` and the metrics
 // share, so the three agree. At thousands of proxies the page shows one page of them (100 by

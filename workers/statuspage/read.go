@@ -17,7 +17,8 @@ import (
 // use. The page also deletes it when done; this only bounds what a dropped request leaves.
 const eventsConsumerIdle = 30 * time.Second
 
-// readRecentEvents returns the last n events of EGRESS_EVENTS, newest first. It starts an
+// readRecentEvents returns the last n events of EGRESS_EVENTS, newest first: the lifecycle,
+// which lease events, on a stream of their own, cannot crowd out. It starts an
 // ordered consumer at LastSeq-n+1, so the cost is n messages whatever the stream's length. A
 // stream that does not exist yet reads as no events.
 func readRecentEvents(ctx context.Context, js jetstream.JetStream, n int) ([]EventRow, error) {

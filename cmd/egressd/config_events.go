@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+	"go.yaml.in/yaml/v3"
+)
+
+// eventsConfig is the `events:` block: the limits of the two event streams, which
+// `egressd setup` (and the all-in-one at start) declares. A key left out takes its default.
+type eventsConfig struct {
+	Lifecycle streamLimitsConfig `yaml:"lifecycle"`
+	Leases    streamLimitsConfig `yaml:"leases"`
+}
+
+type streamLimitsConfig struct {
+	MaxAge   configDuration `yaml:"maxAge"`
+	MaxBytes byteSize       `yaml:"maxBytes"`
+}
+
+// eventLimits are the limits the config asks for (zero: the defaults).
+func (c fileConfig) eventLimits() kvstore.EventLimits {
+	if c.Events == nil {
+		return kvstore.EventLimits{}
+	}
+	conv := func(s streamLimitsConfig) kvstore.StreamLimits {
+		return kvstore.StreamLimits{MaxAge: time.Duration(s.MaxAge), MaxBytes: int64(s.MaxBytes)}
+	}
+	return kvstore.EventLimits{Lifecycle: conv(c.Events.Lifecycle), Leases: conv(c.Events.Leases)}
+}
+
+// configDuration is a Go duration ("6h", "90m") or a number of days ("30d").
+type configDuration time.Duration
+
+func (d *configDuration) UnmarshalYAML(n *yaml.Node) error {
+	s := strings.TrimSpace(n.Value)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		v, err := strconv.ParseFloat(days, 64)
+		if err != nil || v <= 0 {
+			return fmt.Errorf("line %d: duration %q: want a positive number of days before d (30d), or a Go duration (6h)", n.Line, s)
+		}
+		*d = configDuration(time.Duration(v * float64(24*time.Hour)))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v <= 0 {
+		return fmt.Errorf("line %d: duration %q: want a positive Go duration (6h, 90m) or days (30d)", n.Line, s)
+	}
+	*d = configDuration(v)
+	return nil
+}
+
+// byteSize is a number of bytes, with an optional binary unit: 1048576, 512KiB, 256MiB, 1GiB.
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	mult   int64
+}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+
+func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
+	s := strings.TrimSpace(n.Value)
+	num, mult := s, int64(1)
+	for _, u := range byteUnits {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = strings.TrimSpace(v), u.mult
+			break
+		}
+	}
+	v, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || v <= 0 || v > (1<<62)/mult {
+		return fmt.Errorf("line %d: size %q: want a positive whole number of bytes, optionally with KiB, MiB, GiB or TiB (256MiB)", n.Line, s)
+	}
+	*b = byteSize(v * mult)
+	return nil
+}

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/kvstore"
+)
+
+func TestEventsConfig(t *testing.T) {
+	const head = "providers:\n  - {name: a, type: local}\n"
+	cases := []struct {
+		name, in string
+		want     kvstore.EventLimits
+		wantErr  string
+	}{
+		{"absent", "", kvstore.EventLimits{}, ""},
+		{"every key", "events:\n  lifecycle: {maxAge: 90d, maxBytes: 2GiB}\n  leases: {maxAge: 6h, maxBytes: 512MiB}\n",
+			kvstore.EventLimits{Lifecycle: kvstore.StreamLimits{MaxAge: 90 * 24 * time.Hour, MaxBytes: 2 << 30},
+				Leases: kvstore.StreamLimits{MaxAge: 6 * time.Hour, MaxBytes: 512 << 20}}, ""},
+		{"some keys, plain bytes", "events:\n  leases:\n    maxBytes: 1048576\n",
+			kvstore.EventLimits{Leases: kvstore.StreamLimits{MaxBytes: 1 << 20}}, ""},
+		{"unknown key", "events:\n  lease: {maxAge: 1h}\n", kvstore.EventLimits{}, "field lease not found"},
+		{"bad duration", "events:\n  leases: {maxAge: soon}\n", kvstore.EventLimits{}, `line 4: duration "soon"`},
+		{"negative days", "events:\n  leases: {maxAge: -1d}\n", kvstore.EventLimits{}, `duration "-1d"`},
+		{"bad size", "events:\n  lifecycle: {maxBytes: 1GB}\n", kvstore.EventLimits{}, `line 4: size "1GB"`},
+		{"too short", "events:\n  leases: {maxAge: 30s}\n", kvstore.EventLimits{}, "events.leases.maxAge: must be at least 2m0s"},
+		{"too small", "events:\n  lifecycle: {maxBytes: 1KiB}\n", kvstore.EventLimits{}, "events.lifecycle.maxBytes: must be at least"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseConfig([]byte(head + tc.in))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.eventLimits(); got != tc.want {
+				t.Fatalf("limits %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,271 @@
+package kvstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func publishEvent(t *testing.T, js jetstream.JetStream, ev events.Event) {
+	t.Helper()
+	if ev.ID == "" {
+		ev.ID = fmt.Sprintf("%s:%s:%d", ev.Kind, ev.Proxy, time.Now().UnixNano())
+	}
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+		t.Fatalf("publish %s: %v", ev.ID, err)
+	}
+}
+
+func TestEventStreamOfEveryKind(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	if _, err := kvstore.Ensure(ctx, js, kvstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range events.Kinds {
+		publishEvent(t, js, events.Event{V: 1, Kind: k, Proxy: "px-1"})
+		want := events.EventStream(k)
+		for _, name := range []string{events.StreamEvents, events.StreamLeaseEvents} {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.GetLastMsgForSubject(ctx, events.EventSubject(k, "px-1"))
+			if stored := err == nil; stored != (name == want) {
+				t.Errorf("kind %s on %s: stored %v (err %v), want it only on %s", k, name, stored, err, want)
+			}
+		}
+	}
+	for _, k := range []events.EventKind{events.KindLease, events.KindReport} {
+		if events.EventStream(k) != events.StreamLeaseEvents {
+			t.Errorf("%s is not on the lease stream", k)
+		}
+	}
+}
+
+func TestEventLimitsAreConfigurableAndChecked(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	lim := kvstore.EventLimits{Lifecycle: kvstore.StreamLimits{MaxAge: 90 * 24 * time.Hour},
+		Leases: kvstore.StreamLimits{MaxAge: 3 * time.Hour, MaxBytes: 1 << 20}}
+	if _, err := kvstore.Ensure(ctx, js, kvstore.Options{Events: lim}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]kvstore.StreamLimits{
+		events.StreamEvents:      {MaxAge: 90 * 24 * time.Hour, MaxBytes: kvstore.DefaultLifecycleMaxBytes},
+		events.StreamLeaseEvents: {MaxAge: 3 * time.Hour, MaxBytes: 1 << 20},
+	} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := s.CachedInfo().Config
+		if c.MaxAge != want.MaxAge || c.MaxBytes != want.MaxBytes {
+			t.Errorf("%s: MaxAge %s MaxBytes %d, want %s %d", name, c.MaxAge, c.MaxBytes, want.MaxAge, want.MaxBytes)
+		}
+	}
+	for _, tc := range []struct {
+		lim  kvstore.EventLimits
+		want string
+	}{
+		{kvstore.EventLimits{Lifecycle: kvstore.StreamLimits{MaxAge: time.Second}}, "events.lifecycle.maxAge"},
+		{kvstore.EventLimits{Leases: kvstore.StreamLimits{MaxBytes: 100}}, "events.leases.maxBytes"},
+		{kvstore.EventLimits{Leases: kvstore.StreamLimits{MaxAge: -time.Hour}}, "events.leases.maxAge"},
+	} {
+		_, err := kvstore.Ensure(ctx, js, kvstore.Options{Events: tc.lim})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Ensure with %+v: %v, want an error naming %s", tc.lim, err, tc.want)
+		}
+	}
+}
+
+// TestUpgradeNarrowsOldEvents declares EGRESS_EVENTS as egressd did before the split (every
+// event on one stream), stores events of both sorts, and runs the new Ensure: the lifecycle
+// history stays, the old lease events go, and new lease events land on the lease stream.
+func TestUpgradeNarrowsOldEvents(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	testUpgrade(t, js, 1)
+}
+
+// The same on a three-server cluster with three replicas, as `egressd setup --replicas 3`.
+func TestUpgradeNarrowsOldEventsOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster")
+	}
+	c := kvstoretest.StartCluster(t, 3)
+	_, js := kvstoretest.Connect(t, c.Servers[0])
+	testUpgrade(t, js, 3)
+}
+
+func testUpgrade(t *testing.T, js jetstream.JetStream, replicas int) {
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamEvents, Subjects: []string{events.EventsSubjects},
+		Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, MaxBytes: 256 << 20, Storage: jetstream.FileStorage,
+		Replicas: replicas, Duplicates: 2 * time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	publishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: "px-1", Phase: events.PhaseReady})
+	publishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: "px-1"})
+	for i := range 10 {
+		publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", ID: fmt.Sprint("old-lease-", i),
+			Reason: events.ReasonGranted, Lease: &events.LeaseEvent{ID: "x"}})
+	}
+	publishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "x"}})
+	for range 2 { // the second run is a plain restart
+		if _, err := kvstore.Ensure(ctx, js, kvstore.Options{Replicas: replicas}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.EventsSubjects))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := info.Config.Subjects, events.EventStreamSubjects(events.StreamEvents); !slices.Equal(got, want) {
+		t.Errorf("EGRESS_EVENTS subjects %v, want %v", got, want)
+	}
+	if info.Config.MaxAge != kvstore.DefaultLifecycleMaxAge || info.Config.MaxBytes != kvstore.DefaultLifecycleMaxBytes || info.Config.Replicas != replicas {
+		t.Errorf("EGRESS_EVENTS limits %s %d, want the lifecycle defaults", info.Config.MaxAge, info.Config.MaxBytes)
+	}
+	if info.State.Msgs != 2 {
+		t.Errorf("EGRESS_EVENTS holds %d events (%v), want the phase and the op result only", info.State.Msgs, info.State.Subjects)
+	}
+	for _, k := range []events.EventKind{events.KindPhase, events.KindOpResult} {
+		if _, err := s.GetLastMsgForSubject(ctx, events.EventSubject(k, "px-1")); err != nil {
+			t.Errorf("%s event lost in the upgrade: %v", k, err)
+		}
+	}
+	publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "y"}})
+	ls, err := js.Stream(ctx, events.StreamLeaseEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if li, err := ls.Info(ctx); err != nil || li.State.Msgs != 1 {
+		t.Fatalf("lease stream after the upgrade: %+v %v, want the one new lease event", li, err)
+	}
+}
+
+// TestLeaseFloodKeepsLifecycle publishes lease traffic that fills the lease stream's cap, and
+// so what the single stream of old held, several times over: the first phase change and op
+// result of every proxy are still there, and the lease stream stayed within its cap.
+func TestLeaseFloodKeepsLifecycle(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	const leaseCap = kvstore.MinEventsMaxBytes
+	lim := kvstore.EventLimits{Lifecycle: kvstore.StreamLimits{MaxBytes: 4 * leaseCap}, Leases: kvstore.StreamLimits{MaxBytes: leaseCap}}
+	if _, err := kvstore.Ensure(ctx, js, kvstore.Options{Events: lim}); err != nil {
+		t.Fatal(err)
+	}
+	proxies := []string{"px-a", "px-b", "px-c"}
+	for _, p := range proxies {
+		publishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: p, Phase: events.PhasePending, ID: "first-phase-" + p})
+		publishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: p, ID: "first-op-" + p})
+	}
+	ls, err := js.Stream(ctx, events.StreamLeaseEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Publish until the lease stream has dropped at least 4 caps' worth of events.
+	var published int64
+	for i := 0; published < 5*leaseCap; i++ {
+		ev := events.Event{V: 1, Kind: events.KindLease, Proxy: proxies[i%len(proxies)], ID: fmt.Sprint("lease-", i),
+			At: time.Now().UTC(), Reason: events.ReasonGranted, Lease: &events.LeaseEvent{ID: fmt.Sprint("l-", i), Holder: "crawler", Target: "example.com"}}
+		b, _ := json.Marshal(ev)
+		if _, err := js.Publish(ctx, events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+			t.Fatal(err)
+		}
+		published += int64(len(b))
+	}
+	li, err := ls.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if li.State.Bytes > leaseCap || li.State.FirstSeq == 1 {
+		t.Fatalf("lease stream: %d bytes from seq %d, want at most %d and its first events gone", li.State.Bytes, li.State.FirstSeq, leaseCap)
+	}
+	s, err := js.Stream(ctx, events.StreamEvents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range proxies {
+		for _, k := range []events.EventKind{events.KindPhase, events.KindOpResult} {
+			m, err := s.GetLastMsgForSubject(ctx, events.EventSubject(k, p))
+			if err != nil {
+				t.Fatalf("%s of %s gone after the lease flood: %v", k, p, err)
+			}
+			var ev events.Event
+			if err := json.Unmarshal(m.Data, &ev); err != nil || !strings.HasPrefix(ev.ID, "first-") {
+				t.Errorf("%s of %s: %+v %v", k, p, ev, err)
+			}
+		}
+	}
+}
+
+func TestCountLeaseEvents(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	if _, err := kvstore.Ensure(ctx, js, kvstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	lease := func(proxy, target string, r events.Reason) {
+		publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: proxy, Reason: r,
+			Lease: &events.LeaseEvent{ID: "l", Target: target}})
+	}
+	report := func(proxy, target string, r events.ReportResult) {
+		publishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: proxy, Reason: events.Reason(r),
+			Lease: &events.LeaseEvent{ID: "l", Target: target, Result: r}})
+	}
+	lease("px-a", "old.example", events.ReasonGranted) // before the window
+	from := time.Now()
+	lease("px-a", "a.example", events.ReasonGranted)
+	report("px-a", "a.example", events.ReportBlocked)
+	lease("px-a", "a.example", events.ReasonReleased)
+	lease("px-a", "b.example", events.ReasonGranted)
+	lease("px-a", "b.example", events.ReasonExpired)
+	lease("px-b", "a.example", events.ReasonGranted)
+	lease("px-b", "a.example", events.ReasonRenewed)
+	report("px-b", "a.example", events.ReportOK)
+	report("px-b", "a.example", events.ReportFailed)
+	lease("px-b", "a.example", events.ReasonProxyReplaced)
+	lease("px-b", "", events.ReasonGranted)
+	to := time.Now()
+	lease("px-b", "a.example", events.ReasonGranted) // after it
+	got, err := kvstore.CountLeaseEvents(ctx, js, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []kvstore.LeaseCount{
+		{Proxy: "px-a", Target: "a.example", Granted: 1, Released: 1, Blocked: 1},
+		{Proxy: "px-a", Target: "b.example", Granted: 1, Expired: 1},
+		{Proxy: "px-b", Target: "", Granted: 1},
+		{Proxy: "px-b", Target: "a.example", Granted: 1, Renewed: 1, Ended: 1, OK: 1, Failed: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("counts\n got %+v\nwant %+v", got, want)
+	}
+	// A window with nothing in it, and one past the end of the stream.
+	for _, w := range [][2]time.Time{{to.Add(-time.Hour), to.Add(-time.Hour)}, {time.Now().Add(time.Hour), time.Time{}}} {
+		if got, err := kvstore.CountLeaseEvents(ctx, js, w[0], w[1]); err != nil || len(got) != 0 {
+			t.Errorf("empty window %v: %+v %v", w, got, err)
+		}
+	}
+}
