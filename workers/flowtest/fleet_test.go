@@ -73,7 +73,7 @@ func TestFleetIsProbedEveryInterval(t *testing.T) {
 		t.Skip("fleet-size test")
 	}
 	const (
-		n        = 2000
+		n = 2000
 		// 10 s: each probe is two proxied requests (the CONNECT and the plain-HTTP path), so
 		// this is 400 requests a second through four in-process proxies under -race, what
 		// 5 s was with one path.
