@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestCheckPprofAddr(t *testing.T) {
@@ -65,18 +63,8 @@ func TestPprofServedOnLoopback(t *testing.T) {
 	}
 }
 
-var pprofLogURL = regexp.MustCompile(`msg="serving pprof" .*url=(http://\S+)/debug/pprof/`)
-
 // pprofURL is where the node says it serves pprof.
 func pprofURL(t testing.TB, n *node) string {
 	t.Helper()
-	var url string
-	waitUntil(t, "the pprof address in the log", 10*time.Second, func() (bool, string) {
-		m := pprofLogURL.FindStringSubmatch(n.logs())
-		if m != nil {
-			url = m[1]
-		}
-		return m != nil, "not logged"
-	})
-	return url
+	return loggedURL(t, n, `msg="serving pprof" .*url=(http://\S+)/debug/pprof/`)
 }
