@@ -46,7 +46,6 @@ type runFlags struct {
 	uiListen   string
 	declare    bool
 	pprof      string
-	memLimit   string
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
