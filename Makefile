@@ -6,7 +6,7 @@ NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos clean
+.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos soak clean
 
 all: build
 
@@ -45,6 +45,14 @@ cluster: tools
 # The full chaos run: 500 lifecycle changes on 50 proxies, at least 100 role kills.
 chaos: tools
 	EGRESSD_CHAOS=full $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./cmd/egressd
+
+# The soak (docs/reliability.md): issue 15's run, 50 local proxies and 4 crawlers leasing and
+# releasing for SOAK_DURATION, sampled every 30 s into a table (RSS, heap, goroutines, fds,
+# events kept per stream and kind), heap profiles kept in bin/soak for `go tool pprof -top`.
+SOAK_DURATION ?= 5m
+soak: tools
+	EGRESSD_SOAK=full EGRESSD_SOAK_DURATION=$(SOAK_DURATION) EGRESSD_SOAK_PROFILES=$(BIN)/soak \
+	  $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/egressd
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -38,11 +38,17 @@ func NewPublisher(js jetstream.JetStream, log *slog.Logger, maxPending int) *Pub
 }
 
 // Publish sends data to subject with msgID as its Nats-Msg-Id (a repeat is a duplicate the
-// stream drops). attrs name the record in the log line of a failure. It returns at once
+// stream drops); an empty msgID sends none, for a record no other writer can repeat: the
+// server keeps every ID it saw for the stream's duplicate window, in memory, so IDs at
+// thousands a second cost it hundreds of MB (docs/performance.md, bounded memory). attrs name the record in the log line of a failure. It returns at once
 // unless maxPending publishes are in flight; if ctx ends while it waits, the publish stands
 // but its ack goes unchecked, and that is logged.
 func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, msgID string, attrs ...any) {
-	f, err := p.js.PublishAsync(subject, data, jetstream.WithMsgID(msgID))
+	var opts []jetstream.PublishOpt
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	f, err := p.js.PublishAsync(subject, data, opts...)
 	if err != nil {
 		p.log.Warn("publish", append(attrs, "subject", subject, "err", err)...)
 		return

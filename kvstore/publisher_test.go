@@ -32,8 +32,8 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Publishes land in order with their message IDs (a repeat is dropped); one the stream
-// refuses is logged with the record's attributes; Run ends after Close.
+// Publishes land in order with their message IDs (a repeat is dropped, a publish without an
+// ID never is); one the stream refuses is logged with the record's attributes; Run ends after Close.
 func TestPublisher(t *testing.T) {
 	_, _, js := kvstoretest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -47,6 +47,9 @@ func TestPublisher(t *testing.T) {
 	go func() { defer close(done); p.Run(ctx) }()
 	for i := range 20 {
 		p.Publish(ctx, events.EventSubject(events.KindPhase, "p1"), []byte(`{"v":1}`), "id-"+string(rune('a'+i%10)), "proxy", "p1")
+	}
+	for range 5 { // no ID: nothing to deduplicate, each is stored
+		p.Publish(ctx, events.EventSubject(events.KindLease, "p1"), []byte(`{"v":1}`), "", "proxy", "p1")
 	}
 	// No stream takes this subject: the server answers no-responders, and that is logged.
 	p.Publish(ctx, "nowhere.at.all", []byte(`{}`), "x", "proxy", "lost-one")
@@ -64,8 +67,8 @@ func TestPublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 10 {
-		t.Errorf("%d events stored, want 10 (ten IDs, each published twice)", info.State.Msgs)
+	if info.State.Msgs != 15 {
+		t.Errorf("%d events stored, want 15 (ten IDs, each published twice, and five without an ID)", info.State.Msgs)
 	}
 	if l := logs.String(); !strings.Contains(l, "proxy=lost-one") || strings.Count(l, "level=WARN") != 1 {
 		t.Errorf("want one warning about lost-one:\n%s", l)

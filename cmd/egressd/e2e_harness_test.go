@@ -115,13 +115,14 @@ func startNodeEnv(t testing.TB, dir string, env []string, extra ...string) *node
 	n := &node{t: t, dir: dir, listen: freeAddr(t), env: env}
 	n.url = "nats://" + n.listen
 	n.args = append([]string{"run", "--data-dir", filepath.Join(dir, "data"), "--nats-listen", n.listen, "--metrics-listen", "127.0.0.1:0", "--ui-listen", "127.0.0.1:0", "--log-level", "debug"}, extra...)
-	n.start()
+	// Registered before the start, so a node that never says it is running is stopped too.
 	t.Cleanup(func() {
 		n.stop()
 		if t.Failed() {
 			t.Logf("egressd log:\n%s", n.logs())
 		}
 	})
+	n.start()
 	return n
 }
 
@@ -170,6 +171,9 @@ func (n *node) kill9() {
 
 // stop asks egressd to shut down and returns its exit code.
 func (n *node) stop() int {
+	if n.exited == nil { // never started
+		return -1
+	}
 	select {
 	case <-n.exited:
 		return n.cmd.ProcessState.ExitCode()

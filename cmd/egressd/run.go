@@ -45,6 +45,7 @@ type runFlags struct {
 	metrics    string
 	uiListen   string
 	declare    bool
+	pprof      string
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -69,6 +70,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.checkURL, "probe-check-url", "", "default check URL for probes (default: this process's echo endpoint); must be reachable from the proxies")
 	fs.StringVar(&f.uiListen, "ui-listen", "127.0.0.1:8080", "where the all-in-one serves its read-only status page (empty disables; no login: keep it on loopback)")
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
+	fs.StringVar(&f.pprof, "pprof-listen", "", "serve net/http/pprof on this loopback address (empty, the default, disables; a non-loopback address is refused)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -85,6 +87,12 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	if f.probeConc < 1 {
 		fmt.Fprintf(stderr, "egressd run: --probe-concurrency %d: must be at least 1\n", f.probeConc)
 		return 2
+	}
+	if f.pprof != "" {
+		if err := checkPprofAddr(f.pprof); err != nil {
+			fmt.Fprintln(stderr, "egressd run:", err)
+			return 2
+		}
 	}
 	stopTracing, err := setupTracing(ctx, os.Stdout, log)
 	if err != nil {
@@ -253,6 +261,14 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		}
 		log.Info("serving the status page", "url", "http://"+ln.Addr().String()+"/")
 		g.Go(func() error { return metrics.Serve(gctx, ln, page.Handler()) })
+	}
+	if f.pprof != "" {
+		ln, err := pprofListener(f.pprof)
+		if err != nil {
+			return err
+		}
+		log.Info("serving pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+		g.Go(func() error { return servePprof(gctx, ln) })
 	}
 	for _, pb := range backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),

@@ -20,7 +20,13 @@ import (
 type emitter struct {
 	pub *kvstore.Publisher
 	log *slog.Logger
-	ch  chan events.Event
+	ch  chan queued
+}
+
+// queued is an event waiting for its publish; dedup sends its ID as the Nats-Msg-Id.
+type queued struct {
+	ev    events.Event
+	dedup bool
 }
 
 const (
@@ -30,14 +36,23 @@ const (
 )
 
 func newEmitter(js jetstream.JetStream, log *slog.Logger) *emitter {
-	return &emitter{pub: kvstore.NewPublisher(js, log, emitWindow), log: log, ch: make(chan events.Event, emitBuffer)}
+	return &emitter{pub: kvstore.NewPublisher(js, log, emitWindow), log: log, ch: make(chan queued, emitBuffer)}
 }
 
-// emit queues ev. Its ID is also the Nats-Msg-Id, so the stream drops a duplicate.
-func (e *emitter) emit(ev events.Event) {
+// emit queues ev. Its ID is also the Nats-Msg-Id, so the stream drops a duplicate: for events
+// every replica may write (an expiry, a lease ended with its proxy), one of them is kept.
+func (e *emitter) emit(ev events.Event) { e.queue(ev, true) }
+
+// emitUnique queues ev, an event only this replica writes (a grant, renewal or release it
+// made, a report it took), without a Nats-Msg-Id: there is no duplicate to drop, and the
+// server would keep each ID in memory for the whole duplicate window, which at the rate of
+// lease cycles was most of the all-in-one's heap (docs/performance.md).
+func (e *emitter) emitUnique(ev events.Event) { e.queue(ev, false) }
+
+func (e *emitter) queue(ev events.Event, dedup bool) {
 	ev.V = 1
 	select {
-	case e.ch <- ev:
+	case e.ch <- queued{ev, dedup}:
 	default:
 		e.log.Warn("event dropped: buffer full", "kind", ev.Kind, "reason", ev.Reason, "proxy", ev.Proxy)
 	}
@@ -52,15 +67,15 @@ func (e *emitter) run(ctx context.Context) {
 	defer e.pub.Close()
 	for {
 		select {
-		case ev := <-e.ch:
-			e.publish(ctx, ev)
+		case q := <-e.ch:
+			e.publish(ctx, q)
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), emitBudget)
 			defer cancel()
 			for fctx.Err() == nil {
 				select {
-				case ev := <-e.ch:
-					e.publish(fctx, ev)
+				case q := <-e.ch:
+					e.publish(fctx, q)
 				default:
 					return
 				}
@@ -70,11 +85,16 @@ func (e *emitter) run(ctx context.Context) {
 	}
 }
 
-func (e *emitter) publish(ctx context.Context, ev events.Event) {
+func (e *emitter) publish(ctx context.Context, q queued) {
+	ev := q.ev
 	b, err := json.Marshal(ev)
 	if err != nil {
 		e.log.Error("encode event", "err", err)
 		return
 	}
-	e.pub.Publish(ctx, events.EventSubject(ev.Kind, ev.Proxy), b, ev.ID, "kind", ev.Kind, "reason", ev.Reason, "proxy", ev.Proxy)
+	msgID := ""
+	if q.dedup {
+		msgID = ev.ID
+	}
+	e.pub.Publish(ctx, events.EventSubject(ev.Kind, ev.Proxy), b, msgID, "kind", ev.Kind, "reason", ev.Reason, "proxy", ev.Proxy)
 }

@@ -52,9 +52,16 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 // (the same holder renewing from two places at once).
 const casRetries = 3
 
+// emitLease emits a lease event. Grants, renewals and releases are written by the replica
+// that made them, once (unique); an end another replica may see too is deduplicated by ID.
 func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease) {
 	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
-	l.emitter.emit(events.Event{ID: msgID, Kind: events.KindLease, Proxy: lease.Proxy, At: l.now(), Reason: reason,
+	emit := l.emitter.emit
+	switch reason {
+	case events.ReasonGranted, events.ReasonRenewed, events.ReasonReleased:
+		emit = l.emitter.emitUnique
+	}
+	emit(events.Event{ID: msgID, Kind: events.KindLease, Proxy: lease.Proxy, At: l.now(), Reason: reason,
 		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestCheckPprofAddr(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{
+		{"127.0.0.1:6060", true},
+		{"127.0.0.1:0", true},
+		{"[::1]:6060", true},
+		{"localhost:6060", true},
+		{"127.9.9.9:6060", true},
+		{"0.0.0.0:6060", false},
+		{":6060", false},
+		{"[::]:6060", false},
+		{"10.0.0.1:6060", false},
+		{"example.com:6060", false},
+		{"6060", false},
+	} {
+		err := checkPprofAddr(tc.addr)
+		if (err == nil) != tc.ok {
+			t.Errorf("checkPprofAddr(%q) = %v, want ok=%v", tc.addr, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "--pprof-listen") {
+			t.Errorf("checkPprofAddr(%q) = %v: does not name the flag", tc.addr, err)
+		}
+	}
+}
+
+// egressd run refuses a non-loopback --pprof-listen before it starts anything.
+func TestRunRefusesPprofBeyondLoopback(t *testing.T) {
+	var stderr bytes.Buffer
+	code := runCmd(t.Context(), []string{"--data-dir", t.TempDir(), "--pprof-listen", "0.0.0.0:6060"}, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--pprof-listen") || !strings.Contains(stderr.String(), "loopback") {
+		t.Fatalf("exit %d, stderr %q: want 2 and a loopback error naming --pprof-listen", code, stderr.String())
+	}
+}
+
+// The real binary serves the profiles on loopback when asked, and only there.
+func TestPprofServedOnLoopback(t *testing.T) {
+	dir := t.TempDir()
+	defer killProcs(t, dir)
+	n := startNode(t, dir, "--config", writeConfig(t, dir, 81), "--pprof-listen", "127.0.0.1:0")
+	base := pprofURL(t, n)
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=1"} {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(body) == 0 {
+			t.Fatalf("GET %s: HTTP %d, %d bytes", path, resp.StatusCode, len(body))
+		}
+	}
+}
+
+// pprofURL is where the node says it serves pprof.
+func pprofURL(t testing.TB, n *node) string {
+	t.Helper()
+	return loggedURL(t, n, `msg="serving pprof" .*url=(http://\S+)/debug/pprof/`)
+}
