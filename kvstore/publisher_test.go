@@ -49,7 +49,7 @@ func TestPublisher(t *testing.T) {
 		p.Publish(ctx, events.EventSubject(events.KindPhase, "p1"), []byte(`{"v":1}`), "id-"+string(rune('a'+i%10)), "proxy", "p1")
 	}
 	for range 5 { // no ID: nothing to deduplicate, each is stored
-		p.Publish(ctx, events.EventSubject(events.KindLease, "p1"), []byte(`{"v":1}`), "", "proxy", "p1")
+		p.Publish(ctx, events.EventSubject(events.KindPhase, "p2"), []byte(`{"v":1}`), "", "proxy", "p2")
 	}
 	// No stream takes this subject: the server answers no-responders, and that is logged.
 	p.Publish(ctx, "nowhere.at.all", []byte(`{}`), "x", "proxy", "lost-one")
