@@ -140,6 +140,62 @@ func ensureLeaseShards(ctx context.Context, js jetstream.JetStream, want, def in
 	return LeaseShards{kvs: kvs}, nil
 }
 
+// leaseFilterBatch bounds the filter subjects of one listing in Held.
+const leaseFilterBatch = 64
+
+// Held counts the slots each proxy holds now, read fresh from the shards: of the proxies
+// named (a filtered listing of <proxy>.* in each one's shard, so the cost is theirs, not the
+// fleet's), or of every proxy when none is named. A listing may repeat a key that changes
+// meanwhile; each key counts once.
+func (s LeaseShards) Held(ctx context.Context, proxies ...string) (map[string]int, error) {
+	out := map[string]int{}
+	list := func(kv jetstream.KeyValue, filters []string) error {
+		var l jetstream.KeyLister
+		var err error
+		if filters == nil {
+			l, err = kv.ListKeys(ctx)
+		} else {
+			l, err = kv.ListKeysFiltered(ctx, filters...)
+		}
+		if err != nil {
+			return fmt.Errorf("list %s: %w", kv.Bucket(), err)
+		}
+		defer func() { _ = l.Stop() }()
+		seen := map[string]bool{}
+		for k := range l.Keys() {
+			i := strings.LastIndexByte(k, '.')
+			if _, err := strconv.Atoi(k[i+1:]); i <= 0 || err != nil || seen[k] {
+				continue
+			}
+			seen[k] = true
+			out[k[:i]]++
+		}
+		return ctx.Err()
+	}
+	if len(proxies) == 0 {
+		for _, kv := range s.kvs {
+			if err := list(kv, nil); err != nil {
+				return nil, err
+			}
+		}
+		return out, nil
+	}
+	byShard := map[int][]string{}
+	for _, p := range proxies {
+		byShard[s.Index(p)] = append(byShard[s.Index(p)], p+".*")
+	}
+	for i, filters := range byShard {
+		for len(filters) > 0 {
+			n := min(len(filters), leaseFilterBatch)
+			if err := list(s.kvs[i], filters[:n]); err != nil {
+				return nil, err
+			}
+			filters = filters[n:]
+		}
+	}
+	return out, nil
+}
+
 // heldSlots counts the keys of every shard.
 func heldSlots(ctx context.Context, s LeaseShards) (int, error) {
 	n := 0

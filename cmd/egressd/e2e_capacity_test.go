@@ -12,7 +12,6 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Three leaser processes, 1,000 concurrent acquires against 10 Ready proxies with maxLeases
@@ -24,12 +23,8 @@ func TestLeaseCapacityAcrossThreeLeaserProcesses(t *testing.T) {
 	startRole(t, dir, n.url, "--roles", "leaser")
 	startRole(t, dir, n.url, "--roles", "leaser")
 
-	nc, err := nats.Connect(n.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	nc, js := n.client()
+	var err error
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var store *kvstore.Store

@@ -12,8 +12,6 @@ import (
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestLifecycleSurvivesLeaseFlood runs the real binary with a small lease stream cap (the
@@ -40,15 +38,7 @@ func TestLifecycleSurvivesLeaseFlood(t *testing.T) {
 	}
 	n.waitRows("all Ready", 60*time.Second, allPhase(names, events.PhaseReady))
 
-	nc, err := nats.Connect(n.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := n.client()
 	ls, err := js.Stream(t.Context(), events.StreamLeaseEvents)
 	if err != nil {
 		t.Fatal(err)

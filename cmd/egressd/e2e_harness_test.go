@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/workers/fleet"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The end-to-end tests drive the real binary and the real nats CLI; they are the README's
@@ -216,6 +218,22 @@ func (n *node) egressd(args ...string) string {
 		n.t.Fatalf("egressd %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// client is a connection of the test's own to the node's NATS, as a crawler or an operator's
+// tool has, closed when the test ends.
+func (n *node) client() (*nats.Conn, jetstream.JetStream) {
+	n.t.Helper()
+	nc, err := nats.Connect(n.url)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return nc, js
 }
 
 func (n *node) rows() map[string]fleet.Row {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/workers/fleet"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -31,18 +30,10 @@ type poolWatch struct {
 	armed    bool // counting minReady
 }
 
-// watchPool watches as the test's own client at url (the all-in-one's embedded NATS).
-func watchPool(t *testing.T, url, pool string) *poolWatch {
+// watchPool watches as the test's own client of n (the all-in-one's embedded NATS).
+func watchPool(t *testing.T, n *node, pool string) *poolWatch {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := n.client()
 	return watchPoolJS(t, js, pool)
 }
 
@@ -170,7 +161,7 @@ func TestPoolEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	defer killProcs(t, dir)
 	n := startNode(t, dir, "--config", writeConfig(t, dir, 26))
-	w := watchPool(t, n.url, "web")
+	w := watchPool(t, n, "web")
 	n.nats("kv", "put", "proxies", "web-lookalike", `{"provider":"local",`+poolHealth+`}`)
 	n.nats("kv", "put", "pools", "web", `{"template":{"provider":"local","attributes":{"geo":"de"},`+poolHealth+`},"replicas":10}`)
 	rows := n.waitRows("10 Ready members", 60*time.Second, poolReady("web", 10, nil))
@@ -262,7 +253,7 @@ func TestPoolRotationNeverCutsALease(t *testing.T) {
 	dir := t.TempDir()
 	defer killProcs(t, dir)
 	n := startNode(t, dir, "--config", writeConfig(t, dir, 27))
-	w := watchPool(t, n.url, "web")
+	w := watchPool(t, n, "web")
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 	defer web.Close()
 	pool := func(port int) string {

@@ -76,15 +76,7 @@ func TestSoak(t *testing.T) {
 	metricsURL := loggedURL(t, n, `msg="serving /metrics and /healthz" .*url=(http://\S+)`) + "/metrics"
 	pprofBase := pprofURL(t, n)
 
-	nc, err := nats.Connect(n.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := n.client()
 	proxies, err := js.KeyValue(t.Context(), events.BucketProxies)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -75,8 +74,8 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
-		if in.Leases, err = countLeases(rctx, s.Leases, names); err != nil {
-			return err
+		if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
+			return fmt.Errorf("count leases: %w", err)
 		}
 		if r := in.Spec.Recycle; r != nil {
 			in.Blocked = map[string]int{}
@@ -255,35 +254,4 @@ func memberNames(ledger *events.PoolStatus, own map[string]owned) []string {
 		set[n] = true
 	}
 	return sortedKeys(set)
-}
-
-// leaseFilterBatch bounds the filter subjects of one listing.
-const leaseFilterBatch = 64
-
-// countLeases reads, fresh from the lease shards, how many slots each proxy of names holds.
-func countLeases(ctx context.Context, shards kvstore.LeaseShards, names []string) (map[string]int, error) {
-	out := make(map[string]int, len(names))
-	byShard := map[int][]string{}
-	for _, n := range names {
-		byShard[shards.Index(n)] = append(byShard[shards.Index(n)], n+".*")
-	}
-	for i, filters := range byShard {
-		for len(filters) > 0 {
-			batch := filters[:min(len(filters), leaseFilterBatch)]
-			filters = filters[len(batch):]
-			l, err := shards.Shard(i).ListKeysFiltered(ctx, batch...)
-			if err != nil {
-				return nil, fmt.Errorf("count leases: %w", err)
-			}
-			seen := map[string]bool{} // a listing may repeat a key that changes meanwhile
-			for k := range l.Keys() {
-				if p, _, ok := strings.Cut(k, "."); ok && !seen[k] {
-					seen[k] = true
-					out[p]++
-				}
-			}
-			_ = l.Stop()
-		}
-	}
-	return out, ctx.Err()
 }

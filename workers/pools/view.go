@@ -243,8 +243,6 @@ func (v *view) takeDirty() []string {
 
 // snapshot is what a pass of pool reads from the view.
 type snapshot struct {
-	pool   poolEntry
-	exists bool
 	owned  map[string]owned
 	phases map[string]events.Phase
 }
@@ -255,7 +253,6 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}}
-	s.pool, s.exists = v.pools[pool]
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
