@@ -19,10 +19,14 @@ func BenchmarkPass(b *testing.B) {
 	for _, fleet := range []int{10, 10000} {
 		b.Run(fmt.Sprintf("fleet=%d", fleet), func(b *testing.B) {
 			c, v, blk := settledPool(b, fleet)
-			ctx := context.Background()
+			ctx, cancel := context.WithCancel(context.Background())
+			pub := kvstore.NewPublisher(c.cfg.Store.JS, c.cfg.Log, maxPendingEvents)
+			var ran sync.WaitGroup
+			ran.Go(func() { pub.Run(ctx) })
+			b.Cleanup(func() { pub.Close(); cancel(); ran.Wait() })
 			b.ResetTimer()
 			for range b.N {
-				if err := c.pass(ctx, v, blk, "web"); err != nil {
+				if err := c.pass(ctx, v, blk, pub, "web"); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -61,9 +61,10 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Budgets of one pass.
 const (
-	readBudget   = 5 * time.Second
-	writeBudget  = 5 * time.Second // one KV write
-	eventsBudget = 2 * time.Second // the acks of one pass's events
+	readBudget  = 5 * time.Second
+	writeBudget = 5 * time.Second // one KV write
+	// maxPendingEvents bounds the events whose acks are outstanding (kvstore.Publisher).
+	maxPendingEvents = 256
 )
 
 // lead keeps the pools until ctx ends (the lease is lost) or a watch fails.
@@ -89,8 +90,11 @@ func (c *Controller) lead(ctx context.Context) error {
 		}
 		window := v.window()
 		g.Go(func() error { return b.follow(gctx, s.JS, c.cfg.Now().Add(-window)) })
+		pub := kvstore.NewPublisher(s.JS, c.cfg.Log, maxPendingEvents)
+		g.Go(func() error { pub.Run(gctx); return nil })
+		defer pub.Close() // the loop publishes no more
 		c.cfg.Log.Info("pool controller leading", "pools", len(v.names()))
-		return c.loop(gctx, v, b, window)
+		return c.loop(gctx, v, b, pub, window)
 	})
 	return g.Wait()
 }
@@ -124,7 +128,7 @@ func follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.Key
 }
 
 // loop runs a pass for every pool that changed, and for all of them every Resync.
-func (c *Controller) loop(ctx context.Context, v *view, b *blocks, window time.Duration) error {
+func (c *Controller) loop(ctx context.Context, v *view, b *blocks, pub *kvstore.Publisher, window time.Duration) error {
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	pass := func(names []string) {
@@ -133,7 +137,7 @@ func (c *Controller) loop(ctx context.Context, v *view, b *blocks, window time.D
 				return
 			}
 			// A failed pass (a write conflict, NATS away) is tried again at the next resync.
-			if err := c.pass(ctx, v, b, name); err != nil && ctx.Err() == nil {
+			if err := c.pass(ctx, v, b, pub, name); err != nil && ctx.Err() == nil {
 				c.cfg.Log.Warn("pool pass", "pool", name, "err", err)
 			}
 		}

@@ -19,7 +19,7 @@ import (
 // pass brings one pool one step closer to its spec: read the ledger, plan, record the ledger
 // (compare-and-set: this checks the cap against every other writer), write the member specs
 // it allows, then record what was written.
-func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) error {
+func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.Publisher, name string) error {
 	s := c.cfg.Store
 	rctx, cancel := context.WithTimeout(ctx, readBudget)
 	defer cancel()
@@ -92,13 +92,13 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, name string) 
 		return err
 	}
 	if out.Ledger == nil {
-		c.publishAll(ctx, out.Events)
+		c.publishAll(ctx, pub, out.Events)
 		return nil
 	}
 	// The specs first, then the events: history must not hold up the work, nor announce a
 	// drain whose spec write has not been made.
 	revs, deleted, evs := c.write(ctx, v, name, out.Writes)
-	c.publishAll(ctx, append(out.Events, evs...))
+	c.publishAll(ctx, pub, append(out.Events, evs...))
 	if len(revs) == 0 && len(deleted) == 0 {
 		return nil
 	}
@@ -205,16 +205,9 @@ func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write
 	return revs, deleted, evs
 }
 
-// publishAll sends pool events to EGRESS_EVENTS without waiting on each, then waits for
-// their acks within one budget: events are history, so a failure is logged, and a stream
-// that is slow or away costs a pass at most eventsBudget.
-func (c *Controller) publishAll(ctx context.Context, evs []events.Event) {
-	if len(evs) == 0 {
-		return
-	}
-	pctx, cancel := context.WithTimeout(ctx, eventsBudget)
-	defer cancel()
-	var acks []jetstream.PubAckFuture
+// publishAll queues pool events on pub, which checks their acks and logs a failure: events
+// are history, and a stream that is slow or away must not hold up the passes.
+func (c *Controller) publishAll(ctx context.Context, pub *kvstore.Publisher, evs []events.Event) {
 	for _, ev := range evs {
 		ev.V = 1
 		ev.ID = "pool:" + randomID()
@@ -223,17 +216,7 @@ func (c *Controller) publishAll(ctx context.Context, evs []events.Event) {
 		if err != nil {
 			continue
 		}
-		f, err := c.cfg.Store.JS.PublishAsync(events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID))
-		if err != nil {
-			c.cfg.Log.Warn("pool event not published", "pool", ev.Proxy, "reason", ev.Reason, "err", err)
-			continue
-		}
-		acks = append(acks, f)
-	}
-	for _, f := range acks {
-		if _, err := kvstore.Await(pctx, f); err != nil {
-			c.cfg.Log.Warn("pool event not acknowledged", "subject", f.Msg().Subject, "err", err)
-		}
+		pub.Publish(ctx, events.EventSubject(ev.Kind, ev.Proxy), b, ev.ID, "pool", ev.Proxy, "reason", ev.Reason)
 	}
 }
 
