@@ -777,3 +777,39 @@ func writeTLS(t *testing.T) (certFile, keyFile, caFile string) {
 	}
 	return f.Cert, f.Key, f.CA
 }
+
+// The leaser publishes its lease statistics and the viewer sums them; a crawler can do
+// neither.
+func TestLeaseStatsPermissions(t *testing.T) {
+	ts := startServer(t)
+	admin := ts.connect(t, "admin")
+	declare(t, admin, map[string][]kvstore.HostConfig{"local": {{Name: "local", MaxConcurrentOps: 2}}})
+	stats := events.LeaseStats{V: 1, Leaser: "m1", From: time.Now().Add(-time.Minute).UTC(), To: time.Now().UTC(),
+		Rows: []events.LeaseStatsRow{{Proxy: "crawl-1", Target: "a.example", LeaseCounts: events.LeaseCounts{Granted: 2, Blocked: 1}}}}
+	body, _ := json.Marshal(stats)
+	leaser := ts.connect(t, "leaser")
+	leaser.mustAllow(t, "publish its statistics", func(ctx context.Context) error {
+		_, err := leaser.js.Publish(ctx, events.LeaseStatsSubject("m1"), body)
+		return err
+	})
+	viewer := ts.connect(t, "viewer")
+	viewer.mustAllow(t, "sum the statistics", func(ctx context.Context) error {
+		sums, err := kvstore.SumLeaseStats(ctx, viewer.js, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByTarget)
+		if err != nil {
+			return err
+		}
+		if len(sums) != 1 || sums[0].Target != "a.example" || sums[0].Granted != 2 || sums[0].Blocked != 1 {
+			return fmt.Errorf("sums %+v", sums)
+		}
+		return nil
+	})
+	crawler := ts.connect(t, "crawler")
+	crawler.mustDeny(t, "publish statistics", events.LeaseStatsSubject("m1"), func(ctx context.Context) error {
+		_, err := crawler.js.Publish(ctx, events.LeaseStatsSubject("m1"), body)
+		return err
+	})
+	crawler.mustDeny(t, "read the statistics", "$JS.API.CONSUMER.CREATE.EGRESS_LEASE_STATS.", func(ctx context.Context) error {
+		_, err := kvstore.SumLeaseStats(ctx, crawler.js, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByTarget)
+		return err
+	})
+}

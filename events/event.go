@@ -67,4 +67,7 @@ type LeaseEvent struct {
 	Target string       `json:"target,omitempty"`
 	Result ReportResult `json:"result,omitempty"` // report result
 	Until  time.Time    `json:"until,omitzero"`   // expiry or cooldown end
+	// AcquiredAt is when the lease was granted, on a lease's end: with the default raw mode
+	// (RawEnds) the end is the one event a lease leaves, and tells its whole span.
+	AcquiredAt time.Time `json:"acquiredAt,omitzero"`
 }

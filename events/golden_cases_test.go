@@ -97,7 +97,8 @@ func goldenCases() map[string]any {
 			Reason: ReasonGranted, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Target: "example.com",
 				Until: at.Add(time.Minute)}},
 		"event_lease_ended.v1.json": Event{V: 1, ID: "ended:crawl-1.1:97", Kind: KindLease, Proxy: "crawl-1", At: at,
-			Reason: ReasonProxyReplaced, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Until: at}},
+			Reason: ReasonProxyReplaced, Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7", Until: at,
+				AcquiredAt: at.Add(-time.Minute)}},
 		"event_report.v1.json": Event{V: 1, ID: "report:crawl-1.1.0123456789abcdef:aa", Kind: KindReport, Proxy: "crawl-1", At: at,
 			Reason: Reason(ReportBlocked), Lease: &LeaseEvent{ID: "crawl-1.1.0123456789abcdef", Holder: "crawler-7",
 				Target: "example.com", Result: ReportBlocked, Until: at.Add(10 * time.Minute)}},
@@ -114,6 +115,11 @@ func goldenCases() map[string]any {
 			Pool: &PoolEvent{Pool: "crawl", Member: "crawl-a1b2c", Successor: "crawl-d3e4f", Leases: 2}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
 			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
+
+		// Lease statistics (EGRESS_LEASE_STATS).
+		"lease_stats.v1.json": LeaseStats{V: 1, Leaser: "3f9a0c1d2e4b5a69", From: at, To: at.Add(time.Minute), Part: 1,
+			Rows: []LeaseStatsRow{{Proxy: "crawl-1", Target: "example.com", Provider: "local", Pool: "crawl",
+				LeaseCounts: LeaseCounts{Granted: 9, Renewed: 4, Released: 7, Expired: 1, Ended: 1, OK: 5, Blocked: 2, Failed: 1}}}},
 
 		// The lease service: requests, replies and errors.
 		"lease_acquire_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",

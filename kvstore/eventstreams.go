@@ -18,23 +18,31 @@ type StreamLimits struct {
 	MaxBytes int64
 }
 
-// EventLimits are the limits of the two event streams: the lifecycle history (every kind but
-// the lease kinds, on EGRESS_EVENTS) and the lease events (EGRESS_LEASE_EVENTS).
+// EventLimits are the limits of the history streams: the lifecycle history (every kind but
+// the lease kinds, on EGRESS_EVENTS), the raw lease events (EGRESS_LEASE_EVENTS) and the
+// leasers' per-interval sums of them (EGRESS_LEASE_STATS).
 type EventLimits struct {
 	Lifecycle StreamLimits
 	Leases    StreamLimits
+	Stats     StreamLimits
 }
 
-// Defaults: the lifecycle history is a few events per proxy per day, so a month fits in a
-// modest cap; lease events come at the rate of lease cycles and nobody needs each one for
-// long: a day covers the pool controller's default recycle window many times over, and on
-// a busy fleet the byte cap binds long before the age does. JetStream reserves each stream's
+// Defaults. The lifecycle history is a few events per proxy per day, so a month fits in a
+// modest cap. Raw lease events come at the rate of lease cycles (one per lease in the
+// default raw mode) and are for following a recent lease: a day, and on a busy fleet the
+// byte cap binds long before (at 2,900 cycles a second 128 MiB is about two and a half
+// minutes). The statistics are the lease traffic's long history: a row per proxy, target and
+// leaser replica each interval, 110 to 150 bytes, so 256 MiB is about two million rows, a
+// month of 45 proxy-target pairs busy every minute; a larger fleet keeps the newest (10,000
+// busy pairs: about three hours) unless the cap is raised. JetStream reserves each stream's
 // MaxBytes against the server's max_file_store, so together they stay under 1 GiB.
 const (
 	DefaultLifecycleMaxAge   = 30 * 24 * time.Hour
 	DefaultLifecycleMaxBytes = 512 << 20
 	DefaultLeaseMaxAge       = 24 * time.Hour
-	DefaultLeaseMaxBytes     = 256 << 20
+	DefaultLeaseMaxBytes     = 128 << 20
+	DefaultStatsMaxAge       = 30 * 24 * time.Hour
+	DefaultStatsMaxBytes     = 256 << 20
 )
 
 // Smallest limits accepted. The age must cover the duplicate window (the server refuses a
@@ -60,6 +68,7 @@ func (l EventLimits) WithDefaults() EventLimits {
 	}
 	fill(&l.Lifecycle, DefaultLifecycleMaxAge, DefaultLifecycleMaxBytes)
 	fill(&l.Leases, DefaultLeaseMaxAge, DefaultLeaseMaxBytes)
+	fill(&l.Stats, DefaultStatsMaxAge, DefaultStatsMaxBytes)
 	return l
 }
 
@@ -76,17 +85,22 @@ func (l EventLimits) Validate() error {
 	}
 	check("lifecycle", l.Lifecycle)
 	check("leases", l.Leases)
+	check("stats", l.Stats)
 	return errors.Join(errs...)
 }
 
-// EventStreamConfigs are the two event streams as Ensure declares them.
+// EventStreamConfigs are the history streams as Ensure declares them.
 func EventStreamConfigs(replicas int, l EventLimits) []jetstream.StreamConfig {
 	l = l.WithDefaults()
 	mk := func(name, desc string, s StreamLimits) jetstream.StreamConfig {
+		subjects := events.EventStreamSubjects(name)
+		if name == events.StreamLeaseStats {
+			subjects = []string{events.LeaseStatsSubjects}
+		}
 		return jetstream.StreamConfig{
 			Name:        name,
 			Description: desc,
-			Subjects:    events.EventStreamSubjects(name),
+			Subjects:    subjects,
 			Retention:   jetstream.LimitsPolicy,
 			MaxAge:      s.MaxAge,
 			MaxBytes:    s.MaxBytes,
@@ -98,10 +112,11 @@ func EventStreamConfigs(replicas int, l EventLimits) []jetstream.StreamConfig {
 	return []jetstream.StreamConfig{
 		mk(events.StreamEvents, "egressd lifecycle events: phases, op results, health, gc, providers, pools", l.Lifecycle),
 		mk(events.StreamLeaseEvents, "egressd lease events: grants, renewals, releases, expiries, reports", l.Leases),
+		mk(events.StreamLeaseStats, "egressd lease statistics: each leaser's sums per proxy and target per interval", l.Stats),
 	}
 }
 
-// ensureEventStreams declares both event streams. EGRESS_EVENTS of an older egressd captured
+// ensureEventStreams declares the history streams. EGRESS_EVENTS of an older egressd captured
 // every event (egress.events.>), so its subjects overlap the lease stream's and must be
 // narrowed first; its lease events are purged then, since no reader looks for them there
 // any more and the new, longer lifecycle MaxAge would otherwise keep them for a month.

@@ -254,10 +254,10 @@ func TestCountLeaseEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []kvstore.LeaseCount{
-		{Proxy: "px-a", Target: "a.example", Granted: 1, Released: 1, Blocked: 1},
-		{Proxy: "px-a", Target: "b.example", Granted: 1, Expired: 1},
-		{Proxy: "px-b", Target: "", Granted: 1},
-		{Proxy: "px-b", Target: "a.example", Granted: 1, Renewed: 1, Ended: 1, OK: 1, Failed: 1},
+		{Proxy: "px-a", Target: "a.example", LeaseCounts: events.LeaseCounts{Granted: 1, Released: 1, Blocked: 1}},
+		{Proxy: "px-a", Target: "b.example", LeaseCounts: events.LeaseCounts{Granted: 1, Expired: 1}},
+		{Proxy: "px-b", Target: "", LeaseCounts: events.LeaseCounts{Granted: 1}},
+		{Proxy: "px-b", Target: "a.example", LeaseCounts: events.LeaseCounts{Granted: 1, Renewed: 1, Ended: 1, OK: 1, Failed: 1}},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("counts\n got %+v\nwant %+v", got, want)

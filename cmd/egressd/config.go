@@ -117,5 +117,8 @@ func (c fileConfig) validate() error {
 	if err := c.eventLimits().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.validateLeaseHistory(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

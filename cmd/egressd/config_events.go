@@ -1,25 +1,65 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"go.yaml.in/yaml/v3"
 )
 
-// eventsConfig is the `events:` block: the limits of the two event streams, which
-// `egressd setup` (and the all-in-one at start) declares. A key left out takes its default.
+// eventsConfig is the `events:` block: the limits of the history streams, which `egressd
+// setup` (and the all-in-one at start) declares, and what the leasers write to them. A key
+// left out takes its default.
 type eventsConfig struct {
 	Lifecycle streamLimitsConfig `yaml:"lifecycle"`
-	Leases    streamLimitsConfig `yaml:"leases"`
+	Leases    leaseEventsConfig  `yaml:"leases"`
+	Stats     statsConfig        `yaml:"stats"`
 }
 
 type streamLimitsConfig struct {
 	MaxAge   configDuration `yaml:"maxAge"`
 	MaxBytes byteSize       `yaml:"maxBytes"`
+}
+
+// leaseEventsConfig adds to the lease stream's limits which lease events are stored one by
+// one (events.RawLeaseEvents).
+type leaseEventsConfig struct {
+	streamLimitsConfig `yaml:",inline"`
+	Raw                events.RawLeaseEvents `yaml:"raw"`
+}
+
+// statsConfig adds to the statistics stream's limits how often each leaser publishes.
+type statsConfig struct {
+	streamLimitsConfig `yaml:",inline"`
+	Interval           configDuration `yaml:"interval"`
+}
+
+// leaseHistory is what the leasers write: the raw mode and the statistics interval (zero:
+// the defaults).
+func (c fileConfig) leaseHistory() (events.RawLeaseEvents, time.Duration) {
+	if c.Events == nil {
+		return "", 0
+	}
+	return c.Events.Leases.Raw, time.Duration(c.Events.Stats.Interval)
+}
+
+// validateLeaseHistory names the key of a bad raw mode or interval.
+func (c fileConfig) validateLeaseHistory() error {
+	raw, interval := c.leaseHistory()
+	var errs []error
+	if raw != "" && !slices.Contains(events.RawLeaseEventModes, raw) {
+		errs = append(errs, fmt.Errorf("events.leases.raw: %q is not one of %v", raw, events.RawLeaseEventModes))
+	}
+	if interval != 0 && (interval < time.Second || interval%time.Second != 0) {
+		errs = append(errs, fmt.Errorf("events.stats.interval: must be whole seconds of at least 1s, got %s", interval))
+	}
+	return errors.Join(errs...)
 }
 
 // eventLimits are the limits the config asks for (zero: the defaults).
@@ -30,7 +70,8 @@ func (c fileConfig) eventLimits() kvstore.EventLimits {
 	conv := func(s streamLimitsConfig) kvstore.StreamLimits {
 		return kvstore.StreamLimits{MaxAge: time.Duration(s.MaxAge), MaxBytes: int64(s.MaxBytes)}
 	}
-	return kvstore.EventLimits{Lifecycle: conv(c.Events.Lifecycle), Leases: conv(c.Events.Leases)}
+	return kvstore.EventLimits{Lifecycle: conv(c.Events.Lifecycle), Leases: conv(c.Events.Leases.streamLimitsConfig),
+		Stats: conv(c.Events.Stats.streamLimitsConfig)}
 }
 
 // configDuration is a Go duration ("6h", "90m") or a number of days ("30d").

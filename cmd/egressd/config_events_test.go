@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 )
 
@@ -27,6 +28,11 @@ func TestEventsConfig(t *testing.T) {
 		{"bad size", "events:\n  lifecycle: {maxBytes: 1GB}\n", kvstore.EventLimits{}, `line 4: size "1GB"`},
 		{"too short", "events:\n  leases: {maxAge: 30s}\n", kvstore.EventLimits{}, "events.leases.maxAge: must be at least 2m0s"},
 		{"too small", "events:\n  lifecycle: {maxBytes: 1KiB}\n", kvstore.EventLimits{}, "events.lifecycle.maxBytes: must be at least"},
+		{"stats limits", "events:\n  stats: {maxAge: 7d, maxBytes: 1GiB, interval: 10s}\n  leases: {raw: all}\n",
+			kvstore.EventLimits{Stats: kvstore.StreamLimits{MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30}}, ""},
+		{"stats too small", "events:\n  stats: {maxBytes: 1KiB}\n", kvstore.EventLimits{}, "events.stats.maxBytes: must be at least"},
+		{"bad raw mode", "events:\n  leases: {raw: some}\n", kvstore.EventLimits{}, `events.leases.raw: "some" is not one of [ends all reports]`},
+		{"bad interval", "events:\n  stats: {interval: 1500ms}\n", kvstore.EventLimits{}, "events.stats.interval: must be whole seconds"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,5 +50,18 @@ func TestEventsConfig(t *testing.T) {
 				t.Fatalf("limits %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestLeaseHistoryConfig(t *testing.T) {
+	cfg, err := parseConfig([]byte("providers:\n  - {name: a, type: local}\nevents:\n  leases: {raw: reports, maxAge: 1h}\n  stats: {interval: 10s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, interval := cfg.leaseHistory(); raw != events.RawReports || interval != 10*time.Second {
+		t.Fatalf("raw %q, interval %s", raw, interval)
+	}
+	if raw, interval := (fileConfig{}).leaseHistory(); raw != "" || interval != 0 {
+		t.Fatalf("no events block: raw %q, interval %s", raw, interval)
 	}
 }

@@ -306,7 +306,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		g.Go(func() error { return p.Run(gctx) })
 	}
 	if roles.leaser {
-		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs})
+		raw, interval := cfg.leaseHistory()
+		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs,
+			RawEvents: raw, StatsInterval: interval})
 		if err != nil {
 			return err
 		}

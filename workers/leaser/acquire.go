@@ -144,7 +144,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// already ranks the proxy by its new load.
 	l.view.noteLease(key, rev, lease)
 	id := leaseID{Proxy: c.name, Slot: lease.Slot, Token: lease.Token}.String()
-	l.emitLease(events.ReasonGranted, "granted:"+id, lease)
+	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
 	return events.LeaseReply{Lease: grant(id, lease, c.endpoint)}, conflicts, nil
 }

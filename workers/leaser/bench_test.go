@@ -21,12 +21,24 @@ import (
 // request-replies, a slot Create with a TTL and a Delete). Compare it with the baselines from
 // the same run: a bare request-reply, and a bare KV Create+Delete.
 func BenchmarkAcquireRelease(b *testing.B) {
-	acquireRelease(b, startBenchLeaser(b, nil))
+	acquireRelease(b, startBenchLeaser(b, nil, nil))
 }
 
-// startBenchLeaser starts a leaser with tp (nil: the global provider) over 10 Ready proxies
-// and returns a client connection to it.
-func startBenchLeaser(b *testing.B, tp trace.TracerProvider) *nats.Conn {
+// BenchmarkAcquireReleaseEvents is BenchmarkAcquireRelease in each raw mode of the lease
+// events: all (a grant and a release event stored per cycle, as before the statistics), ends
+// (the default: the release only) and reports (none: the cycle is only counted in the
+// statistics). The difference to reports is what the raw history of a cycle costs.
+func BenchmarkAcquireReleaseEvents(b *testing.B) {
+	for _, mode := range []events.RawLeaseEvents{events.RawAll, events.RawEnds, events.RawReports} {
+		b.Run("raw="+string(mode), func(b *testing.B) {
+			acquireRelease(b, startBenchLeaser(b, nil, func(c *leaser.Config) { c.RawEvents = mode }))
+		})
+	}
+}
+
+// startBenchLeaser starts a leaser with tp (nil: the global provider) and cfg's changes over
+// 10 Ready proxies and returns a client connection to it.
+func startBenchLeaser(b *testing.B, tp trace.TracerProvider, cfg func(*leaser.Config)) *nats.Conn {
 	srv := kvstoretest.StartServer(b)
 	nc, js := kvstoretest.Connect(b, srv)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -45,7 +57,11 @@ func startBenchLeaser(b *testing.B, tp trace.TracerProvider) *nats.Conn {
 		}
 	}
 	lnc, _ := kvstoretest.Connect(b, srv)
-	l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler), Tracing: tp})
+	c := leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler), Tracing: tp}
+	if cfg != nil {
+		cfg(&c)
+	}
+	l, err := leaser.New(c)
 	if err != nil {
 		b.Fatal(err)
 	}

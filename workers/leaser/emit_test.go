@@ -14,7 +14,7 @@ import (
 // Nats-Msg-Id, so the server keeps no ID per lease cycle for its duplicate window; an expiry,
 // which every replica publishes, carries its ID, so the stream keeps one.
 func TestLeaseEventsCarryAnIDOnlyWhenReplicasShareThem(t *testing.T) {
-	r := newRig(t, nil)
+	r := newRig(t, rawAll)
 	var mu sync.Mutex
 	withID := map[string]bool{} // kind/reason → some copy carried a Nats-Msg-Id
 	seen := map[string]bool{}

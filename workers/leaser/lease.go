@@ -52,17 +52,43 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 // (the same holder renewing from two places at once).
 const casRetries = 3
 
-// emitLease emits a lease event. Grants, renewals and releases are written by the replica
-// that made them, once (unique); an end another replica may see too is deduplicated by ID.
-func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease) {
-	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
+// emitLease counts a lease event in the statistics and, if the raw mode publishes its kind,
+// emits it. wrote is the slot revision a grant or renewal just wrote (0 for an end). Grants,
+// renewals and releases are written by the replica that made them, once (unique); an end
+// another replica may see too is deduplicated by ID.
+func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease, wrote uint64) {
+	key := slotKey(lease.Proxy, lease.Slot)
+	l.stats.lease(l.view.originOf(lease.Proxy), lease.Proxy, lease.Target, key, reason, wrote)
+	if !l.cfg.RawEvents.Publishes(reason) {
+		return
+	}
 	emit := l.emitter.emit
 	switch reason {
 	case events.ReasonGranted, events.ReasonRenewed, events.ReasonReleased:
 		emit = l.emitter.emitUnique
 	}
 	emit(events.Event{ID: msgID, Kind: events.KindLease, Proxy: lease.Proxy, At: l.now(), Reason: reason,
-		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
+		Lease: leaseEvent(lease, reason)})
+}
+
+// leaseEvent is what an event tells of lease; an end tells when it began too.
+func leaseEvent(lease events.Lease, reason events.Reason) *events.LeaseEvent {
+	ev := &events.LeaseEvent{ID: leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String(),
+		Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}
+	if reason != events.ReasonGranted && reason != events.ReasonRenewed {
+		ev.AcquiredAt = lease.AcquiredAt
+	}
+	return ev
+}
+
+// originOf is what the lease statistics carry of proxy besides its name.
+func (v *view) originOf(proxy string) origin {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if p := v.proxies[proxy]; p != nil {
+		return p.origin
+	}
+	return origin{}
 }
 
 // deleteLease releases id's slot if it still holds this grant. It reports false, without
@@ -96,7 +122,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 		}
 		l.view.noteReleased(key, rev)
 		rec.ExpiresAt = l.now()
-		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec)
+		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec, 0)
 		l.log.Debug("lease released", "id", id.String())
 		return true, nil
 	}

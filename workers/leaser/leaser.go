@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
 	"github.com/nats-io/nats.go"
@@ -44,6 +46,12 @@ type Config struct {
 	SlotWriteBudget time.Duration // default DefaultSlotWriteBudget
 	ShutdownBudget  time.Duration // for requests in flight when Run's context ends; default 5s
 
+	// StatsInterval is how often the replica publishes its sums of the lease traffic to
+	// EGRESS_LEASE_STATS (docs/events.md); default DefaultStatsInterval. RawEvents says
+	// which lease events are also published one by one; default events.RawEnds.
+	StatsInterval time.Duration
+	RawEvents     events.RawLeaseEvents
+
 	Log      *slog.Logger
 	Now      func() time.Time     // record timestamps; expiry itself runs on the server's clock
 	Observer Observer             // optional: counts requests (metrics)
@@ -69,6 +77,7 @@ const (
 	DefaultBlockedCooldown = 10 * time.Minute
 	DefaultFailedCooldown  = 5 * time.Minute
 	DefaultMaxCooldown     = 24 * time.Hour
+	DefaultStatsInterval   = time.Minute
 )
 
 // Leaser is one replica of the lease service.
@@ -78,6 +87,7 @@ type Leaser struct {
 	view     *view
 	shards   *shardHealth
 	emitter  *emitter
+	stats    *stats
 	inflight atomic.Int64
 	ready    chan struct{}
 	tracer   trace.Tracer
@@ -108,6 +118,18 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
 		return nil, fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
 	}
+	if cfg.StatsInterval == 0 {
+		cfg.StatsInterval = DefaultStatsInterval
+	}
+	if cfg.StatsInterval < time.Second {
+		return nil, fmt.Errorf("leaser: the statistics interval must be at least 1s, got %v", cfg.StatsInterval)
+	}
+	if cfg.RawEvents == "" {
+		cfg.RawEvents = events.RawEnds
+	}
+	if !slices.Contains(events.RawLeaseEventModes, cfg.RawEvents) {
+		return nil, fmt.Errorf("leaser: raw lease events %q: want one of %v", cfg.RawEvents, events.RawLeaseEventModes)
+	}
 	if cfg.Worker == "" {
 		h, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", h, os.Getpid())
@@ -123,7 +145,8 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	return &Leaser{cfg: cfg, log: log, view: newView(), shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
-		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing)}, nil
+		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
+		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}, nil
 }
 
 // Ready is closed once the replica serves requests (its view is complete); for health checks

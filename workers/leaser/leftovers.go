@@ -224,7 +224,7 @@ func (l *Leaser) remove(ctx context.Context, r removal) {
 	l.view.noteEnded(r.lease.Token, r.end)
 	rec := r.lease
 	rec.ExpiresAt = l.now()
-	l.emitLease(r.end, fmt.Sprintf("ended:%s:%d", r.key, r.rev), rec)
+	l.emitLease(r.end, fmt.Sprintf("ended:%s:%d", r.key, r.rev), rec, 0)
 	l.log.Info("lease ended with its proxy", "id", leaseID{Proxy: rec.Proxy, Slot: rec.Slot, Token: rec.Token}.String(), "end", r.end)
 }
 

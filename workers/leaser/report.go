@@ -48,6 +48,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 	if r.Result == events.ReportFailed {
 		l.probeNow(id.Proxy, now)
 	}
+	l.stats.report(l.view.originOf(id.Proxy), id.Proxy, r.Target, r.Result)
 	l.emitter.emitUnique(events.Event{ID: "report:" + id.String() + ":" + newToken(), Kind: events.KindReport, Proxy: id.Proxy,
 		At: now, Reason: events.Reason(r.Result), Lease: &events.LeaseEvent{ID: id.String(), Holder: rec.Holder, Target: r.Target,
 			Result: r.Result, Until: reply.CooldownUntil}})

@@ -50,6 +50,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
+	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })
 
 	for range watches {
@@ -112,16 +113,21 @@ func (l *Leaser) follow(ctx context.Context, kw jetstream.KeyWatcher, apply func
 // applyLease folds a proxy_leases entry and publishes the expiry of a held slot. Every
 // replica sees the expiry marker and publishes; the message ID is the slot key and the
 // lease's last revision, so the stream keeps one event however many replicas there are.
+//
+// The statistics count the expiry once, on the replica that wrote the slot last; every
+// entry also tells them that whoever wrote before it no longer owns the slot.
 func (l *Leaser) applyLease(e jetstream.KeyValueEntry) {
 	old := l.view.applyLease(e)
-	if old == nil {
+	if old != nil {
+		lease := old.lease
+		l.stats.expired(l.view.originOf(lease.Proxy), lease.Proxy, lease.Target, e.Key(), old.rev)
+	}
+	l.stats.forget(e.Key(), e.Revision())
+	if old == nil || !l.cfg.RawEvents.Publishes(events.ReasonExpired) {
 		return
 	}
-	lease := old.lease
-	id := leaseID{Proxy: lease.Proxy, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitter.emit(events.Event{ID: fmt.Sprintf("expired:%s:%d", e.Key(), old.rev), Kind: events.KindLease,
-		Proxy: lease.Proxy, At: l.now(), Reason: events.ReasonExpired,
-		Lease: &events.LeaseEvent{ID: id, Holder: lease.Holder, Target: lease.Target, Until: lease.ExpiresAt}})
+		Proxy: old.lease.Proxy, At: l.now(), Reason: events.ReasonExpired, Lease: leaseEvent(old.lease, events.ReasonExpired)})
 }
 
 // serve registers the service; every replica joins the endpoints' default queue group, so

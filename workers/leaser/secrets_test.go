@@ -14,7 +14,7 @@ import (
 // every report one of kind report.
 func TestLeaseURLCarriesCredentialsAndNothingElseDoes(t *testing.T) {
 	const password = "p@ss:w/rd %SENTINEL-7f3#?"
-	r := newRig(t, nil)
+	r := newRig(t, rawAll)
 	r.seed(proxy{name: "px-auth", maxLeases: 3, auth: &[2]string{"crawl@er", password}})
 	r.startLeasers(2)
 

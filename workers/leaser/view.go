@@ -56,6 +56,7 @@ type proxyView struct {
 	auth      *schemas.Auth
 	external  bool
 	drain     bool   // "drain": true: never granted again, held leases renew and run on
+	origin    origin // provider and pool, for the lease statistics
 	specRev   uint64 // of the newest entry of the proxy's key, a delete included
 	specGone  bool   // that entry is a delete or purge
 	// proxy_status
@@ -175,6 +176,10 @@ func (v *view) applySpec(e jetstream.KeyValueEntry) {
 	if ok {
 		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
 		p.external, p.drain = spec.Mode == schemas.ModeExternal, spec.Drain
+		p.origin = origin{provider: spec.Provider, pool: spec.Pool}
+		if p.external {
+			p.origin.provider = events.External
+		}
 	}
 	p.held = 0
 	for s := range p.slots {

@@ -1,0 +1,83 @@
+package kvstore
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReadLeaseStats hands fn every leaser's sums stored on EGRESS_LEASE_STATS from from to to
+// (a zero to means now), in the order they were stored. A sum is stored at the end of its
+// interval, so the window holds the intervals that ended in it. Records that do not decode
+// (a newer version) are skipped.
+func ReadLeaseStats(ctx context.Context, js jetstream.JetStream, from, to time.Time, fn func(events.LeaseStats)) error {
+	err := readWindow(ctx, js, events.StreamLeaseStats, from, to, func(data []byte) {
+		var s events.LeaseStats
+		if json.Unmarshal(data, &s) == nil && s.V == 1 {
+			fn(s)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read lease statistics: %w", err)
+	}
+	return nil
+}
+
+// StatsKey groups rows: the zero fields are summed over.
+type StatsKey struct {
+	Proxy, Target, Provider, Pool string
+}
+
+// StatsBy is what a sum groups by.
+type StatsBy func(events.LeaseStatsRow) StatsKey
+
+// Groupings of SumLeaseStats.
+var (
+	ByProxyTarget StatsBy = func(r events.LeaseStatsRow) StatsKey { return StatsKey{Proxy: r.Proxy, Target: r.Target} }
+	ByTarget      StatsBy = func(r events.LeaseStatsRow) StatsKey { return StatsKey{Target: r.Target} }
+	ByProxy       StatsBy = func(r events.LeaseStatsRow) StatsKey {
+		return StatsKey{Proxy: r.Proxy, Provider: r.Provider, Pool: r.Pool}
+	}
+	ByProvider StatsBy = func(r events.LeaseStatsRow) StatsKey { return StatsKey{Provider: r.Provider} }
+	ByPool     StatsBy = func(r events.LeaseStatsRow) StatsKey { return StatsKey{Pool: r.Pool} }
+)
+
+// StatsSum is the counts of one group.
+type StatsSum struct {
+	StatsKey
+	events.LeaseCounts
+}
+
+// SumLeaseStats sums every replica's rows of the window by, sorted by key.
+func SumLeaseStats(ctx context.Context, js jetstream.JetStream, from, to time.Time, by StatsBy) ([]StatsSum, error) {
+	sums := map[StatsKey]*events.LeaseCounts{}
+	err := ReadLeaseStats(ctx, js, from, to, func(s events.LeaseStats) {
+		for _, r := range s.Rows {
+			k := by(r)
+			c := sums[k]
+			if c == nil {
+				c = &events.LeaseCounts{}
+				sums[k] = c
+			}
+			c.Add(r.LeaseCounts)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]StatsSum, 0, len(sums))
+	for _, k := range slices.SortedFunc(maps.Keys(sums), func(a, b StatsKey) int {
+		return cmp.Or(cmp.Compare(a.Proxy, b.Proxy), cmp.Compare(a.Target, b.Target),
+			cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Pool, b.Pool))
+	}) {
+		out = append(out, StatsSum{StatsKey: k, LeaseCounts: *sums[k]})
+	}
+	return out, nil
+}
