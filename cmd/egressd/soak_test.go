@@ -21,6 +21,7 @@ import (
 
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -72,7 +73,9 @@ func TestSoak(t *testing.T) {
 		size.Name, size.Proxies, size.Crawlers, size.Load, size.Every)
 	dir := t.TempDir()
 	defer killProcs(t, dir)
-	n := startNode(t, dir, "--config", writeConfig(t, dir, 80), "--pprof-listen", "127.0.0.1:0", "--log-level", "info")
+	cfgPath := writeConfig(t, dir, 80)
+	appendFile(t, cfgPath, "events:\n  stats: {interval: "+soakStatsInterval.String()+"}\n")
+	n := startNode(t, dir, "--config", cfgPath, "--pprof-listen", "127.0.0.1:0", "--log-level", "info")
 	metricsURL := loggedURL(t, n, `msg="serving /metrics and /healthz" .*url=(http://\S+)`) + "/metrics"
 	pprofBase := pprofURL(t, n)
 
@@ -157,6 +160,25 @@ func TestSoak(t *testing.T) {
 		t.Fatal("no lease cycle went through")
 	}
 
+	// Every cycle is in the lease statistics, once: granted and released. A request whose
+	// reply was lost (a failure) may have happened too, and so may the acquire each crawler
+	// was making when the load ended.
+	waitUntil(t, "the lease statistics count every cycle", soakStatsInterval+time.Minute, func() (bool, string) {
+		sums, err := kvstore.SumLeaseStats(t.Context(), js, start.Add(-time.Minute), time.Time{}, kvstore.ByTarget)
+		if err != nil {
+			return false, err.Error()
+		}
+		var got events.LeaseCounts
+		for _, s := range sums {
+			if s.Target == "soak.example" {
+				got = s.LeaseCounts
+			}
+		}
+		c, f := int(cycles.Load()), int(failures.Load())
+		return got.Granted >= c && got.Granted <= c+f+size.Crawlers && got.Released >= c && got.Released <= c+f,
+			fmt.Sprintf("%d cycles, %d failures; statistics: %d granted, %d released", c, f, got.Granted, got.Released)
+	})
+
 	// The history of the fleet's start is still there after the lease load.
 	now := firstPhaseEvents(t, n)
 	for _, name := range names {
@@ -164,6 +186,22 @@ func TestSoak(t *testing.T) {
 			t.Errorf("%s's first phase event %s is no longer readable after %d lease cycles (first now: %q)",
 				name, first[name], cycles.Load(), now[name])
 		}
+	}
+}
+
+// soakStatsInterval is the leasers' statistics interval in the soak: short, so that the sums
+// are complete soon after the load.
+const soakStatsInterval = 5 * time.Second
+
+func appendFile(t testing.TB, path, text string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -270,8 +308,9 @@ func vmRSS(t testing.TB, pid int) int64 {
 	return 0
 }
 
-// eventsKept is how many events every stream on egress.events.> keeps, by stream and kind
-// (the subject's third token), whatever the layout of the streams.
+// eventsKept is how many messages every history stream (EGRESS_*) keeps, by stream and the
+// subject's third token (the kind of an event; "lease" for the statistics), whatever the
+// layout of the streams.
 func eventsKept(t testing.TB, js jetstream.JetStream) map[string]uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -279,11 +318,14 @@ func eventsKept(t testing.TB, js jetstream.JetStream) map[string]uint64 {
 	kept := map[string]uint64{}
 	names := js.StreamNames(ctx)
 	for name := range names.Name() {
+		if !strings.HasPrefix(name, "EGRESS_") {
+			continue
+		}
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(events.EventsSubjects))
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
 		if err != nil {
 			t.Fatal(err)
 		}
