@@ -160,7 +160,8 @@ func (s *stats) parts(rows map[statsKey]*statsRow, from, to time.Time) []events.
 	})
 	var out []events.LeaseStats
 	cur := events.LeaseStats{V: 1, Leaser: s.member, From: from, To: to}
-	size := 0
+	const header = 256 // the record's fields besides its rows, generously
+	size := header
 	for _, k := range keys {
 		r := rows[k]
 		row := events.LeaseStatsRow{Proxy: k.proxy, Target: k.target, Provider: r.provider, Pool: r.pool, LeaseCounts: r.LeaseCounts}
@@ -168,7 +169,7 @@ func (s *stats) parts(rows map[statsKey]*statsRow, from, to time.Time) []events.
 		if size+n > maxStatsPart && len(cur.Rows) > 0 {
 			out = append(out, cur)
 			cur = events.LeaseStats{V: 1, Leaser: s.member, From: from, To: to, Part: cur.Part + 1}
-			size = 0
+			size = header
 		}
 		cur.Rows = append(cur.Rows, row)
 		size += n
