@@ -64,7 +64,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "buckets, "+events.StreamEvents+" and "+events.StreamLeaseEvents+" declared")
+	fmt.Fprintln(stdout, "buckets, "+events.StreamEvents+", "+events.StreamLeaseEvents+" and "+events.StreamLeaseStats+" declared")
 	fmt.Fprintln(stdout, eventStreamsLine(o))
 	leaders, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases)
 	if err != nil {
@@ -145,8 +145,8 @@ func ensureWhileClusterForms(ctx context.Context, js jetstream.JetStream, o kvst
 // eventStreamsLine tells the limits the event streams were declared with.
 func eventStreamsLine(o kvstore.Options) string {
 	l := o.Events.WithDefaults()
-	return fmt.Sprintf("event limits: %s %s/%s, %s %s/%s", events.StreamEvents, l.Lifecycle.MaxAge, mib(l.Lifecycle.MaxBytes),
-		events.StreamLeaseEvents, l.Leases.MaxAge, mib(l.Leases.MaxBytes))
+	return fmt.Sprintf("event limits: %s %s/%s, %s %s/%s, %s %s/%s", events.StreamEvents, l.Lifecycle.MaxAge, mib(l.Lifecycle.MaxBytes),
+		events.StreamLeaseEvents, l.Leases.MaxAge, mib(l.Leases.MaxBytes), events.StreamLeaseStats, l.Stats.MaxAge, mib(l.Stats.MaxBytes))
 }
 
 func mib(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', -1, 64) + " MiB" }
