@@ -68,40 +68,45 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 		floor.report(b)
 	})
 
-	b.Run("acquire-release", func(b *testing.B) {
-		lnc, _ := kvstoretest.Connect(b, srv)
-		l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		lctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { _ = l.Run(lctx); close(done) }()
-		defer func() { stop(); <-done }()
-		select {
-		case <-l.Ready():
-		case <-time.After(2 * time.Minute):
-			b.Fatal("the leaser did not load the fleet within 2 min")
-		}
-		req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
-		got := runClients(b, clients, func(nc *nats.Conn) error {
-			m, err := nc.Request(events.LeaseAcquireSubject, req, 5*time.Second)
+	// The service in each raw mode of the lease events (events.RawLeaseEvents): ends, the
+	// default (one event a cycle, its release); all (two: grant and release); reports (none:
+	// the cycle is only counted in the statistics).
+	for _, mode := range []events.RawLeaseEvents{events.RawEnds, events.RawAll, events.RawReports} {
+		b.Run("acquire-release/raw="+string(mode), func(b *testing.B) {
+			lnc, _ := kvstoretest.Connect(b, srv)
+			l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler), RawEvents: mode})
 			if err != nil {
-				return err
+				b.Fatal(err)
 			}
-			var r events.LeaseReply
-			if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
-				return fmt.Errorf("acquire: %s", m.Data)
+			lctx, stop := context.WithCancel(ctx)
+			done := make(chan struct{})
+			go func() { _ = l.Run(lctx); close(done) }()
+			defer func() { stop(); <-done }()
+			select {
+			case <-l.Ready():
+			case <-time.After(2 * time.Minute):
+				b.Fatal("the leaser did not load the fleet within 2 min")
 			}
-			return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
+			req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
+			got := runClients(b, clients, func(nc *nats.Conn) error {
+				m, err := nc.Request(events.LeaseAcquireSubject, req, 5*time.Second)
+				if err != nil {
+					return err
+				}
+				var r events.LeaseReply
+				if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
+					return fmt.Errorf("acquire: %s", m.Data)
+				}
+				return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
+			})
+			got.report(b)
+			if floor.n > 0 {
+				b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
+				b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
+				b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
+			}
 		})
-		got.report(b)
-		if floor.n > 0 {
-			b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
-			b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
-			b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
-		}
-	})
+	}
 }
 
 // seedFleet writes n managed proxies (spec and a Ready status) with async publishes, since
