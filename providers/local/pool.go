@@ -16,10 +16,13 @@ import (
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
-// allocate picks an address for a new instance and makes its directory, instance.json
-// included, under the state dir's allocation lock: the next allocation, in any process, sees
-// the address taken before this one's proxy has even started.
-func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest) (*meta, error) {
+// allocate picks an address for a new instance, other than those in skip, and makes its
+// directory, instance.json included, under the state dir's allocation lock: the next
+// allocation, in any process, sees the address taken before this one's proxy has even
+// started. The directory is the allocation's only record and appears by rename, so a kill -9
+// at any point leaves either no allocation (a .tmp- directory the next allocation sweeps) or
+// an instance that holds its address until it is deleted.
+func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, skip map[netip.Addr]bool) (*meta, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.lockTimeout)
 	defer cancel()
 	al, err := lockFile(ctx, filepath.Join(p.stateDir, allocLock))
@@ -32,6 +35,9 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest) (*
 	used, err := p.usedAddresses()
 	if err != nil {
 		return nil, err
+	}
+	for a := range skip {
+		used[a] = true
 	}
 	addr, err := p.pick(used, req.Port)
 	if err != nil {
