@@ -136,11 +136,7 @@ func (v view) Incomplete(section string) bool { return v.incomplete[section] }
 func (v view) PoolRows() []poolView {
 	out := make([]poolView, 0, len(v.Pools))
 	for _, p := range v.Pools {
-		desired := "?"
-		if p.Desired != nil {
-			desired = strconv.Itoa(*p.Desired)
-		}
-		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), desired, fleet.Until(v.GeneratedAt, p.NextRotation)})
+		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), p.DesiredText(), fleet.Until(v.GeneratedAt, p.NextRotation)})
 	}
 	return out
 }
