@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,23 +78,10 @@ func TestConcurrentCreatesGetDistinctListeningAddresses(t *testing.T) {
 // the proxy's bind is left: the Create takes the next address rather than failing, and the
 // state dir keeps no record of the one it lost.
 func TestAddressTakenDuringStartIsLeft(t *testing.T) {
-	cfg := testConfig(t, 3)
-	stall := filepath.Join(t.TempDir(), "stall")
-	if err := os.WriteFile(stall, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+	cfg, stall := stalling(t, 3)
 	p := newProvider(t, cfg)
 	name, port := "egress-raced", freePort(t)
-	type result struct {
-		inst providers.Instance
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		inst, err := p.Create(ctxT(t), request(name, port))
-		done <- result{inst, err}
-	}()
+	done := createAsync(t, p, request(name, port))
 	waitFor(t, "the stalled proxy", func() bool { return len(proxies(p, name)) == 1 })
 	m, err := p.readMeta(name)
 	if err != nil {
