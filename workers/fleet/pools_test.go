@@ -164,3 +164,21 @@ func TestPoolDesiredText(t *testing.T) {
 		}
 	}
 }
+
+func TestRowLeasesText(t *testing.T) {
+	three := 3
+	for _, c := range []struct {
+		name string
+		row  fleet.Row
+		want string
+	}{
+		{"the spec's maxLeases", fleet.Row{Phase: events.PhaseReady, Leases: 2, MaxLeases: &three}, "2/3"},
+		{"a tombstone: spec deleted, status Deleting", fleet.Row{Phase: events.PhaseDeleting, Leases: 1}, "1/-"},
+		{"a spec that does not parse", fleet.Row{Phase: events.PhaseInvalid}, "0/?"},
+		{"a spec the reader may not read", fleet.Row{Phase: events.PhaseReady, Leases: 1}, "1/?"},
+	} {
+		if got := c.row.LeasesText(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}

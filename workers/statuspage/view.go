@@ -217,12 +217,7 @@ func anonymityClass(a events.Anonymity) string {
 // problem marks the rows whose message is the point: a rejected spec or a proxy given up on.
 func problem(p events.Phase) bool { return p == events.PhaseInvalid || p == events.PhaseFailed }
 
-func leases(r fleet.Row) string {
-	if r.MaxLeases == nil {
-		return strconv.Itoa(r.Leases) + "/?"
-	}
-	return strconv.Itoa(r.Leases) + "/" + strconv.Itoa(*r.MaxLeases)
-}
+func leases(r fleet.Row) string { return r.LeasesText() }
 
 func attrs(m map[string]string) []string {
 	out := make([]string, 0, len(m))
