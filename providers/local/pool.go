@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -39,7 +40,13 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, sk
 	for a := range skip {
 		used[a] = true
 	}
-	addr, err := p.pick(used, req.Port)
+	// After a lost address, from a random point of the pool: whoever took it (another state
+	// dir on the same pool) is most likely taking the next ones in order too.
+	from := 0
+	if len(skip) > 0 {
+		from = rand.IntN(len(p.pool))
+	}
+	addr, err := p.pick(used, req.Port, from)
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +131,12 @@ func (p *Provider) usedAddresses() (map[netip.Addr]bool, error) {
 	return used, nil
 }
 
-// pick returns the first pool address no instance holds on which port can be listened on.
-func (p *Provider) pick(used map[netip.Addr]bool, port int) (netip.Addr, error) {
+// pick returns the first pool address, from index from on and round, that no instance holds
+// and on which port can be listened on.
+func (p *Provider) pick(used map[netip.Addr]bool, port, from int) (netip.Addr, error) {
 	var taken, foreign int
-	for _, a := range p.pool {
+	for i := range p.pool {
+		a := p.pool[(from+i)%len(p.pool)]
 		if used[a] {
 			taken++
 			continue
