@@ -96,7 +96,7 @@ func (p *Provider) createNew(ctx context.Context, req providers.CreateRequest, l
 		// The pick saw the address free, and allocations of this state dir are serialized,
 		// so what took it since is outside the state dir: another state dir given the same
 		// addresses (a second installation or test run on the host), or any other program.
-		// It says nothing of the other addresses, so try the next rather than fail the op.
+		// It says nothing of the other addresses, so try another rather than fail the op.
 		addr, _ := netip.ParseAddr(m.Address)
 		if !errors.Is(err, syscall.EADDRINUSE) || len(lost)+1 >= maxAddressTries || ctx.Err() != nil {
 			return providers.Instance{}, err
