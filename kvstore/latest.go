@@ -31,7 +31,8 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}
-	defer func() { _ = w.Stop() }()
+	// Latest stops reading as soon as it has what it needs, often with entries still coming.
+	defer func() { _ = StopWatch(w) }()
 	out := map[string]jetstream.KeyValueEntry{}
 	var seen, last uint64 // highest revision delivered; the stream's last sequence at the marker
 	settled := false

@@ -150,27 +150,19 @@ const leaseFilterBatch = 64
 func (s LeaseShards) Held(ctx context.Context, proxies ...string) (map[string]int, error) {
 	out := map[string]int{}
 	list := func(kv jetstream.KeyValue, filters []string) error {
-		var l jetstream.KeyLister
-		var err error
-		if filters == nil {
-			l, err = kv.ListKeys(ctx)
-		} else {
-			l, err = kv.ListKeysFiltered(ctx, filters...)
-		}
-		if err != nil {
-			return fmt.Errorf("list %s: %w", kv.Bucket(), err)
-		}
-		defer func() { _ = l.Stop() }()
 		seen := map[string]bool{}
-		for k := range l.Keys() {
+		err := eachKey(ctx, kv, filters, func(k string) {
 			i := strings.LastIndexByte(k, '.')
 			if _, err := strconv.Atoi(k[i+1:]); i <= 0 || err != nil || seen[k] {
-				continue
+				return
 			}
 			seen[k] = true
 			out[k[:i]]++
+		})
+		if err != nil {
+			return fmt.Errorf("list %s: %w", kv.Bucket(), err)
 		}
-		return ctx.Err()
+		return nil
 	}
 	if len(proxies) == 0 {
 		for _, kv := range s.kvs {
@@ -200,14 +192,9 @@ func (s LeaseShards) Held(ctx context.Context, proxies ...string) (map[string]in
 func heldSlots(ctx context.Context, s LeaseShards) (int, error) {
 	n := 0
 	for _, kv := range s.kvs {
-		l, err := kv.ListKeys(ctx)
-		if err != nil {
+		if err := eachKey(ctx, kv, nil, func(string) { n++ }); err != nil {
 			return 0, fmt.Errorf("list %s: %w", kv.Bucket(), err)
 		}
-		for range l.Keys() {
-			n++
-		}
-		_ = l.Stop()
 	}
-	return n, ctx.Err()
+	return n, nil
 }

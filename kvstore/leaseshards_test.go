@@ -125,7 +125,7 @@ func TestDeleteNoted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = kvstore.StopWatch(w) }()
 	e := <-w.Updates()
 	if e == nil || e.Operation() != jetstream.KeyValueDelete || string(e.Value()) != "why" {
 		t.Fatalf("watch delivered %+v", e)

@@ -79,7 +79,7 @@ func (l *Leader) waitForExpiry(ctx context.Context) {
 		sleep(wctx, l.TTL/4)
 		return
 	}
-	defer w.Stop()
+	defer func() { _ = kvstore.StopWatch(w) }()
 	for {
 		select {
 		case <-wctx.Done():

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -187,15 +186,12 @@ func printTable(w io.Writer, rows []fleet.Row) {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tMODE\tPROVIDER\tPHASE\tADDRESS\tHEALTHY\tANONYMITY\tLEASES\tREASON\tAGE")
 	for _, r := range rows {
-		healthy, max := string(r.Healthy), "?"
+		healthy := string(r.Healthy)
 		if r.Healthy == fleet.HealthUnknown {
 			healthy = "-"
 		}
-		if r.MaxLeases != nil {
-			max = strconv.Itoa(*r.MaxLeases)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
-			healthy, dash(string(r.Anonymity)), r.Leases, max, dash(string(r.Reason)), r.Age)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.Mode, dash(r.Provider), r.Phase, dash(r.Address),
+			healthy, dash(string(r.Anonymity)), r.LeasesText(), dash(string(r.Reason)), r.Age)
 	}
 	tw.Flush()
 	for _, r := range rows {

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -21,11 +20,7 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPHASE\tDESIRED\tMEMBERS\tREADY\tLEASED\tDRAINING\tOLDEST\tNEXT-ROTATION\tREASON")
 	for _, p := range pools {
-		desired := "?"
-		if p.Desired != nil {
-			desired = strconv.Itoa(*p.Desired)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Name, p.Phase, desired, p.Members, p.Ready, p.Leased, p.Draining,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", p.Name, p.Phase, p.DesiredText(), p.Members, p.Ready, p.Leased, p.Draining,
 			p.Oldest, fleet.Until(now, p.NextRotation), dash(string(p.Reason)))
 	}
 	tw.Flush()

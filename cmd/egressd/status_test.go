@@ -96,7 +96,7 @@ func TestStatusCommandTable(t *testing.T) {
 		"ready-fr managed local Ready 127.0.0.3:3128 True anonymous 0/1 EgressMismatch 1h",
 		"office external external Ready 127.0.0.50:8080 - - 1/3 ProbeOverdue 1h",
 		"sick managed local Unhealthy 127.0.0.5:3128 False transparent 0/1 ProbeFailing 1h",
-		"gone managed local Deleting - - - 1/? ProxyDeleted -",
+		"gone managed local Deleting - - - 1/- ProxyDeleted -",
 		"bad: port: must be an integer",
 		"ready-fr: traffic leaves from 127.0.0.1, expected 192.0.2.3",
 	} {

@@ -89,6 +89,12 @@ func (p *Provider) describe(ctx context.Context, c conn, h *hostConns, dom golib
 			return providers.Instance{}, err
 		}
 		if addr != "" {
+			// EgressIP stays unset: the guest's address is where the proxy listens, not
+			// where its traffic is known to leave from. The default libvirt network NATs
+			// guests behind the host's address; a routed or open network, or a bridge, may
+			// still be NATed by a router beyond the host, of which libvirt knows nothing.
+			// A wrong expectation would mark healthy proxies EgressMismatch; unset, the
+			// probers record the egress the check target sees without judging it.
 			inst.State, inst.Address = providers.StateRunning, addr
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
@@ -69,22 +71,40 @@ func (p *Provider) create(ctx context.Context, req providers.CreateRequest) (pro
 	return p.ensureRunning(ctx, req, m, l)
 }
 
+// maxAddressTries bounds how many addresses one Create tries when each is taken by a
+// listener this state dir does not know of between the pick and the proxy's bind.
+const maxAddressTries = 5
+
 func (p *Provider) createNew(ctx context.Context, req providers.CreateRequest, l *held) (providers.Instance, error) {
-	m, err := p.allocate(ctx, req)
-	if err != nil {
-		return providers.Instance{}, err
-	}
-	inst, err := p.start(ctx, m, l.file)
-	if err != nil {
+	lost := map[netip.Addr]bool{}
+	for {
+		m, err := p.allocate(ctx, req, lost)
+		if err != nil {
+			return providers.Instance{}, err
+		}
+		inst, err := p.start(ctx, m, l.file)
+		if err == nil {
+			p.log.Info("instance created", "instance", m.Name, "address", m.Address, "port", m.Port)
+			return inst, nil
+		}
 		// Nothing of a first start that failed stays behind, so that the next Create picks
 		// an address afresh rather than retrying one that may be taken.
 		if rerr := p.remove(context.Background(), m.Name, l); rerr != nil {
 			p.log.Warn("cleaning up after a failed start", "instance", m.Name, "err", rerr)
+			return providers.Instance{}, err
 		}
-		return providers.Instance{}, err
+		// The pick saw the address free, and allocations of this state dir are serialized,
+		// so what took it since is outside the state dir: another state dir given the same
+		// addresses (a second installation or test run on the host), or any other program.
+		// It says nothing of the other addresses, so try another rather than fail the op.
+		addr, _ := netip.ParseAddr(m.Address)
+		if !errors.Is(err, syscall.EADDRINUSE) || len(lost)+1 >= maxAddressTries || ctx.Err() != nil {
+			return providers.Instance{}, err
+		}
+		p.log.Warn("address taken by a listener outside the state dir while the proxy started; trying another",
+			"instance", m.Name, "address", m.Address, "port", m.Port)
+		lost[addr] = true
 	}
-	p.log.Info("instance created", "instance", m.Name, "address", m.Address, "port", m.Port)
-	return inst, nil
 }
 
 func (p *Provider) ensureRunning(ctx context.Context, req providers.CreateRequest, m *meta, l *held) (providers.Instance, error) {

@@ -224,3 +224,31 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// stalling is a config whose proxies wait, before they listen, while the returned file exists.
+func stalling(t *testing.T, poolSize int) (Config, string) {
+	t.Helper()
+	cfg := testConfig(t, poolSize)
+	stall := filepath.Join(t.TempDir(), "stall")
+	if err := os.WriteFile(stall, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+	return cfg, stall
+}
+
+type createResult struct {
+	inst providers.Instance
+	err  error
+}
+
+// createAsync runs a Create in the background; its result comes on the channel.
+func createAsync(t *testing.T, p *Provider, req providers.CreateRequest) <-chan createResult {
+	done := make(chan createResult, 1)
+	ctx := ctxT(t)
+	go func() {
+		inst, err := p.Create(ctx, req)
+		done <- createResult{inst, err}
+	}()
+	return done
+}

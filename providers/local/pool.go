@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -16,10 +17,13 @@ import (
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
-// allocate picks an address for a new instance and makes its directory, instance.json
-// included, under the state dir's allocation lock: the next allocation, in any process, sees
-// the address taken before this one's proxy has even started.
-func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest) (*meta, error) {
+// allocate picks an address for a new instance, other than those in skip, and makes its
+// directory, instance.json included, under the state dir's allocation lock: the next
+// allocation, in any process, sees the address taken before this one's proxy has even
+// started. The directory is the allocation's only record and appears by rename, so a kill -9
+// at any point leaves either no allocation (a .tmp- directory the next allocation sweeps) or
+// an instance that holds its address until it is deleted.
+func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, skip map[netip.Addr]bool) (*meta, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.lockTimeout)
 	defer cancel()
 	al, err := lockFile(ctx, filepath.Join(p.stateDir, allocLock))
@@ -33,7 +37,16 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	addr, err := p.pick(used, req.Port)
+	for a := range skip {
+		used[a] = true
+	}
+	// After a lost address, from a random point of the pool: whoever took it (another state
+	// dir on the same pool) is most likely taking the next ones in order too.
+	from := 0
+	if len(skip) > 0 {
+		from = rand.IntN(len(p.pool))
+	}
+	addr, err := p.pick(used, req.Port, from)
 	if err != nil {
 		return nil, err
 	}
@@ -118,10 +131,12 @@ func (p *Provider) usedAddresses() (map[netip.Addr]bool, error) {
 	return used, nil
 }
 
-// pick returns the first pool address no instance holds on which port can be listened on.
-func (p *Provider) pick(used map[netip.Addr]bool, port int) (netip.Addr, error) {
+// pick returns the first pool address, from index from on and round, that no instance holds
+// and on which port can be listened on.
+func (p *Provider) pick(used map[netip.Addr]bool, port, from int) (netip.Addr, error) {
 	var taken, foreign int
-	for _, a := range p.pool {
+	for i := range p.pool {
+		a := p.pool[(from+i)%len(p.pool)]
 		if used[a] {
 			taken++
 			continue

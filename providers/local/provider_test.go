@@ -400,12 +400,7 @@ func TestStatesFromDisk(t *testing.T) {
 // with the lock: another Create waits for it and then finds the proxy it started, rather
 // than starting a second one.
 func TestProvisionerKilledMidCreate(t *testing.T) {
-	cfg := testConfig(t, 5)
-	stall := filepath.Join(t.TempDir(), "stall")
-	if err := os.WriteFile(stall, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+	cfg, stall := stalling(t, 5)
 	p := newProvider(t, cfg)
 	name, port := "egress-orphan", freePort(t)
 	cfgJSON, _ := json.Marshal(cfg)
@@ -423,15 +418,7 @@ func TestProvisionerKilledMidCreate(t *testing.T) {
 	if got := mustGet(t, p, idOf(name)); got.State != providers.StateProvisioning {
 		t.Errorf("mid-start Get = %s, want Provisioning", got.State)
 	}
-	type result struct {
-		inst providers.Instance
-		err  error
-	}
-	done := make(chan result, 1)
-	go func() {
-		inst, err := p.Create(ctxT(t), request(name, port))
-		done <- result{inst, err}
-	}()
+	done := createAsync(t, p, request(name, port))
 	select {
 	case r := <-done:
 		t.Fatalf("Create did not wait for the orphaned intermediate: %+v %v", r.inst, r.err)
@@ -471,10 +458,7 @@ func TestAbandonedStartLeavesNothing(t *testing.T) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := testConfig(t, 5)
-			stall := filepath.Join(t.TempDir(), "stall")
-			os.WriteFile(stall, nil, 0o600)
-			cfg.BinaryArgs = []string{"forward-proxy-stall", stall}
+			cfg, _ := stalling(t, 5)
 			p := newProvider(t, cfg)
 			name := "egress-abandoned"
 			_, err := p.Create(c.setup(p), request(name, freePort(t)))

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -65,6 +66,20 @@ type Row struct {
 	Status *events.ProxyStatus `json:"status,omitempty"`
 
 	interval time.Duration // the spec's probe interval; 0 while unknown
+}
+
+// LeasesText is the LEASES column of a proxy, as every view prints it: slots held, then the
+// spec's maxLeases; "-" for it on a proxy being deleted (its spec is gone: it takes no more
+// leases), "?" when the spec does not parse or cannot be read.
+func (r Row) LeasesText() string {
+	max := "?"
+	switch {
+	case r.MaxLeases != nil:
+		max = strconv.Itoa(*r.MaxLeases)
+	case r.Phase == events.PhaseDeleting:
+		max = "-"
+	}
+	return strconv.Itoa(r.Leases) + "/" + max
 }
 
 // Totals are counted over the whole fleet, whatever a reader filters.

@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,20 @@ type PoolRow struct {
 	// Status is the controller's record with the members' ledger, for `egressd status pools
 	// -o json`; nil until the controller wrote one. It never holds the template.
 	Status *events.PoolStatus `json:"status,omitempty"`
+}
+
+// DesiredText is the DESIRED column of a pool, as every view prints it: the spec's replicas;
+// "-" for a pool being deleted (its spec is gone, which is what makes the controller say
+// Deleting, so it wants no members rather than an unknown number); "?" when the spec does
+// not parse or cannot be read.
+func (p PoolRow) DesiredText() string {
+	switch {
+	case p.Desired != nil:
+		return strconv.Itoa(*p.Desired)
+	case p.Phase == events.PoolDeleting:
+		return "-"
+	}
+	return "?"
 }
 
 // poolFields is all the model keeps of a PoolSpec: the template, with its auth and

@@ -14,11 +14,7 @@ import (
 
 // poolLine is a pool row as fleettest.PoolWant writes it.
 func poolLine(p fleet.PoolRow) string {
-	desired := "?"
-	if p.Desired != nil {
-		desired = fmt.Sprint(*p.Desired)
-	}
-	return fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, desired, p.Members, p.Ready, p.Leased, p.Draining, p.Oldest)
+	return fmt.Sprintf("%s %s %d %d %d %d %s", p.Phase, p.DesiredText(), p.Members, p.Ready, p.Leased, p.Draining, p.Oldest)
 }
 
 func TestLoadPools(t *testing.T) {
@@ -91,7 +87,7 @@ func TestLoadPoolsWithoutSpecs(t *testing.T) {
 		got[p.Name] = poolLine(p)
 	}
 	// Without the specs the drain mark is unknown; the reconciler's phase still says it.
-	want := map[string]string{"crawl": "Progressing ? 4 3 3 1 5h", "old": "Deleting ? 1 0 0 0 2d"}
+	want := map[string]string{"crawl": "Progressing ? 4 3 3 1 5h", "old": "Deleting - 1 0 0 0 2d"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
@@ -146,6 +142,43 @@ func TestUntil(t *testing.T) {
 	} {
 		if got := fleet.Until(now, c.t); got != c.want {
 			t.Errorf("Until(%v) = %q, want %q", c.t, got, c.want)
+		}
+	}
+}
+
+func TestPoolDesiredText(t *testing.T) {
+	three := 3
+	for _, c := range []struct {
+		name string
+		row  fleet.PoolRow
+		want string
+	}{
+		{"the spec's replicas", fleet.PoolRow{Phase: events.PoolReady, Desired: &three}, "3"},
+		{"a spec again over a Deleting status", fleet.PoolRow{Phase: events.PoolDeleting, Desired: &three}, "3"},
+		{"a tombstone: spec deleted, status Deleting", fleet.PoolRow{Phase: events.PoolDeleting}, "-"},
+		{"a spec that does not parse", fleet.PoolRow{Phase: events.PoolInvalid}, "?"},
+		{"a spec the reader may not read", fleet.PoolRow{Phase: events.PoolProgressing}, "?"},
+	} {
+		if got := c.row.DesiredText(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+func TestRowLeasesText(t *testing.T) {
+	three := 3
+	for _, c := range []struct {
+		name string
+		row  fleet.Row
+		want string
+	}{
+		{"the spec's maxLeases", fleet.Row{Phase: events.PhaseReady, Leases: 2, MaxLeases: &three}, "2/3"},
+		{"a tombstone: spec deleted, status Deleting", fleet.Row{Phase: events.PhaseDeleting, Leases: 1}, "1/-"},
+		{"a spec that does not parse", fleet.Row{Phase: events.PhaseInvalid}, "0/?"},
+		{"a spec the reader may not read", fleet.Row{Phase: events.PhaseReady, Leases: 1}, "1/?"},
+	} {
+		if got := c.row.LeasesText(); got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers/providertest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -23,7 +24,7 @@ func BenchmarkConverge(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop()
+	defer func() { _ = kvstore.StopWatch(w) }()
 	// Let the reconciler take the lead before the clock starts.
 	h.put("warm", `{"provider":"fake"}`)
 	h.waitPhase("warm", events.PhaseRunning)

@@ -39,7 +39,7 @@ func BenchmarkConvergeFleet(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer func() { _ = kvstore.StopWatch(w) }()
 
 	b.ResetTimer()
 	start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -86,7 +87,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 // follow applies a watch's entries to the view until ctx ends, signalling ready once the
 // initial values are in.
 func (l *Leaser) follow(ctx context.Context, kw jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), ready chan<- struct{}) error {
-	defer func() { _ = kw.Stop() }()
+	defer func() { _ = kvstore.StopWatch(kw) }()
 	initial := true
 	for {
 		select {

@@ -106,7 +106,7 @@ func follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.Key
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", kv.Bucket(), err)
 	}
-	defer w.Stop()
+	defer func() { _ = kvstore.StopWatch(w) }()
 	for {
 		select {
 		case <-ctx.Done():

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -100,7 +101,7 @@ func BenchmarkProbeRound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop()
+	defer func() { _ = kvstore.StopWatch(w) }()
 	p := e.prober(nil, Config{Worker: "bench", Log: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -113,7 +114,7 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 
 func (l *loop) stopWatches() {
 	for _, w := range l.watchers {
-		_ = w.Stop()
+		_ = kvstore.StopWatch(w)
 	}
 }
 

@@ -123,22 +123,22 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("watch proxies: %w", err)
 	}
-	defer specW.Stop()
+	defer func() { _ = kvstore.StopWatch(specW) }()
 	ciW, err := watch(s.CloudInit)
 	if err != nil {
 		return fmt.Errorf("watch cloud_init: %w", err)
 	}
-	defer ciW.Stop()
+	defer func() { _ = kvstore.StopWatch(ciW) }()
 	catW, err := watch(s.Catalog)
 	if err != nil {
 		return fmt.Errorf("watch provider_catalog: %w", err)
 	}
-	defer catW.Stop()
+	defer func() { _ = kvstore.StopWatch(catW) }()
 	healthW, err := watch(s.Health)
 	if err != nil {
 		return fmt.Errorf("watch proxy_health: %w", err)
 	}
-	defer healthW.Stop()
+	defer func() { _ = kvstore.StopWatch(healthW) }()
 	for _, w := range []struct {
 		w     jetstream.KeyWatcher
 		apply func(jetstream.KeyValueEntry) []string

@@ -136,11 +136,7 @@ func (v view) Incomplete(section string) bool { return v.incomplete[section] }
 func (v view) PoolRows() []poolView {
 	out := make([]poolView, 0, len(v.Pools))
 	for _, p := range v.Pools {
-		desired := "?"
-		if p.Desired != nil {
-			desired = strconv.Itoa(*p.Desired)
-		}
-		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), desired, fleet.Until(v.GeneratedAt, p.NextRotation)})
+		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), p.DesiredText(), fleet.Until(v.GeneratedAt, p.NextRotation)})
 	}
 	return out
 }
@@ -221,12 +217,7 @@ func anonymityClass(a events.Anonymity) string {
 // problem marks the rows whose message is the point: a rejected spec or a proxy given up on.
 func problem(p events.Phase) bool { return p == events.PhaseInvalid || p == events.PhaseFailed }
 
-func leases(r fleet.Row) string {
-	if r.MaxLeases == nil {
-		return strconv.Itoa(r.Leases) + "/?"
-	}
-	return strconv.Itoa(r.Leases) + "/" + strconv.Itoa(*r.MaxLeases)
-}
+func leases(r fleet.Row) string { return r.LeasesText() }
 
 func attrs(m map[string]string) []string {
 	out := make([]string, 0, len(m))

@@ -238,7 +238,7 @@ func Pools(tb testing.TB, st *kvstore.Store, now time.Time) PoolWant {
 	return PoolWant{
 		"broken": "Invalid ? 0 0 0 0 -",
 		"crawl":  "Progressing 3 4 3 3 1 5h",
-		"old":    "Deleting ? 1 0 0 0 2d",
+		"old":    "Deleting - 1 0 0 0 2d",
 		"web":    "Pending 2 0 0 0 0 -",
 	}
 }
