@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAuthRequiredAcceptedRejected(t *testing.T) {
@@ -137,7 +138,7 @@ func TestWriteAuthFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.match("u", "p") || c.match("u", "q") || c.match("v", "p") {
+	if !c.match("u", "p", time.Time{}) || c.match("u", "q", time.Time{}) || c.match("v", "p", time.Time{}) {
 		t.Error("match is wrong")
 	}
 	entries, _ := os.ReadDir(filepath.Dir(path))

@@ -79,8 +79,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 
 type handler struct {
 	log        *slog.Logger
-	auth       *authenticator // nil: no auth
-	dialer     *net.Dialer    // its Timeout bounds every upstream dial
+	auth       *FileAuthenticator // nil: no auth
+	dialer     *net.Dialer        // its Timeout bounds every upstream dial
 	transport  *http.Transport
 	tunnelIdle time.Duration
 
