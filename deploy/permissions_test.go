@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/internal/testcert"
 	"github.com/egressd/egressd/internal/leaseauth"
+	"github.com/egressd/egressd/internal/testcert"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"

@@ -28,7 +28,9 @@ func TestProbesSignTheirOwnLeaseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serve(t, func(ctx context.Context) error { return forwardproxy.Serve(ctx, ln, forwardproxy.Config{AuthFile: authFile}) })
+	serve(t, func(ctx context.Context) error {
+		return forwardproxy.Serve(ctx, ln, forwardproxy.Config{AuthFile: authFile})
+	})
 	addr := ln.Addr().String()
 
 	for _, name := range []string{"leased", "other-name"} {
