@@ -20,16 +20,7 @@ func TestAuthRequiredAcceptedRejected(t *testing.T) {
 	}
 	proxy := startProxy(t, Config{AuthFile: authFile})
 
-	get := func(user *url.Userinfo) *http.Response {
-		t.Helper()
-		resp, err := proxyClient(proxy, user).Get(upstream.URL + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
+	get := func(user *url.Userinfo) *http.Response { t.Helper(); return getVia(t, proxy, upstream.URL+"/", user) }
 	resp := get(nil)
 	if resp.StatusCode != http.StatusProxyAuthRequired {
 		t.Fatalf("no credential: status %d, want 407", resp.StatusCode)
@@ -68,6 +59,18 @@ func TestAuthRequiredAcceptedRejected(t *testing.T) {
 	if err := dial(url.UserPassword("crawler", "pa:ss word")); err != nil {
 		t.Errorf("CONNECT with the right password: %v", err)
 	}
+}
+
+// getVia fetches target through proxy with user's credentials (none: nil), body drained.
+func getVia(t *testing.T, proxy, target string, user *url.Userinfo) *http.Response {
+	t.Helper()
+	resp, err := proxyClient(proxy, user).Get(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
 
 func TestAuthRotation(t *testing.T) {

@@ -1,7 +1,6 @@
 package forwardproxy
 
 import (
-	"io"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -19,16 +18,7 @@ func TestLeaseTokensAtTheProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy := startProxy(t, Config{AuthFile: authFile})
-	status := func(user *url.Userinfo) int {
-		t.Helper()
-		resp, err := proxyClient(proxy, user).Get(upstream.URL + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	status := func(user *url.Userinfo) int { t.Helper(); return getVia(t, proxy, upstream.URL+"/", user).StatusCode }
 	if got := status(url.UserPassword("crawler", "pw")); got != 200 {
 		t.Fatalf("password before the switch: %d", got)
 	}
