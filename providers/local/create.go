@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 )
 
@@ -43,6 +44,11 @@ func checkRequest(req providers.CreateRequest) error {
 	}
 	if req.Host != "" && req.Host != hostName {
 		errs = append(errs, fmt.Errorf("%w: host %q does not exist (the only host is %q)", errBadRequest, req.Host, hostName))
+	}
+	if req.Auth.Lease() {
+		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+			errs = append(errs, fmt.Errorf("%w: auth.leaseKey: %w", errBadRequest, err))
+		}
 	}
 	if req.Auth != nil && !req.Auth.Lease() && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
 		errs = append(errs, fmt.Errorf("%w: auth.username must be non-empty and hold no ':' or line break", errBadRequest))
