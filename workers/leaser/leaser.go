@@ -59,7 +59,8 @@ type Config struct {
 	Tracing  trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
 
 	// LeaseMaster signs the credentials of leases on proxies whose auth.mode is "lease"
-	// (credentials.go); without it they are never granted.
+	// (credentials.go). egressd always sets it; without it such leases carry tokens no
+	// proxy accepts (and the probers, lacking it too, keep such proxies from being Ready).
 	LeaseMaster leaseauth.Master
 }
 

@@ -158,7 +158,8 @@ type fileKey struct {
 	ino   uint64
 }
 
-func newAuthenticator(path string, log *slog.Logger) *FileAuthenticator {
+// NewFileAuthenticator checks credentials against the auth file at path.
+func NewFileAuthenticator(path string, log *slog.Logger) *FileAuthenticator {
 	return &FileAuthenticator{path: path, log: log}
 }
 
@@ -171,11 +172,6 @@ func (a *FileAuthenticator) allow(header string) bool {
 func (a *FileAuthenticator) Allow(username, password string) bool {
 	c := a.current()
 	return c != nil && c.match(username, password, time.Now())
-}
-
-// NewFileAuthenticator checks credentials against the auth file at path.
-func NewFileAuthenticator(path string, log *slog.Logger) *FileAuthenticator {
-	return newAuthenticator(path, log)
 }
 
 // CheckAuthFile reports whether the auth file at path is usable now.

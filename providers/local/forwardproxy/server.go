@@ -123,7 +123,7 @@ func newHandler(cfg Config) (*handler, error) {
 		},
 	}
 	if cfg.AuthFile != "" {
-		h.auth = newAuthenticator(cfg.AuthFile, log)
+		h.auth = NewFileAuthenticator(cfg.AuthFile, log)
 	}
 	return h, nil
 }
