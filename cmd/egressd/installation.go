@@ -51,11 +51,15 @@ func ensureOnce(ctx context.Context, s *kvstore.Store, key, what string, fresh f
 	return nil, fmt.Errorf("could not create or read the %s", what)
 }
 
+// errNoLeaseMaster: setup has not created the lease master yet (an installation set up by an
+// egressd before auth.mode "lease").
+var errNoLeaseMaster = errors.New("no lease master in NATS: run `egressd setup` (as the admin user)")
+
 // readLeaseMaster reads the lease master without creating it, like readInstallation.
 func readLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Master, error) {
 	raw, _, err := kvstore.Get(ctx, s.Locks, events.KeyLeaseMaster)
 	if errors.Is(err, kvstore.ErrNotFound) {
-		return leaseauth.Master{}, errors.New("no lease master in NATS: run `egressd setup` (as the admin user) first")
+		return leaseauth.Master{}, errNoLeaseMaster
 	}
 	if err != nil {
 		return leaseauth.Master{}, fmt.Errorf("read lease master: %w", err)

@@ -234,6 +234,13 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		} else {
 			leaseMaster, err = readLeaseMaster(setupCtx, store)
 		}
+		if errors.Is(err, errNoLeaseMaster) {
+			// An installation set up before lease-bound credentials: everything else works,
+			// and a proxy with auth.mode "lease" says why it does not (its create fails, its
+			// probes get 407) until setup runs again.
+			log.Warn("proxies with auth.mode lease will not work", "err", err)
+			err = nil
+		}
 		if err != nil {
 			return err
 		}
