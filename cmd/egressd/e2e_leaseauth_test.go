@@ -176,7 +176,9 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":2,"successThreshold":1}`
 	n.nats("kv", "put", "proxies", "fp-1", `{"provider":"local","maxLeases":3,"attributes":{"kind":"fp"},"auth":{"mode":"lease"},`+hc+`}`)
 	n.nats("kv", "put", "proxies", "sq-1", fmt.Sprintf(`{"mode":"external","endpoint":{"host":"127.0.0.1","port":%d},"maxLeases":3,"attributes":{"kind":"squid"},"auth":{"mode":"lease"},%s}`, squidPort, hc))
-	n.waitRows("both Ready (the probers pass on their own tokens)", 60*time.Second, allPhase([]string{"fp-1", "sq-1"}, events.PhaseReady))
+	swStatic := `{"provider":"local","maxLeases":1,"attributes":{"kind":"sw"},"auth":{"username":"crawler","password":"pw"},` + hc + `}`
+	n.nats("kv", "put", "proxies", "sw-1", swStatic)
+	n.waitRows("all Ready (the probers pass on their own tokens)", 60*time.Second, allPhase([]string{"fp-1", "sq-1", "sw-1"}, events.PhaseReady))
 
 	type held struct {
 		proxy      string
@@ -248,6 +250,30 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 		}
 	}
 
+	// A running proxy switched from a password to lease mode takes tokens in place: the
+	// reconciler sees the auth change, the provisioner delivers the key, the same instance
+	// re-reads its auth file.
+	before := n.rows()["sw-1"]
+	n.nats("kv", "put", "proxies", "sw-1", strings.Replace(swStatic, `"auth":{"username":"crawler","password":"pw"}`, `"auth":{"mode":"lease"}`, 1))
+	waitUntil(t, "sw-1 to pass a lease's token", 30*time.Second, func() (bool, string) {
+		r, raw := n.acquire(`{"selector":{"kind":"sw"},"ttlSeconds":5}`)
+		if r.Lease.URL == "" {
+			return false, raw
+		}
+		defer n.leaseCall(events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, r.Lease.ID))
+		if credsOf(t, r.Lease.URL).Username() != r.Lease.ID {
+			return false, "the leaser still hands out the password"
+		}
+		code := curlVia(t, r.Lease.URL, web.URL)
+		return code == "200", "HTTP " + code
+	})
+	if code := curlVia(t, "http://crawler:pw@"+before.Address, web.URL); code != "407" {
+		t.Errorf("sw-1's old password in lease mode: HTTP %s, want 407", code)
+	}
+	if after := n.rows()["sw-1"]; after.Address != before.Address || after.Status.InstanceID != before.Status.InstanceID {
+		t.Errorf("switching to lease mode replaced the instance: %+v → %+v", before.Status, after.Status)
+	}
+
 	last := hs[0].long.Lease.ExpiresAt
 	for _, h := range hs {
 		if h.long.Lease.ExpiresAt.After(last) {
@@ -267,8 +293,8 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 		}
 	}
 	// The proxies stayed Ready throughout: the probers' tokens keep passing.
-	if rows := n.rows(); rows["fp-1"].Phase != events.PhaseReady || rows["sq-1"].Phase != events.PhaseReady {
-		t.Errorf("phases after the test: fp-1 %s, sq-1 %s", rows["fp-1"].Phase, rows["sq-1"].Phase)
+	if rows := n.rows(); rows["fp-1"].Phase != events.PhaseReady || rows["sq-1"].Phase != events.PhaseReady || rows["sw-1"].Phase != events.PhaseReady {
+		t.Errorf("phases after the test: fp-1 %s, sq-1 %s, sw-1 %s", rows["fp-1"].Phase, rows["sq-1"].Phase, rows["sw-1"].Phase)
 	}
 	// The key never reaches the node's log, its events or status.
 	key := strings.Split(strings.TrimSpace(keyLine), ":")[2]
