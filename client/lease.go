@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -65,6 +67,10 @@ func (l *Lease) CurrentURL() string {
 	defer l.mu.Unlock()
 	return l.url
 }
+
+// HTTPProxy is for http.Transport's Proxy: the lease's CurrentURL, so that a transport
+// follows the renewals' tokens by itself.
+func (l *Lease) HTTPProxy(*http.Request) (*url.URL, error) { return url.Parse(l.CurrentURL()) }
 
 // Lost is closed when the lease is lost: a renewal was refused (errors.Is(Err(), ErrLost) or
 // ErrNotFound; ErrEnded when the service ended it because its proxy was deleted or replaced,

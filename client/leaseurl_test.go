@@ -64,4 +64,7 @@ func TestCurrentURLFollowsRenewals(t *testing.T) {
 	if !token(l.CurrentURL()).Expires.After(first) || !token(l.URL).Expires.Equal(first) {
 		t.Fatal("the renewal's token does not expire later, or URL changed")
 	}
+	if u, err := l.HTTPProxy(nil); err != nil || token(u.String()).Expires.Before(token(l.CurrentURL()).Expires) {
+		t.Fatalf("HTTPProxy is not the current URL (%v)", err)
+	}
 }
