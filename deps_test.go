@@ -107,7 +107,8 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 		}
 		seg := strings.Split(r, "/")
 
-		if r == "events" || r == "schemas" || r == "providers" {
+		// internal/leaseauth also runs inside every proxy (forward-proxy, squid-auth).
+		if r == "events" || r == "schemas" || r == "providers" || r == "internal/leaseauth" {
 			reach(p, func(d string) string {
 				if dp := pkgs[d]; d == "C" || (dp != nil && dp.Standard) {
 					return ""

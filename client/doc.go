@@ -13,8 +13,8 @@
 //		// nothing free now: err's *client.Error carries the Availability numbers
 //	}
 //	defer lease.Release(context.Background())
-//	proxyURL, _ := url.Parse(lease.URL) // http://user:pass@host:port
-//	httpClient := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+//	// the lease's current http://user:pass@host:port, which renewals may change
+//	httpClient := &http.Client{Transport: &http.Transport{Proxy: lease.HTTPProxy}}
 //	…
 //	if blocked {
 //		lease.Report(ctx, client.Blocked, "example.com", client.AndRelease())

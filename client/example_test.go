@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/egressd/egressd/client"
@@ -42,8 +41,8 @@ func ExampleClient_Acquire() {
 	}
 	defer lease.Release(context.Background())
 
-	proxyURL, _ := url.Parse(lease.URL)
-	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 30 * time.Second}
+	// HTTPProxy follows the renewals' URLs: with auth.mode "lease" each carries a new token.
+	hc := &http.Client{Transport: &http.Transport{Proxy: lease.HTTPProxy}, Timeout: 30 * time.Second}
 	resp, err := hc.Get("https://example.com/")
 	if err != nil {
 		_, _ = lease.Report(ctx, client.Failed, "example.com", client.AndRelease())
@@ -76,7 +75,7 @@ func ExampleLease_Lost() {
 			if !ok {
 				return
 			}
-			_ = u // fetch u through lease.URL
+			_ = u // fetch u through lease.CurrentURL()
 		}
 	}
 }

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -16,7 +18,10 @@ type Lease struct {
 	Proxy string
 	Host  string
 	Port  int
-	URL   string // http://[user:pass@]host:port, for an HTTP client's Proxy or curl -x; do not log it
+	// URL is the grant's http://[user:pass@]host:port, for an HTTP client's Proxy or curl -x;
+	// do not log it. On a proxy with auth.mode "lease" its credentials are a token that
+	// expires with the grant, and each renewal hands out a new one: use CurrentURL.
+	URL string
 
 	c       *Client
 	stop    context.CancelFunc
@@ -24,6 +29,7 @@ type Lease struct {
 	lost    chan struct{}
 	mu      sync.Mutex
 	expires time.Time
+	url     string // the latest grant's or renewal's URL
 	ttl     time.Duration
 	err     error
 }
@@ -38,7 +44,7 @@ func (c *Client) Acquire(ctx context.Context, o AcquireOptions) (*Lease, error) 
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, c: c, stop: stop,
-		done: make(chan struct{}), lost: make(chan struct{}), expires: g.ExpiresAt, ttl: time.Duration(g.TTLSeconds) * time.Second}
+		done: make(chan struct{}), lost: make(chan struct{}), expires: g.ExpiresAt, url: g.URL, ttl: time.Duration(g.TTLSeconds) * time.Second}
 	go l.keepAlive(rctx, sent)
 	return l, nil
 }
@@ -52,6 +58,19 @@ func (l *Lease) ExpiresAt() time.Time {
 	defer l.mu.Unlock()
 	return l.expires
 }
+
+// CurrentURL is the URL of the latest renewal (or of the grant, before the first): with
+// auth.mode "lease" the one whose token is valid longest. A request made with an older
+// token still passes until that token's own expiry, so switching late leaves no gap.
+func (l *Lease) CurrentURL() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.url
+}
+
+// HTTPProxy is for http.Transport's Proxy: the lease's CurrentURL, so that a transport
+// follows the renewals' tokens by itself.
+func (l *Lease) HTTPProxy(*http.Request) (*url.URL, error) { return url.Parse(l.CurrentURL()) }
 
 // Lost is closed when the lease is lost: a renewal was refused (errors.Is(Err(), ErrLost) or
 // ErrNotFound; ErrEnded when the service ended it because its proxy was deleted or replaced,
@@ -115,7 +134,7 @@ func (l *Lease) keepAlive(ctx context.Context, lastSent time.Time) {
 		case err == nil:
 			ttl = max(time.Duration(g.TTLSeconds)*time.Second, time.Second)
 			l.mu.Lock()
-			l.expires = g.ExpiresAt
+			l.expires, l.url = g.ExpiresAt, g.URL
 			l.mu.Unlock()
 			lastSent, next = sent, ttl/3
 		case errors.As(err, &se) && se.Code != events.CodeInternal:

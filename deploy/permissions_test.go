@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/internal/testcert"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats-server/v2/server"
@@ -284,6 +285,9 @@ func declare(t *testing.T, admin *client, hosts map[string][]kvstore.HostConfig)
 	}
 	if _, err := store.Locks.Create(ctx, events.KeyInstallation, []byte("inst-deploy-test")); err != nil {
 		t.Fatalf("admin creates the installation id: %v", err)
+	}
+	if _, err := store.Locks.Create(ctx, events.KeyLeaseMaster, leaseauth.NewMaster().Encode()); err != nil {
+		t.Fatalf("admin creates the lease master: %v", err)
 	}
 	return store
 }
@@ -592,6 +596,29 @@ func TestPermissions(t *testing.T) {
 					}
 				}
 				return nil
+			})
+		}
+	})
+
+	t.Run("the lease master: provisioner, prober and leaser read it, nobody but admin writes it, viewer and crawler cannot read it", func(t *testing.T) {
+		const subject = "$JS.API.DIRECT.GET.KV_egress_locks.$KV.egress_locks." + events.KeyLeaseMaster
+		for _, user := range []string{"provisioner-local", "prober", "leaser"} {
+			c := ts.connect(t, user)
+			c.mustAllow(t, "read the lease master", func(ctx context.Context) error {
+				locks, err := c.js.KeyValue(ctx, events.BucketLocks)
+				if err != nil {
+					return err
+				}
+				_, _, err = kvstore.Get(ctx, locks, events.KeyLeaseMaster)
+				return err
+			})
+			c.mustDeny(t, "overwrite the lease master", "$KV.egress_locks."+events.KeyLeaseMaster, kvPut(c, events.BucketLocks, events.KeyLeaseMaster))
+		}
+		for _, user := range []string{"viewer", "crawler"} {
+			c := ts.connect(t, user)
+			c.mustDeny(t, "read the lease master", subject, func(ctx context.Context) error {
+				_, err := c.nc.RequestWithContext(ctx, subject, nil)
+				return err
 			})
 		}
 	})

@@ -63,6 +63,12 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 		if id, _, err := kvstore.Get(bctx, s.Locks, events.KeyInstallation); err != nil || string(id) != installation {
 			t.Fatalf("%s reads the installation id: %q, %v", user, id, err)
 		}
+		// ... and the roles that sign or deliver lease tokens the lease master (ensureLeaseMaster).
+		if user != "reconciler" {
+			if _, _, err := kvstore.Get(bctx, s.Locks, events.KeyLeaseMaster); err != nil {
+				t.Fatalf("%s reads the lease master: %v", user, err)
+			}
+		}
 		roles = append(roles, c)
 		return c, s
 	}

@@ -23,10 +23,13 @@ const (
 	eventsPrefix      = "egress.events."
 )
 
-// Lock keys in the egress_locks bucket, and the key holding the installation ID.
+// Lock keys in the egress_locks bucket, and the keys holding the installation ID and the
+// lease master (the secret that lease tokens are signed with, internal/leaseauth; readable by
+// the provisioners, probers and leasers only, deploy/nats).
 const (
 	LockLeaderReconciler = "leader.reconciler"
 	KeyInstallation      = "installation"
+	KeyLeaseMaster       = "lease-master"
 )
 
 // OpsStream is the work-queue stream of one provider's ops.

@@ -77,11 +77,20 @@ type CreateRequest struct {
 	Auth         *Auth    // optional basic auth the proxy enforces
 }
 
-// Auth is a forward proxy's basic-auth credential.
+// Auth is a forward proxy's basic-auth credential: a static username and password, or a
+// lease key.
 type Auth struct {
 	Username string
 	Password Secret
+	// LeaseKey, when set, replaces Username and Password (both empty): the proxy accepts only
+	// lease tokens signed with this key (auth.mode "lease", docs/leases.md). It is the one
+	// line of the proxy's auth file, <proxy>:lease:<base64url key>, to be delivered as it is:
+	// unlike a password, the proxy needs the key itself to check a token's signature.
+	LeaseKey Secret
 }
+
+// Lease reports whether a is a lease key rather than a password.
+func (a *Auth) Lease() bool { return a != nil && a.LeaseKey != "" }
 
 // State is an instance's lifecycle state as the backend reports it.
 type State string

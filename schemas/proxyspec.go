@@ -67,11 +67,28 @@ type Endpoint struct {
 	ExpectedEgress string `json:"expectedEgress,omitempty"`
 }
 
-// Auth is the basic-auth credential handed out with leases.
+// AuthMode says where a proxy's credentials come from.
+type AuthMode string
+
+// Auth modes. "" is AuthStatic.
+const (
+	// AuthStatic: one username and password, the same for every holder.
+	AuthStatic AuthMode = "static"
+	// AuthLease: every lease carries credentials of its own, valid for that lease's
+	// lifetime, which the proxy checks offline (internal/leaseauth, docs/leases.md).
+	AuthLease AuthMode = "lease"
+)
+
+// Auth is the basic-auth credential handed out with leases: a static username and password,
+// or, with Mode AuthLease, none here (each lease gets its own).
 type Auth struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
+	Mode     AuthMode `json:"mode,omitempty"`
+	Username string   `json:"username,omitempty"`
+	Password string   `json:"password,omitempty"`
 }
+
+// Lease reports whether a has each lease carry its own credentials.
+func (a *Auth) Lease() bool { return a != nil && a.Mode == AuthLease }
 
 // HealthCheck configures probes through the proxy.
 type HealthCheck struct {

@@ -93,12 +93,26 @@ func (s ProxySpec) Validate() error {
 	default:
 		bad("mode", "must be %q or %q, got %q", ModeManaged, ModeExternal, s.Mode)
 	}
-	if s.Auth != nil {
-		if s.Auth.Username == "" || strings.ContainsAny(s.Auth.Username, ":\r\n") {
-			bad("auth.username", "must be non-empty and contain no ':' or line breaks")
-		}
-		if s.Auth.Password == "" {
-			bad("auth.password", "must not be empty")
+	if a := s.Auth; a != nil {
+		switch a.Mode {
+		case "", AuthStatic:
+			if a.Username == "" || strings.ContainsAny(a.Username, ":\r\n") {
+				bad("auth.username", "must be non-empty and contain no ':' or line breaks")
+			}
+			if a.Password == "" {
+				bad("auth.password", "must not be empty")
+			}
+		case AuthLease:
+			// Each lease gets credentials of its own; a static pair here would be ignored,
+			// and a password nobody uses is one that leaks for nothing.
+			if a.Username != "" {
+				bad("auth.username", "must be empty with auth.mode %q (each lease carries its own)", AuthLease)
+			}
+			if a.Password != "" {
+				bad("auth.password", "must be empty with auth.mode %q (each lease carries its own)", AuthLease)
+			}
+		default:
+			bad("auth.mode", "must be %q or %q, got %q", AuthStatic, AuthLease, a.Mode)
 		}
 	}
 	// Sorted, so that the message (and so the status written from it) is the same every time.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -30,12 +32,20 @@ func TestClusterRoles(t *testing.T) {
 			t.Fatalf("%s is not R3 with a leader: %+v", name, cl)
 		}
 	}
-	c.admin.nats("kv", "put", "proxies", "px", `{"provider":"local","healthCheck":{"intervalSeconds":1}}`)
+	// With lease-bound credentials, so that each role's use of the lease master runs under
+	// its user: the provisioner delivers the key, the prober passes on its own token (px
+	// turns Ready), the leaser signs the crawler's.
+	c.admin.nats("kv", "put", "proxies", "px", `{"provider":"local","auth":{"mode":"lease"},"healthCheck":{"intervalSeconds":1}}`)
 	c.admin.waitRows("px Ready", 60*time.Second, allPhase([]string{"px"}, events.PhaseReady))
 	nc := c.connect("crawler")
 	g, err := client.New(nc).AcquireOnce(t.Context(), client.AcquireOptions{TTL: 30 * time.Second, Holder: "harness"})
 	if err != nil || g.Proxy != "px" {
 		t.Fatalf("acquire as crawler: %+v, %v", g, err)
+	}
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer web.Close()
+	if code := curlVia(t, g.URL, web.URL); code != "200" {
+		t.Fatalf("the crawler's lease URL through px: HTTP %s", code)
 	}
 	c.admin.nats("kv", "del", "-f", "proxies", "px")
 	c.admin.waitRows("px gone", 60*time.Second, func(r map[string]fleet.Row) bool { return len(r) == 0 })

@@ -8,27 +8,63 @@ import (
 	"fmt"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 )
 
 // ensureInstallation returns this installation's ID, creating it at the very first start.
-// Create is first-writer-wins, so processes starting together agree on one ID.
 func ensureInstallation(ctx context.Context, s *kvstore.Store) (string, error) {
-	for range 3 {
-		raw, _, err := kvstore.Get(ctx, s.Locks, events.KeyInstallation)
-		if err == nil {
-			return string(raw), nil
-		}
-		if !errors.Is(err, kvstore.ErrNotFound) {
-			return "", fmt.Errorf("read installation id: %w", err)
-		}
+	raw, err := ensureOnce(ctx, s, events.KeyInstallation, "installation id", func() []byte {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
-		if _, err := s.Locks.Create(ctx, events.KeyInstallation, []byte(hex.EncodeToString(b))); err == nil {
+		return []byte(hex.EncodeToString(b))
+	})
+	return string(raw), err
+}
+
+// ensureLeaseMaster returns the secret lease tokens are signed with, creating it at the first
+// start. It is never rotated: every proxy's key derives from it (docs/leases.md).
+func ensureLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Master, error) {
+	raw, err := ensureOnce(ctx, s, events.KeyLeaseMaster, "lease master", func() []byte { return leaseauth.NewMaster().Encode() })
+	if err != nil {
+		return leaseauth.Master{}, err
+	}
+	return leaseauth.ParseMaster(raw)
+}
+
+// ensureOnce returns the value of an egress_locks key that is written once, creating it with
+// fresh() if it is missing. Create is first-writer-wins, so processes starting together agree
+// on one value. what names it in errors; the value itself never appears in one.
+func ensureOnce(ctx context.Context, s *kvstore.Store, key, what string, fresh func() []byte) ([]byte, error) {
+	for range 3 {
+		raw, _, err := kvstore.Get(ctx, s.Locks, key)
+		if err == nil {
+			return raw, nil
+		}
+		if !errors.Is(err, kvstore.ErrNotFound) {
+			return nil, fmt.Errorf("read %s: %w", what, err)
+		}
+		if _, err := s.Locks.Create(ctx, key, fresh()); err == nil {
 			continue // read it back, as every other process does
 		}
 	}
-	return "", errors.New("could not create or read the installation id")
+	return nil, fmt.Errorf("could not create or read the %s", what)
+}
+
+// errNoLeaseMaster: setup has not created the lease master yet (an installation set up by an
+// egressd before auth.mode "lease").
+var errNoLeaseMaster = errors.New("no lease master in NATS: run `egressd setup` (as the admin user)")
+
+// readLeaseMaster reads the lease master without creating it, like readInstallation.
+func readLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Master, error) {
+	raw, _, err := kvstore.Get(ctx, s.Locks, events.KeyLeaseMaster)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return leaseauth.Master{}, errNoLeaseMaster
+	}
+	if err != nil {
+		return leaseauth.Master{}, fmt.Errorf("read lease master: %w", err)
+	}
+	return leaseauth.ParseMaster(raw)
 }
 
 // readInstallation reads the installation ID without creating it: roles on a shared NATS may

@@ -31,6 +31,10 @@ Usage:
   egressd events [-f] [--since 1h] [--kind k] [--proxy p]
                                  follow what happens, in a human-readable form
   egressd forward-proxy [flags]  the forward proxy the local provider runs
+  egressd squid-auth --key-file F
+                                 a Squid basic-auth helper that checks lease tokens
+  egressd lease-key --proxy P [--out F]
+                                 write a proxy's lease key, for squid-auth (admin)
   egressd version
 
 Run "egressd <command> -h" for a command's flags.
@@ -61,6 +65,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return eventsCmd(ctx, rest, stdout, stderr)
 	case "forward-proxy":
 		return forwardproxy.Main(ctx, rest, stderr)
+	case "squid-auth":
+		return squidAuthCmd(rest, os.Stdin, stdout, stderr)
+	case "lease-key":
+		return leaseKeyCmd(ctx, rest, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "egressd", version)
 		return 0

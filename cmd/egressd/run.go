@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser"
 	"github.com/egressd/egressd/workers/metrics"
@@ -224,6 +225,26 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	// The roles that sign or deliver lease tokens hold the lease master; the reconciler never
+	// needs it.
+	var leaseMaster leaseauth.Master
+	if roles.provisioner || roles.prober || roles.leaser {
+		if declare {
+			leaseMaster, err = ensureLeaseMaster(setupCtx, store)
+		} else {
+			leaseMaster, err = readLeaseMaster(setupCtx, store)
+		}
+		if errors.Is(err, errNoLeaseMaster) {
+			// An installation set up before lease-bound credentials: everything else works,
+			// and a proxy with auth.mode "lease" says why it does not (its create fails, its
+			// probes get 407) until setup runs again.
+			log.Warn("proxies with auth.mode lease will not work", "err", err)
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 	holder := identity()
 	log = log.With("installation", installation)
 	hooks.connect(store, holder, log)
@@ -273,7 +294,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	for _, pb := range backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
 			Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs,
-			Leftovers: leftoversOf(pb.b)})
+			Leftovers: leftoversOf(pb.b), LeaseMaster: leaseMaster})
 		if err != nil {
 			return err
 		}
@@ -299,7 +320,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			g.Go(func() error { return prober.ServeEcho(gctx, ln) })
 		}
 		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: holder, Filters: splitList(f.probe),
-			DefaultCheckURL: checkURL, Concurrency: f.probeConc, Log: log, Observer: obs})
+			DefaultCheckURL: checkURL, Concurrency: f.probeConc, Log: log, Observer: obs, LeaseMaster: leaseMaster})
 		if err != nil {
 			return err
 		}
@@ -308,7 +329,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	if roles.leaser {
 		raw, interval := cfg.leaseHistory()
 		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs,
-			RawEvents: raw, StatsInterval: interval})
+			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster})
 		if err != nil {
 			return err
 		}

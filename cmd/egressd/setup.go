@@ -94,6 +94,10 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 		return err
 	}
 	fmt.Fprintln(stdout, "installation", id)
+	if _, err := ensureLeaseMaster(ctx, store); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "lease master: present (in", events.BucketLocks+"."+events.KeyLeaseMaster+"; never printed)")
 	return nil
 }
 

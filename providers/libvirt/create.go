@@ -12,6 +12,7 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 )
 
@@ -62,7 +63,12 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	if req.Port < 1 || req.Port > 65535 {
 		bad("port must be between 1 and 65535, got %d", req.Port)
 	}
-	if req.Auth != nil && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
+	if req.Auth.Lease() {
+		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+			bad("auth.leaseKey: %v", err)
+		}
+	}
+	if req.Auth != nil && !req.Auth.Lease() && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
 		bad("auth.username must be non-empty and hold no ':' or line break")
 	}
 	pl := plan{req: req}

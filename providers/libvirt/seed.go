@@ -89,7 +89,11 @@ func proxyConfig(s seedSpec) ([]byte, error) {
 		Port int    `json:"port"`
 		Auth string `json:"auth,omitempty"`
 	}{V: 1, Name: s.Name, Port: s.Port}
-	if s.Auth != nil {
+	switch {
+	case s.Auth.Lease():
+		// A lease key goes as it is: the proxy needs the key to check token signatures.
+		doc.Auth = strings.TrimRight(s.Auth.LeaseKey.Reveal(), "\r\n")
+	case s.Auth != nil:
 		salt := make([]byte, 16)
 		rand.Read(salt)
 		h := sha256.New()

@@ -87,6 +87,22 @@ func TestSeedISO(t *testing.T) {
 	}
 }
 
+// A lease key is written as the proxy's auth-file line, as it is.
+func TestSeedLeaseKey(t *testing.T) {
+	line := "egress-abc:lease:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"
+	iso, err := buildSeed(seedSpec{Name: "egress-abc", Port: 3128, Auth: &providers.Auth{LeaseKey: providers.Secret(line + "\n")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := readSeed(t, iso)
+	var proxy struct {
+		Auth string `json:"auth"`
+	}
+	if err := json.Unmarshal(files["egressd.json"], &proxy); err != nil || proxy.Auth != line {
+		t.Fatalf("egressd.json = %s (%v), want auth %q", files["egressd.json"], err, line)
+	}
+}
+
 func TestVendorData(t *testing.T) {
 	if b, _ := vendorData("", false); len(b) != 0 {
 		t.Errorf("no agent, no vendorData: %q, want empty", b)

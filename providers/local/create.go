@@ -10,8 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
-	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
 // Create starts the instance named req.Name, or returns it if it runs. An instance whose
@@ -45,7 +45,12 @@ func checkRequest(req providers.CreateRequest) error {
 	if req.Host != "" && req.Host != hostName {
 		errs = append(errs, fmt.Errorf("%w: host %q does not exist (the only host is %q)", errBadRequest, req.Host, hostName))
 	}
-	if req.Auth != nil && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
+	if req.Auth.Lease() {
+		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+			errs = append(errs, fmt.Errorf("%w: auth.leaseKey: %w", errBadRequest, err))
+		}
+	}
+	if req.Auth != nil && !req.Auth.Lease() && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
 		errs = append(errs, fmt.Errorf("%w: auth.username must be non-empty and hold no ':' or line break", errBadRequest))
 	}
 	return errors.Join(errs...)
@@ -112,10 +117,8 @@ func (p *Provider) ensureRunning(ctx context.Context, req providers.CreateReques
 		return providers.Instance{}, fmt.Errorf("%w: %s belongs to uid %q of installation %q", errConflict, m.Name, m.UID, m.Installation)
 	}
 	dir := p.dir(m.Name)
-	if req.Auth != nil {
-		if err := forwardproxy.WriteAuthFile(filepath.Join(dir, authFile), req.Auth.Username, req.Auth.Password.Reveal()); err != nil {
-			return providers.Instance{}, err
-		}
+	if err := writeAuth(dir, req.Auth); err != nil {
+		return providers.Instance{}, err
 	}
 	marker := p.pidPath(m.Name)
 	pid, _ := readPID(marker)

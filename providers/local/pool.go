@@ -80,12 +80,23 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, sk
 }
 
 func (p *Provider) fill(dir string, m *meta, req providers.CreateRequest) error {
-	if req.Auth != nil {
-		if err := forwardproxy.WriteAuthFile(filepath.Join(dir, authFile), req.Auth.Username, req.Auth.Password.Reveal()); err != nil {
-			return err
-		}
+	if err := writeAuth(dir, req.Auth); err != nil {
+		return err
 	}
 	return writeMeta(dir, m)
+}
+
+// writeAuth writes the proxy's auth file, if it has auth: a password's salted hash, or a
+// lease key as it is. The running proxy picks either up at its next request.
+func writeAuth(dir string, a *providers.Auth) error {
+	switch {
+	case a == nil:
+		return nil
+	case a.Lease():
+		return forwardproxy.WriteLeaseKeyFile(filepath.Join(dir, authFile), a.LeaseKey.Reveal())
+	default:
+		return forwardproxy.WriteAuthFile(filepath.Join(dir, authFile), a.Username, a.Password.Reveal())
+	}
 }
 
 // sweep removes what crashed calls left: directories being born, which are only ever made

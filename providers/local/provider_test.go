@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 )
 
@@ -291,6 +292,23 @@ func TestAuthAddedAndRemovedRestarts(t *testing.T) {
 		t.Errorf("password rotation restarted the proxy: %v → %v", before, after)
 	}
 
+	// So does a lease key in place of the password (auth.mode lease): from then on only
+	// lease tokens signed with it pass.
+	key := leaseauth.NewMaster().ProxyKey("p-auth")
+	req.Auth = &providers.Auth{LeaseKey: providers.Secret(key.FileLine())}
+	if inst, err = p.Create(ctxT(t), req); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := through(t, inst, url.UserPassword("u", "two"), srv.URL); status != 407 {
+		t.Errorf("the password under a lease key: %d, want 407", status)
+	}
+	if status, _ := through(t, inst, url.UserPassword(key.Sign("p-auth.0.0123456789abcdef", time.Now().Add(time.Minute))), srv.URL); status != 200 {
+		t.Errorf("a lease token: %d, want 200", status)
+	}
+	if after := proxies(p, req.Name); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("switching to a lease key restarted the proxy: %v → %v", before, after)
+	}
+
 	req.Auth = nil
 	if inst, err = p.Create(ctxT(t), req); err != nil {
 		t.Fatal(err)
@@ -322,6 +340,7 @@ func TestInvalidRequestsArePermanent(t *testing.T) {
 		"upper case":    func(r *providers.CreateRequest) { r.Name = "Egress-x" },
 		"dot dot":       func(r *providers.CreateRequest) { r.Name = ".." },
 		"colon in user": func(r *providers.CreateRequest) { r.Auth = &providers.Auth{Username: "a:b", Password: "p"} },
+		"bad lease key": func(r *providers.CreateRequest) { r.Auth = &providers.Auth{LeaseKey: "p:lease:short"} },
 	} {
 		req := request("egress-invalid", 3128)
 		mutate(&req)

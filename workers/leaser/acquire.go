@@ -146,7 +146,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	id := leaseID{Proxy: c.name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
-	return events.LeaseReply{Lease: grant(id, lease, c.endpoint)}, conflicts, nil
+	return events.LeaseReply{Lease: l.grant(id, lease, c.endpoint)}, conflicts, nil
 }
 
 // giveBack deletes a slot just created for a proxy that turned out to be cooling down. If

@@ -5,25 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 )
-
-// grant is the reply form of a lease. The URL carries the proxy's credentials, escaped by
-// url.UserPassword; it goes to the holder only, never to a log or an event.
-func grant(id string, l events.Lease, t endpoint) events.LeaseGrant {
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.ip, strconv.Itoa(t.port))}
-	if t.auth != nil {
-		u.User = url.UserPassword(t.auth.Username, t.auth.Password)
-	}
-	return events.LeaseGrant{ID: id, Proxy: l.Proxy, Host: t.ip, Port: t.port, URL: u.String(),
-		ExpiresAt: l.ExpiresAt, TTLSeconds: l.TTLSeconds}
-}
 
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
 // is empty (never granted, released or expired), 409 when it holds another grant.

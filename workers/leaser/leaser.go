@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
 	"github.com/nats-io/nats.go"
@@ -56,6 +57,11 @@ type Config struct {
 	Now      func() time.Time     // record timestamps; expiry itself runs on the server's clock
 	Observer Observer             // optional: counts requests (metrics)
 	Tracing  trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
+
+	// LeaseMaster signs the credentials of leases on proxies whose auth.mode is "lease"
+	// (credentials.go). egressd always sets it; without it such leases carry tokens no
+	// proxy accepts (and the probers, lacking it too, keep such proxies from being Ready).
+	LeaseMaster leaseauth.Master
 }
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.

@@ -54,7 +54,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		}
 		l.view.noteLease(key, nrev, rec)
 		l.emitLease(events.ReasonRenewed, fmt.Sprintf("renewed:%s:%d", id, nrev), rec, nrev)
-		return events.LeaseReply{Lease: grant(id.String(), rec, t)}, nil
+		return events.LeaseReply{Lease: l.grant(id.String(), rec, t)}, nil
 	}
 	return nil, errors.New("the slot kept changing during renewal")
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
@@ -46,6 +47,9 @@ type Config struct {
 
 	// InsecureSkipVerify accepts any certificate of an https check URL. For tests only.
 	InsecureSkipVerify bool
+
+	// LeaseMaster signs the probes' own tokens for proxies whose auth.mode is "lease".
+	LeaseMaster leaseauth.Master
 }
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/tracing"
@@ -36,6 +37,9 @@ type Config struct {
 	Observer     Observer                 // optional
 	Leftovers    providers.LeftoverLister // optional: resources without an instance, for orphan GC
 	Tracing      trace.TracerProvider     // optional: nil is the global provider (docs/tracing.md)
+	// LeaseMaster derives the key delivered to a proxy whose auth.mode is "lease"; without it
+	// such a create fails as permanent.
+	LeaseMaster leaseauth.Master
 }
 
 // Observer counts what leaves no state behind (metrics).

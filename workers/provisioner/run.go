@@ -97,8 +97,8 @@ func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.Crea
 		Name: op.InstanceName, UID: op.UID, Installation: p.cfg.Installation, Proxy: op.Proxy, Host: op.Host,
 		Placement: providers.Placement(spec.Placement), Port: spec.Port, UserData: userData,
 	}
-	if spec.Auth != nil {
-		req.Auth = &providers.Auth{Username: spec.Auth.Username, Password: providers.Secret(spec.Auth.Password)}
+	if req.Auth, err = p.credentials(op, spec.Auth); err != nil {
+		return providers.CreateRequest{}, hash, err
 	}
 	return req, hash, nil
 }

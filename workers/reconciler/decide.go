@@ -676,9 +676,17 @@ func (d *decider) verdict() (healthy, judged bool) {
 
 // authHash identifies the credentials without revealing them: salted with the UID, so equal
 // passwords on two proxies do not look equal in status.
+//
+// A lease-mode auth hashes the mode alone: the key delivered is derived from the lease master,
+// which never changes, so the mode switching is the only change to deliver. (A static pair
+// hashes as it always has, so no status churns on upgrade.)
 func authHash(uid string, a *schemas.Auth) string {
 	if a == nil {
 		return ""
+	}
+	if a.Lease() {
+		sum := sha256.Sum256([]byte(uid + "\x00mode=" + string(schemas.AuthLease)))
+		return hex.EncodeToString(sum[:8])
 	}
 	sum := sha256.Sum256([]byte(uid + "\x00" + a.Username + "\x00" + a.Password))
 	return hex.EncodeToString(sum[:8])

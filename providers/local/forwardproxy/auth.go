@@ -13,15 +13,23 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers/local/internal/atomicfile"
 )
 
-// The auth file holds one line:
+// The auth file holds one line, either a password's
 //
 //	username:sha256:<hex salt>:<hex sha256(salt bytes + password)>
 //
-// so that the password itself is never on disk next to the proxy.
+// so that the password itself is never on disk next to the proxy, or a lease key's
+//
+//	<proxy>:lease:<base64url key>
+//
+// (internal/leaseauth): then only lease tokens signed with that key, unexpired, pass. The key
+// itself has to be on disk, since checking a signature takes it; it is this proxy's own,
+// derived from the installation's master, and signs for no other proxy.
 
 const authScheme = "sha256"
 
@@ -42,6 +50,30 @@ func WriteAuthFile(path, username, password string) error {
 	return nil
 }
 
+// checker is what an auth file says: whether a basic-auth credential may pass at now.
+type checker interface {
+	match(username, password string, now time.Time) bool
+}
+
+// WriteLeaseKeyFile writes a lease key line (leaseauth.Key.FileLine) to path, atomically and
+// with mode 0600, after checking that it parses.
+func WriteLeaseKeyFile(path, line string) error {
+	if _, err := leaseauth.ParseFileLine(line); err != nil {
+		return fmt.Errorf("auth file: %w", err)
+	}
+	if err := atomicfile.Write(path, []byte(strings.TrimRight(line, "\r\n")+"\n"), 0o600); err != nil {
+		return fmt.Errorf("auth file: %w", err)
+	}
+	return nil
+}
+
+// leaseChecker passes lease tokens signed with its key.
+type leaseChecker struct{ key leaseauth.Key }
+
+func (l leaseChecker) match(username, password string, now time.Time) bool {
+	return l.key.Verify(username, password, now) == nil
+}
+
 type credential struct {
 	userSum [32]byte // hashed so that comparing names takes the same time whatever their length
 	salt    []byte
@@ -58,13 +90,20 @@ func saltedSum(salt []byte, password string) [32]byte {
 }
 
 // parseAuthFile parses the file's content. Its errors never quote the content.
-func parseAuthFile(data []byte) (*credential, error) {
+func parseAuthFile(data []byte) (checker, error) {
 	text := strings.TrimRight(string(data), "\r\n")
 	if text == "" {
 		return nil, errors.New("empty")
 	}
 	if strings.ContainsAny(text, "\r\n") {
 		return nil, errors.New("more than one line")
+	}
+	if leaseauth.IsFileLine(text) {
+		k, err := leaseauth.ParseFileLine(text)
+		if err != nil {
+			return nil, err
+		}
+		return leaseChecker{key: k}, nil
 	}
 	parts := strings.Split(text, ":")
 	if len(parts) != 4 {
@@ -89,23 +128,25 @@ func parseAuthFile(data []byte) (*credential, error) {
 	return c, nil
 }
 
-func (c *credential) match(username, password string) bool {
+func (c *credential) match(username, password string, _ time.Time) bool {
 	u := sha256.Sum256([]byte(username))
 	p := saltedSum(c.salt, password)
 	// Both comparisons always run: a wrong name takes as long as a wrong password.
 	return subtle.ConstantTimeCompare(u[:], c.userSum[:])&subtle.ConstantTimeCompare(p[:], c.sum[:]) == 1
 }
 
-// authenticator checks Proxy-Authorization against the auth file, re-reading the file whenever
-// it changes on disk. An unreadable or corrupt file denies every request: the proxy fails closed.
-type authenticator struct {
+// FileAuthenticator checks basic-auth credentials (Proxy-Authorization, or what Squid hands
+// `egressd squid-auth`) against an auth file, a password's hash or a lease key, re-reading the
+// file whenever it changes on disk. An unreadable or corrupt file denies every request: the
+// proxy fails closed.
+type FileAuthenticator struct {
 	path string
 	log  *slog.Logger
 
 	mu     sync.Mutex
 	loaded bool // seen is the file state cred reflects
 	seen   fileKey
-	cred   *credential
+	cred   checker
 }
 
 // fileKey changes whenever the file is replaced or rewritten. The inode covers an atomic
@@ -117,20 +158,29 @@ type fileKey struct {
 	ino   uint64
 }
 
-func newAuthenticator(path string, log *slog.Logger) *authenticator {
-	return &authenticator{path: path, log: log}
+// NewFileAuthenticator checks credentials against the auth file at path.
+func NewFileAuthenticator(path string, log *slog.Logger) *FileAuthenticator {
+	return &FileAuthenticator{path: path, log: log}
 }
 
-func (a *authenticator) allow(header string) bool {
+func (a *FileAuthenticator) allow(header string) bool {
 	user, pass, ok := parseBasic(header)
-	if !ok {
-		return false
-	}
-	c := a.current()
-	return c != nil && c.match(user, pass)
+	return ok && a.Allow(user, pass)
 }
 
-func (a *authenticator) current() *credential {
+// Allow reports whether a basic-auth credential passes the auth file as it is now on disk.
+func (a *FileAuthenticator) Allow(username, password string) bool {
+	c := a.current()
+	return c != nil && c.match(username, password, time.Now())
+}
+
+// CheckAuthFile reports whether the auth file at path is usable now.
+func CheckAuthFile(path string) error {
+	_, err := loadAuthFile(path)
+	return err
+}
+
+func (a *FileAuthenticator) current() checker {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	fi, err := os.Stat(a.path)
@@ -159,7 +209,7 @@ func (a *authenticator) current() *credential {
 	return c
 }
 
-func loadAuthFile(path string) (*credential, error) {
+func loadAuthFile(path string) (checker, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAuthRequiredAcceptedRejected(t *testing.T) {
@@ -19,16 +20,7 @@ func TestAuthRequiredAcceptedRejected(t *testing.T) {
 	}
 	proxy := startProxy(t, Config{AuthFile: authFile})
 
-	get := func(user *url.Userinfo) *http.Response {
-		t.Helper()
-		resp, err := proxyClient(proxy, user).Get(upstream.URL + "/")
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
+	get := func(user *url.Userinfo) *http.Response { t.Helper(); return getVia(t, proxy, upstream.URL+"/", user) }
 	resp := get(nil)
 	if resp.StatusCode != http.StatusProxyAuthRequired {
 		t.Fatalf("no credential: status %d, want 407", resp.StatusCode)
@@ -67,6 +59,18 @@ func TestAuthRequiredAcceptedRejected(t *testing.T) {
 	if err := dial(url.UserPassword("crawler", "pa:ss word")); err != nil {
 		t.Errorf("CONNECT with the right password: %v", err)
 	}
+}
+
+// getVia fetches target through proxy with user's credentials (none: nil), body drained.
+func getVia(t *testing.T, proxy, target string, user *url.Userinfo) *http.Response {
+	t.Helper()
+	resp, err := proxyClient(proxy, user).Get(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
 
 func TestAuthRotation(t *testing.T) {
@@ -137,7 +141,7 @@ func TestWriteAuthFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.match("u", "p") || c.match("u", "q") || c.match("v", "p") {
+	if !c.match("u", "p", time.Time{}) || c.match("u", "q", time.Time{}) || c.match("v", "p", time.Time{}) {
 		t.Error("match is wrong")
 	}
 	entries, _ := os.ReadDir(filepath.Dir(path))

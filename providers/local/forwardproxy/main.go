@@ -56,7 +56,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	fs.StringVar(&o.listen, "listen", "", "`addr:port` to listen on (required)")
 	fs.StringVar(&o.source, "source", "", "outbound source `ip` for upstream connections")
-	fs.StringVar(&o.authFile, "auth-file", "", "basic-auth `file` (one line username:sha256:salt:sum); re-read when it changes")
+	fs.StringVar(&o.authFile, "auth-file", "", "basic-auth `file`: one line, username:sha256:salt:sum (a password) or proxy:lease:key (lease tokens, docs/leases.md); re-read when it changes")
 	fs.StringVar(&o.instance, "instance", "", "instance `name`, for logs and for finding the process")
 	fs.StringVar(&o.pidFile, "pid-file", "", "write the proxy's pid to `file` once it listens")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to `file` instead of stderr")

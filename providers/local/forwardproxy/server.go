@@ -79,8 +79,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 
 type handler struct {
 	log        *slog.Logger
-	auth       *authenticator // nil: no auth
-	dialer     *net.Dialer    // its Timeout bounds every upstream dial
+	auth       *FileAuthenticator // nil: no auth
+	dialer     *net.Dialer        // its Timeout bounds every upstream dial
 	transport  *http.Transport
 	tunnelIdle time.Duration
 
@@ -123,7 +123,7 @@ func newHandler(cfg Config) (*handler, error) {
 		},
 	}
 	if cfg.AuthFile != "" {
-		h.auth = newAuthenticator(cfg.AuthFile, log)
+		h.auth = NewFileAuthenticator(cfg.AuthFile, log)
 	}
 	return h, nil
 }

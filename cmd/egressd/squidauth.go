@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/providers/local/forwardproxy"
+	"github.com/egressd/egressd/schemas"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+const squidAuthUsage = `Usage: egressd squid-auth --key-file FILE
+
+A basic-auth helper for stock Squid that checks egressd's lease tokens (auth.mode "lease",
+docs/leases.md) offline, with the proxy's key from FILE (written by egressd lease-key):
+
+  auth_param basic program /usr/bin/egressd squid-auth --key-file /etc/squid/egressd.key
+  auth_param basic credentialsttl 1 second
+  acl leased proxy_auth REQUIRED
+  http_access allow leased
+
+It reads "username password" lines (URL-escaped, as Squid sends them; with concurrency,
+"channel-ID username password") and answers OK or ERR on each. FILE may also hold a
+password line (egressd forward-proxy's auth file format). It is re-read when it changes; while
+it is unusable every answer is ERR.
+`
+
+// squidMaxLine bounds one request line: a lease ID and a token are a few hundred bytes.
+const squidMaxLine = 64 << 10
+
+func squidAuthCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("squid-auth", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, squidAuthUsage); fs.PrintDefaults() }
+	keyFile := fs.String("key-file", "", "the proxy's key `file` (required)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if *keyFile == "" || fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "squid-auth: --key-file is required, and nothing else")
+		return 2
+	}
+	// Squid shows a helper's stderr in cache.log: a helper that cannot check anything says
+	// so at once rather than answer ERR forever.
+	if err := forwardproxy.CheckAuthFile(*keyFile); err != nil {
+		fmt.Fprintln(stderr, "squid-auth:", err)
+		return 1
+	}
+	auth := forwardproxy.NewFileAuthenticator(*keyFile, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err := serveSquidAuth(stdin, stdout, auth.Allow); err != nil {
+		fmt.Fprintln(stderr, "squid-auth:", err)
+		return 1
+	}
+	return 0
+}
+
+// serveSquidAuth answers Squid's basic-auth helper protocol until stdin ends. Every answer is
+// flushed at once: Squid waits for it before it sends the next request on this channel.
+func serveSquidAuth(in io.Reader, out io.Writer, allow func(user, pass string) bool) error {
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 4096), squidMaxLine)
+	w := bufio.NewWriter(out)
+	for sc.Scan() {
+		channel, ok := squidAnswer(sc.Text(), allow)
+		if _, err := w.WriteString(channel + ok + "\n"); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+// squidAnswer is the answer to one line, and the channel-ID prefix to give it.
+func squidAnswer(line string, allow func(user, pass string) bool) (channel, answer string) {
+	const refused = `ERR message="lease credentials refused"`
+	f := strings.Split(strings.TrimRight(line, "\r"), " ")
+	if len(f) == 3 {
+		channel, f = f[0]+" ", f[1:]
+	}
+	if len(f) != 2 {
+		return channel, `ERR message="malformed request"`
+	}
+	user, err1 := url.PathUnescape(f[0])
+	pass, err2 := url.PathUnescape(f[1])
+	if err1 != nil || err2 != nil || !allow(user, pass) {
+		return channel, refused
+	}
+	return channel, "OK"
+}
+
+const leaseKeyUsage = `Usage: egressd lease-key --proxy PROXY [--out FILE] [--nats-url URL]
+
+Prints (or writes to FILE, mode 0600) the key line of PROXY, for a proxy egressd does not
+deliver one to: an external Squid with egressd squid-auth. The key is derived from the lease
+master, which only admin, provisioners, probers and leasers may read; treat it as a password.
+`
+
+func leaseKeyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("lease-key", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, leaseKeyUsage); fs.PrintDefaults() }
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
+	out := fs.String("out", "", "write the key line to `file` (mode 0600) instead of stdout")
+	proxyFlag := fs.String("proxy", "", "the proxy's `name` (required)")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprint(stderr, leaseKeyUsage)
+		return 2
+	}
+	proxy := *proxyFlag
+	if err := schemas.ValidName(proxy); err != nil {
+		fmt.Fprintln(stderr, "lease-key: proxy:", err)
+		return 2
+	}
+	line, err := leaseKeyLine(ctx, *natsURL, proxy)
+	if err == nil && *out != "" {
+		err = forwardproxy.WriteLeaseKeyFile(*out, line)
+	} else if err == nil {
+		_, err = io.WriteString(stdout, line)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "lease-key:", err)
+		return 1
+	}
+	return 0
+}
+
+func leaseKeyLine(ctx context.Context, natsURL, proxy string) (string, error) {
+	nc, err := dial(natsURL, "egressd lease-key", defaultDialTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return "", err
+	}
+	locks, err := js.KeyValue(ctx, events.BucketLocks)
+	if err != nil {
+		return "", fmt.Errorf("bind bucket %s (has `egressd setup` run?): %w", events.BucketLocks, err)
+	}
+	m, err := readLeaseMaster(ctx, &kvstore.Store{Locks: locks})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "", fmt.Errorf("%w (may this NATS user read %s.%s?)", err, events.BucketLocks, events.KeyLeaseMaster)
+	}
+	if err != nil {
+		return "", err
+	}
+	return m.ProxyKey(proxy).FileLine(), nil
+}

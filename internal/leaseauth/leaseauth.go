@@ -1,0 +1,236 @@
+// Package leaseauth binds proxy access to leases (auth.mode "lease", docs/leases.md): the
+// leaser signs, for each grant and renewal, a token bound to the proxy, the lease ID and the
+// lease's expiry, and the proxy checks it offline with a key of its own. No NATS, no state:
+// a proxy needs only its key and a clock.
+//
+// Keys. One installation master (32 random bytes, created by `egressd setup`, kept in the
+// egress_locks bucket) derives one key per proxy, HMAC-SHA256(master, "egressd-lease-key",
+// proxy name). A proxy is given only its own key, so a proxy whose disk leaks cannot sign for
+// another; the leasers and probers hold the master and derive any proxy's key.
+//
+// Tokens travel as the basic-auth credential of a lease's URL:
+//
+//	username  the lease ID (any subject of 1 to 200 characters of [A-Za-z0-9._-])
+//	password  v1.<expiry, Unix seconds>.<base64url HMAC-SHA256(key, proxy, subject, expiry)>
+//
+// Both are URL-safe, so the URL needs no escaping. The package imports only the standard
+// library: it runs inside every proxy (forward-proxy, squid-auth) as well as in the roles.
+package leaseauth
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sizes of the secrets, in bytes.
+const (
+	MasterSize = 32
+	KeySize    = 32
+)
+
+// Skew is how long past its expiry a token is still accepted: the leaser's clock and the
+// proxy's may disagree by this much. It is what a released or expired lease's token keeps
+// beyond its own expiry, so it is small.
+const Skew = 5 * time.Second
+
+// MaxSubject bounds a token's subject (the lease ID).
+const MaxSubject = 200
+
+// tokenVersion starts every password; a later format gets another.
+const tokenVersion = "v1"
+
+// Errors of Verify and the parsers. They never quote the input: a token is a credential.
+var (
+	ErrMalformed = errors.New("lease token: malformed")
+	ErrSignature = errors.New("lease token: signature does not match")
+	ErrExpired   = errors.New("lease token: expired")
+)
+
+var b64 = base64.RawURLEncoding.Strict()
+
+// Master is the installation's signing secret. It never prints.
+type Master struct{ b []byte }
+
+// NewMaster returns a fresh random master.
+func NewMaster() Master {
+	b := make([]byte, MasterSize)
+	rand.Read(b) // never fails (crypto/rand)
+	return Master{b: b}
+}
+
+// ParseMaster decodes a master as Encode wrote it. Its error never quotes the input.
+func ParseMaster(text []byte) (Master, error) {
+	b, err := b64.DecodeString(strings.TrimSpace(string(text)))
+	if err != nil || len(b) != MasterSize {
+		return Master{}, fmt.Errorf("lease master: want %d bytes in unpadded base64url", MasterSize)
+	}
+	return Master{b: b}, nil
+}
+
+// Encode is the stored form: unpadded base64url.
+func (m Master) Encode() []byte { return []byte(b64.EncodeToString(m.b)) }
+
+// IsZero reports whether m holds no secret (not configured).
+func (m Master) IsZero() bool { return len(m.b) == 0 }
+
+// ProxyKey derives proxy's key. A zero master derives a zero key, which signs nothing valid.
+func (m Master) ProxyKey(proxy string) Key {
+	if m.IsZero() {
+		return Key{proxy: proxy}
+	}
+	h := hmac.New(sha256.New, m.b)
+	h.Write([]byte("egressd-lease-key\x00" + tokenVersion + "\x00" + proxy))
+	return Key{proxy: proxy, b: h.Sum(nil)}
+}
+
+func (Master) String() string                { return "[redacted]" }
+func (Master) GoString() string              { return "[redacted]" }
+func (Master) LogValue() slog.Value          { return slog.StringValue("[redacted]") }
+func (Master) MarshalJSON() ([]byte, error)  { return []byte(`"[redacted]"`), nil }
+func (Master) Format(f fmt.State, verb rune) { fmt.Fprint(f, "[redacted]") }
+
+// Key is one proxy's key: what the proxy holds, and what signs its tokens. It never prints.
+type Key struct {
+	proxy string
+	b     []byte
+}
+
+// Proxy is the name of the proxy the key belongs to.
+func (k Key) Proxy() string { return k.proxy }
+
+// IsZero reports whether k holds no secret.
+func (k Key) IsZero() bool { return len(k.b) == 0 }
+
+// Sign returns the credential that lets subject use k's proxy until expires (truncated to
+// the second, so a token never outlives what it stands for by more than Skew).
+func (k Key) Sign(subject string, expires time.Time) (username, password string) {
+	exp := strconv.FormatInt(expires.Unix(), 10)
+	return subject, tokenVersion + "." + exp + "." + b64.EncodeToString(k.mac(subject, exp))
+}
+
+func (k Key) mac(subject, exp string) []byte {
+	h := hmac.New(sha256.New, k.b)
+	// NUL-separated: a subject or proxy name can hold no NUL, so no two inputs run together.
+	h.Write([]byte("egressd-lease-token\x00" + tokenVersion + "\x00" + k.proxy + "\x00" + subject + "\x00" + exp))
+	return h.Sum(nil)
+}
+
+// Token is a parsed password.
+type Token struct {
+	Expires time.Time
+	exp     string // as written, which is what the MAC covers
+	mac     []byte
+}
+
+// ParseToken parses a password without checking it. Its errors wrap ErrMalformed.
+func ParseToken(password string) (Token, error) {
+	rest, ok := strings.CutPrefix(password, tokenVersion+".")
+	if !ok {
+		return Token{}, fmt.Errorf("%w: not a %s token", ErrMalformed, tokenVersion)
+	}
+	exp, mac, ok := strings.Cut(rest, ".")
+	if !ok {
+		return Token{}, fmt.Errorf("%w: want %s.<expiry>.<signature>", ErrMalformed, tokenVersion)
+	}
+	// Canonical decimal only: the signature covers the digits as written, and one expiry has
+	// one spelling.
+	if exp == "" || len(exp) > 12 || (exp[0] == '0' && exp != "0") || strings.Trim(exp, "0123456789") != "" {
+		return Token{}, fmt.Errorf("%w: expiry is not a decimal Unix time", ErrMalformed)
+	}
+	secs, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return Token{}, fmt.Errorf("%w: expiry is not a decimal Unix time", ErrMalformed)
+	}
+	sum, err := b64.DecodeString(mac)
+	if err != nil || len(sum) != sha256.Size {
+		return Token{}, fmt.Errorf("%w: signature is not %d bytes of unpadded base64url", ErrMalformed, sha256.Size)
+	}
+	return Token{Expires: time.Unix(secs, 0), exp: exp, mac: sum}, nil
+}
+
+// ValidSubject checks a token's subject: 1 to MaxSubject characters of [A-Za-z0-9._-].
+func ValidSubject(s string) error {
+	if s == "" || len(s) > MaxSubject {
+		return fmt.Errorf("%w: subject must be 1 to %d characters", ErrMalformed, MaxSubject)
+	}
+	for i := range len(s) {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: subject may hold only letters, digits, '.', '_' and '-'", ErrMalformed)
+		}
+	}
+	return nil
+}
+
+// Verify checks a basic-auth credential against k at now: ErrMalformed, ErrSignature (a
+// forged or altered token, another proxy's, or one signed with another key) or ErrExpired
+// (authentic, but now is more than Skew past its expiry). The signature is checked first and
+// in constant time, so a forged token never learns more than that it is wrong.
+func (k Key) Verify(username, password string, now time.Time) error {
+	if k.IsZero() {
+		return ErrSignature
+	}
+	if err := ValidSubject(username); err != nil {
+		return err
+	}
+	t, err := ParseToken(password)
+	if err != nil {
+		return err
+	}
+	if !hmac.Equal(t.mac, k.mac(username, t.exp)) {
+		return ErrSignature
+	}
+	if now.After(t.Expires.Add(Skew)) {
+		return ErrExpired
+	}
+	return nil
+}
+
+// fileScheme names a key line among the lines of a proxy's auth file.
+const fileScheme = "lease"
+
+// FileLine is how a proxy's key is written for the proxy (forward-proxy's --auth-file,
+// squid-auth's --key-file): one line, <proxy>:lease:<base64url key>.
+func (k Key) FileLine() string {
+	return k.proxy + ":" + fileScheme + ":" + b64.EncodeToString(k.b) + "\n"
+}
+
+// IsFileLine reports whether an auth file line is a key line (and not a password's).
+func IsFileLine(line string) bool {
+	parts := strings.Split(strings.TrimRight(line, "\r\n"), ":")
+	return len(parts) == 3 && parts[1] == fileScheme
+}
+
+// ParseFileLine reads a key line. Its errors never quote the line.
+func ParseFileLine(line string) (Key, error) {
+	text := strings.TrimRight(line, "\r\n")
+	if strings.ContainsAny(text, "\r\n") {
+		return Key{}, errors.New("lease key file: more than one line")
+	}
+	parts := strings.Split(text, ":")
+	if len(parts) != 3 || parts[1] != fileScheme {
+		return Key{}, fmt.Errorf("lease key file: want <proxy>:%s:<base64url key>", fileScheme)
+	}
+	if err := ValidSubject(parts[0]); err != nil {
+		return Key{}, errors.New("lease key file: the proxy name is not valid")
+	}
+	b, err := b64.DecodeString(parts[2])
+	if err != nil || len(b) != KeySize {
+		return Key{}, fmt.Errorf("lease key file: the key is not %d bytes of unpadded base64url", KeySize)
+	}
+	return Key{proxy: parts[0], b: b}, nil
+}
+
+func (Key) String() string                { return "[redacted]" }
+func (Key) GoString() string              { return "[redacted]" }
+func (Key) LogValue() slog.Value          { return slog.StringValue("[redacted]") }
+func (Key) MarshalJSON() ([]byte, error)  { return []byte(`"[redacted]"`), nil }
+func (Key) Format(f fmt.State, verb rune) { fmt.Fprint(f, "[redacted]") }

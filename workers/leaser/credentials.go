@@ -1,0 +1,28 @@
+package leaser
+
+import (
+	"net"
+	"net/url"
+	"strconv"
+
+	"github.com/egressd/egressd/events"
+)
+
+// grant is the reply form of a lease. Its URL carries the credentials the holder presents
+// to the proxy; it goes to the holder only, never to a log or an event:
+//
+//   - auth.mode "static": the spec's username and password, escaped by url.UserPassword;
+//   - auth.mode "lease": the lease ID and a token signed with the proxy's key
+//     (internal/leaseauth), valid until this grant's or renewal's expiry, so every renewal
+//     hands out a fresh one while the previous one runs out on its own.
+func (l *Leaser) grant(id string, rec events.Lease, t endpoint) events.LeaseGrant {
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.ip, strconv.Itoa(t.port))}
+	switch {
+	case t.auth.Lease():
+		u.User = url.UserPassword(l.cfg.LeaseMaster.ProxyKey(rec.Proxy).Sign(id, rec.ExpiresAt))
+	case t.auth != nil:
+		u.User = url.UserPassword(t.auth.Username, t.auth.Password)
+	}
+	return events.LeaseGrant{ID: id, Proxy: rec.Proxy, Host: t.ip, Port: t.port, URL: u.String(),
+		ExpiresAt: rec.ExpiresAt, TTLSeconds: rec.TTLSeconds}
+}
