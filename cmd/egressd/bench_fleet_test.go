@@ -58,7 +58,8 @@ func BenchmarkRunHolding10k(b *testing.B) {
 		backends = append(backends, ln.Addr().String())
 		go func() { _ = forwardproxy.Serve(ctx, ln, forwardproxy.Config{}) }()
 	}
-	node := startNode(b, dir, "--log-level", "info")
+	node := startNode(b, dir, "--log-level", "info", "--pprof-listen", "127.0.0.1:0")
+	pprofBase := pprofURL(b, node)
 	pid := node.cmd.Process.Pid
 	time.Sleep(5 * time.Second) // idle, settled
 	idle, _ := rssKiB(b, pid)
@@ -109,6 +110,7 @@ func BenchmarkRunHolding10k(b *testing.B) {
 	b.StopTimer()
 	time.Sleep(10 * time.Second) // a third of a probe round in the steady state
 	holding, hwm := rssKiB(b, pid)
+	saveHeap(b, pprofBase, "holding-10k") // with EGRESSD_SOAK_PROFILES set
 	statusStart := time.Now()
 	out := node.egressd("status", "-o", "json")
 	statusTook := time.Since(statusStart)
