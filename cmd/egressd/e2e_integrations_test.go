@@ -61,8 +61,8 @@ func needIntegrations(t *testing.T) {
 	t.Skipf("SKIPPED: missing %s; .ci/run installs them and sets %s=required", strings.Join(missing, ", "), integrationsEnvVar)
 }
 
-// site is a local web site: / links to pages a, b and c and to /blocked, which answers 403;
-// it records who fetched each path.
+// site is a local web site: / links to pages a, b and c, to /blocked, which answers 403, and
+// to /challenge, a 200 whose page is a captcha; it records who fetched each path.
 type site struct {
 	url  string
 	mu   sync.Mutex
@@ -85,8 +85,9 @@ func startSite(t *testing.T, addr string) *site {
 		return b.String() + "</body></html>"
 	}
 	pages := map[string]string{
-		"/":  page("home", "/a", "/b", "/c", "/blocked"),
-		"/a": page("a", "/b", "/"), "/b": page("b", "/c"), "/c": page("c", "/a"),
+		"/":          page("home", "/a", "/b", "/c", "/blocked", "/challenge"),
+		"/challenge": page("Please solve this CAPTCHA"),
+		"/a":         page("a", "/b", "/"), "/b": page("b", "/c"), "/c": page("c", "/a"),
 	}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
@@ -209,7 +210,7 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 	// checks holds for one crawler's run: pages through proxies, the block reported, no lease.
 	checks := func(t *testing.T, s *site, holder, out string) {
 		seen := s.seen()
-		for _, path := range []string{"/", "/a", "/b", "/c", "/blocked"} {
+		for _, path := range []string{"/", "/a", "/b", "/c", "/blocked", "/challenge"} {
 			if len(seen[path]) == 0 {
 				t.Errorf("%s was not fetched", path)
 			}
@@ -242,19 +243,27 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 		}
 	}
 
-	// Each run crawls a site of its own (another target), so the cooldown one run's block
-	// sets does not take proxies from the next.
-	for _, c := range []struct{ mode, site string }{{"session", "127.0.86.1:0"}, {"request", "127.0.87.2:0"}} {
+	// Each run crawls a site of its own (another target), so the cooldown one run's blocks
+	// set does not take proxies from the next. The per-request run retries each blocked page
+	// once on a new lease, with cooldowns of 2 s so that four blocks leave proxies to retry on.
+	for _, c := range []struct {
+		mode, site, retries, cooldown string
+		blocks                        int
+	}{{"session", "127.0.86.1:0", "0", "0", 2}, {"request", "127.0.87.2:0", "1", "2", 4}} {
 		t.Run("scrapy over the HTTP face, a lease per "+c.mode, func(t *testing.T) {
 			s := startSite(t, c.site)
 			out := runTool(t, filepath.Join(ig, "scrapy/example"), []string{
 				"PYTHONPATH=" + filepath.Join(ig, "scrapy"), "EGRESSD_LEASE_URL=http://" + leaseAddr,
 				"EGRESSD_LEASE_TOKEN=" + token, "EGRESSD_ACQUIRE=" + acquire, "EGRESSD_LEASE_MODE=" + c.mode,
-				"SCRAPY_LOG_LEVEL=DEBUG",
+				"EGRESSD_BLOCK_RETRIES=" + c.retries, "EGRESSD_BLOCK_COOLDOWN=" + c.cooldown, "SCRAPY_LOG_LEVEL=DEBUG",
 			}, "/usr/bin/python3", "-m", "scrapy", "crawl", "site", "-a", "start_url="+s.url+"/")
 			checks(t, s, "scrapy-e2e", out)
-			if !strings.Contains(out, "'egressd/blocked': 1") {
-				t.Errorf("Scrapy's stats do not count one block:\n%s", out)
+			// The 403 and the captcha page (/challenge) are blocks, each fetched once more per retry.
+			if want := fmt.Sprintf("'egressd/blocked': %d,", c.blocks); !strings.Contains(out, want) {
+				t.Errorf("Scrapy's stats do not say %s:\n%s", want, out)
+			}
+			if seen := s.seen(); len(seen["/blocked"]) != c.blocks/2 || len(seen["/challenge"]) != c.blocks/2 {
+				t.Errorf("/blocked fetched %d times, /challenge %d, want %d each", len(seen["/blocked"]), len(seen["/challenge"]), c.blocks/2)
 			}
 			if strings.Contains(out, "SENTINEL") {
 				t.Errorf("Scrapy's output carries the token")
@@ -266,9 +275,12 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 		s := startSite(t, "127.0.87.1:0")
 		out := runTool(t, filepath.Join(ig, "crawlee"), []string{
 			"NATS_URL=" + n.url, "START_URL=" + s.url + "/", "EGRESSD_HOLDER=crawlee-e2e", "EGRESSD_ACQUIRE=" + acquire,
-			"CRAWLEE_STORAGE_DIR=" + filepath.Join(dir, "crawlee-storage"),
+			"CRAWLEE_STORAGE_DIR=" + filepath.Join(dir, "crawlee-storage"), "EGRESSD_BLOCK_COOLDOWN=2",
 		}, "node", "example/crawl.js")
 		checks(t, s, "crawlee-e2e", out)
+		if !strings.Contains(out, "reported blocked (captcha): "+s.url+"/challenge") {
+			t.Errorf("the captcha page was not reported")
+		}
 	})
 
 	t.Run("the token is in no log or metric", func(t *testing.T) {

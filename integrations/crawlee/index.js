@@ -134,14 +134,22 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
     return held.lease;
   }
 
-  async #afterNavigation({ request, response, session }) {
+  async #afterNavigation(ctx) {
+    const { response, session } = ctx;
     if (session?.sessionPool && !this.#pools.has(session.sessionPool)) {
       // A session Crawlee retires (too many errors, used up) gives its lease back.
       this.#pools.add(session.sessionPool);
       session.sessionPool.on('sessionRetired', (s) => this.release(s.id).catch(() => {}));
     }
-    const status = response?.statusCode;
-    if (!this.options.blockedStatusCodes.includes(status)) return;
+    if (this.options.blockedStatusCodes.includes(response?.statusCode)) await this.reportBlocked(ctx);
+  }
+
+  /**
+   * Reports the session's proxy blocked for the request's site and gives its lease back; the
+   * session's next request gets another proxy. For blocks only the page shows (a captcha),
+   * call it from the requestHandler, then retire the session: `session.retire()`.
+   */
+  async reportBlocked({ request, session }) {
     const lease = this.#forget(session?.id ?? '');
     if (!lease) return;
     const report = { id: lease.id, result: 'blocked', target: new URL(request.url).hostname, release: true };

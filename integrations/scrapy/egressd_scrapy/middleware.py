@@ -103,10 +103,13 @@ class EgressdProxyMiddleware:
         if lease is None:
             return response
         blocked = response.status in self.block_status or self._has_marker(response)
-        # A blocked lease is reported and given back (its session gets another on its next
-        # request); in request mode every lease ends with its response.
-        if blocked and self._drop(lease, request):
+        if blocked:
             self.stats.inc_value("egressd/blocked")
+        # A blocked lease is reported and given back, once however many of its responses say
+        # so (its session gets another on its next request); in request mode every lease ends
+        # with its response.
+        if blocked and self._drop(lease, request):
+            self.stats.inc_value("egressd/reported")
             host = urlparse(request.url).hostname
             self._in_thread(spider, "report", self.client.report, lease["id"], "blocked", host, self.block_cooldown, True)
         elif self.mode == "request" and self._drop(lease, request):

@@ -11,6 +11,8 @@ EGRESSD_LEASE_URL = os.environ.get("EGRESSD_LEASE_URL", EGRESSD_LEASE_URL)
 EGRESSD_ACQUIRE = json.loads(os.environ.get("EGRESSD_ACQUIRE", "{}"))  # e.g. {"selector": {"pool": "web"}}
 EGRESSD_LEASE_MODE = os.environ.get("EGRESSD_LEASE_MODE", "session")
 EGRESSD_BLOCK_MARKERS = ["captcha"]
+EGRESSD_BLOCK_RETRIES = int(os.environ.get("EGRESSD_BLOCK_RETRIES", "0"))
+EGRESSD_BLOCK_COOLDOWN = int(os.environ.get("EGRESSD_BLOCK_COOLDOWN", "0"))  # 0: the service's
 
 BOT_NAME = "sitecrawl"
 SPIDER_MODULES = ["sitecrawl.spiders"]
