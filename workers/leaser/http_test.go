@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -247,6 +248,9 @@ func TestHTTPFaceAnswersAsNATSDoes(t *testing.T) {
 			rep, resp := hr.post(http.DefaultClient, "http", 0, c.endpoint, c.auth, []byte(`{}`))
 			if rep.code != c.code || !strings.Contains(resp.Header.Get("WWW-Authenticate"), c.challenge) {
 				t.Errorf("%s: %d %s, WWW-Authenticate %q", c.name, rep.code, rep.body, resp.Header.Get("WWW-Authenticate"))
+			}
+			if strings.Contains(string(rep.body), "SENTINEL") || strings.Contains(fmt.Sprint(resp.Header), "SENTINEL") {
+				t.Errorf("%s: the answer quotes the token", c.name)
 			}
 		}
 		if n := hr.obs.count("acquire/unauthorized"); n != 5 {
