@@ -68,7 +68,9 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
   async #conn() {
     if (this.#closed) throw new Error('egressd: the proxy configuration is closed');
     if (this.#nc) return this.#nc;
-    this.#connecting ??= connect({ servers: this.options.servers, ...this.options.natsOptions });
+    // A failed connect is not kept: the next request tries again.
+    this.#connecting ??= connect({ servers: this.options.servers, ...this.options.natsOptions })
+      .catch((err) => { this.#connecting = undefined; throw err; });
     this.#nc = await this.#connecting;
     return this.#nc;
   }
