@@ -172,8 +172,9 @@ func reports(t *testing.T, js jetstream.JetStream) []events.Event {
 // The Scrapy middleware and the Crawlee proxy configuration, each run for real against a
 // local site through proxies leased from `egressd run` (Scrapy over the HTTP face, Crawlee
 // over NATS): every page is fetched through a leased proxy (the site sees the proxies'
-// addresses, never the crawler's), the 403 page is reported blocked by its holder, and no
-// lease is left once the crawler has exited. The bearer token appears in no log or metric.
+// addresses, never the crawler's) with lease-bound credentials, the 403 page is reported
+// blocked by its holder, and no lease is left once the crawler has exited. The bearer token
+// appears in no log or metric.
 func TestIntegrationsEndToEnd(t *testing.T) {
 	needNats(t)
 	needIntegrations(t)
@@ -191,7 +192,7 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":2,"successThreshold":1}`
 	names := []string{"ig-1", "ig-2", "ig-3", "ig-4"}
 	for _, name := range names {
-		n.nats("kv", "put", "proxies", name, `{"provider":"local","maxLeases":2,"attributes":{"e2e":"integrations"},`+hc+`}`)
+		n.nats("kv", "put", "proxies", name, `{"provider":"local","maxLeases":2,"attributes":{"e2e":"integrations"},"auth":{"mode":"lease"},`+hc+`}`)
 	}
 	rows := n.waitRows("the proxies Ready", time.Minute, allPhase(names, events.PhaseReady))
 	proxyHosts := map[string]bool{}
@@ -244,20 +245,30 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 	}
 
 	// Each run crawls a site of its own (another target), so the cooldown one run's blocks
-	// set does not take proxies from the next. The per-request run retries each blocked page
+	// set does not take proxies from the next. The per-session run has leases of 5 s and a
+	// download delay of 1 s, so it lasts past the first token's expiry: its later requests
+	// get through only with the renewals' URLs. The per-request run retries each blocked page
 	// once on a new lease, with cooldowns of 2 s so that four blocks leave proxies to retry on.
 	for _, c := range []struct {
-		mode, site, retries, cooldown string
-		blocks                        int
-	}{{"session", "127.0.86.1:0", "0", "0", 2}, {"request", "127.0.87.2:0", "1", "2", 4}} {
+		mode, site, ttl, delay, retries, cooldown string
+		blocks                                    int
+	}{{"session", "127.0.86.1:0", "5", "1", "0", "0", 2}, {"request", "127.0.87.2:0", "120", "0", "1", "2", 4}} {
 		t.Run("scrapy over the HTTP face, a lease per "+c.mode, func(t *testing.T) {
 			s := startSite(t, c.site)
 			out := runTool(t, filepath.Join(ig, "scrapy/example"), []string{
 				"PYTHONPATH=" + filepath.Join(ig, "scrapy"), "EGRESSD_LEASE_URL=http://" + leaseAddr,
-				"EGRESSD_LEASE_TOKEN=" + token, "EGRESSD_ACQUIRE=" + acquire, "EGRESSD_LEASE_MODE=" + c.mode,
-				"EGRESSD_BLOCK_RETRIES=" + c.retries, "EGRESSD_BLOCK_COOLDOWN=" + c.cooldown, "SCRAPY_LOG_LEVEL=DEBUG",
+				"EGRESSD_LEASE_TOKEN=" + token, "EGRESSD_LEASE_MODE=" + c.mode,
+				`EGRESSD_ACQUIRE={"selector":{"e2e":"integrations"},"ttlSeconds":` + c.ttl + `}`,
+				"SCRAPY_DOWNLOAD_DELAY=" + c.delay, "EGRESSD_BLOCK_RETRIES=" + c.retries,
+				"EGRESSD_BLOCK_COOLDOWN=" + c.cooldown, "SCRAPY_LOG_LEVEL=DEBUG",
 			}, "/usr/bin/python3", "-m", "scrapy", "crawl", "site", "-a", "start_url="+s.url+"/")
 			checks(t, s, "scrapy-e2e", out)
+			if strings.Contains(out, "Crawled (407)") {
+				t.Errorf("a proxy refused a lease's credentials (407)")
+			}
+			if c.mode == "session" && !strings.Contains(out, "'egressd/renewed'") {
+				t.Errorf("the session's lease was never renewed:\n%s", out)
+			}
 			// The 403 and the captcha page (/challenge) are blocks, each fetched once more per retry.
 			if want := fmt.Sprintf("'egressd/blocked': %d,", c.blocks); !strings.Contains(out, want) {
 				t.Errorf("Scrapy's stats do not say %s:\n%s", want, out)

@@ -120,7 +120,11 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
 
   async #renew(key, lease) {
     try {
-      await this.request('renew', { id: lease.id });
+      const reply = await this.request('renew', { id: lease.id });
+      // With lease-bound credentials (auth mode lease) the renewal's url carries a fresh
+      // token: the session's next requests use it.
+      const held = this.#sessions.get(key);
+      if (held && held.lease.id === lease.id) held.lease = reply.lease;
     } catch (err) {
       // Refused (404, 409, 410): the lease is gone and the session gets a new one. Anything
       // else is retried at the next tick, well within the TTL.

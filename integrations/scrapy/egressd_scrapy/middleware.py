@@ -52,6 +52,7 @@ class EgressdProxyMiddleware:
         self.sessions = {}  # session key -> lease
         self.waiting = {}  # session key -> Deferreds waiting for its acquire
         self.active = {}  # lease ID -> lease, every lease held (renewed, released at close)
+        self.renew_at = {}  # lease ID -> when it is due for renewal (time.monotonic)
         self.renewer = None
 
     @classmethod
@@ -66,8 +67,10 @@ class EgressdProxyMiddleware:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def spider_opened(self, spider):
-        self.renewer = task.LoopingCall(self._renew_all, spider)
-        self.renewer.start(max(1.0, self.ttl / 3), now=False)
+        # Each lease is renewed at a third of the TTL it was granted (EGRESSD_ACQUIRE or
+        # egressd_acquire may ask for another than EGRESSD_TTL_SECONDS); the tick only looks.
+        self.renewer = task.LoopingCall(self._renew_due, spider)
+        self.renewer.start(1.0, now=False)
 
     def spider_closed(self, spider):
         if self.renewer and self.renewer.running:
@@ -151,6 +154,7 @@ class EgressdProxyMiddleware:
 
     def _granted(self, lease):
         self.active[lease["id"]] = lease
+        self.renew_at[lease["id"]] = time.monotonic() + max(1.0, lease.get("ttlSeconds", self.ttl) / 3)
         self.stats.inc_value("egressd/leases")
         return lease
 
@@ -170,6 +174,7 @@ class EgressdProxyMiddleware:
 
     def _drop(self, lease, request):
         """Forgets the lease (its session's too); False if it was forgotten already."""
+        self.renew_at.pop(lease["id"], None)
         if self.active.pop(lease["id"], None) is None:
             return False
         key = str(request.meta.get("egressd_session", "default"))
@@ -183,14 +188,30 @@ class EgressdProxyMiddleware:
         body = response.body.lower()
         return any(m in body for m in self.block_markers)
 
-    def _renew_all(self, spider):
+    def _renew_due(self, spider):
+        now = time.monotonic()
         for lease in list(self.active.values()):
+            if self.renew_at.get(lease["id"], 0) > now:
+                continue
+            self.renew_at[lease["id"]] = now + max(1.0, lease.get("ttlSeconds", self.ttl) / 3)
             d = threads.deferToThread(self.client.renew, lease["id"])
-            d.addErrback(self._renew_failed, lease, spider)
+            d.addCallbacks(self._renewed, self._renew_failed, errbackArgs=(lease, spider))
+
+    def _renewed(self, lease):
+        """Keeps the renewal's lease: with lease-bound credentials (auth mode lease) its url
+        carries a fresh token, which the next requests must use."""
+        if lease["id"] not in self.active:
+            return  # released or blocked meanwhile
+        self.stats.inc_value("egressd/renewed")
+        self.active[lease["id"]] = lease
+        for key, held in list(self.sessions.items()):
+            if held["id"] == lease["id"]:
+                self.sessions[key] = lease
 
     def _renew_failed(self, failure, lease, spider):
         if failure.check(LeaseError) and failure.value.code in _GONE:
             self.active.pop(lease["id"], None)
+            self.renew_at.pop(lease["id"], None)
             for key, held in list(self.sessions.items()):
                 if held["id"] == lease["id"]:
                     del self.sessions[key]
