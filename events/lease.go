@@ -139,6 +139,11 @@ const (
 	CodeGone        ErrorCode = 410 // the service ended the lease; ErrorDetail.End says why
 	CodeUnavailable ErrorCode = 503 // no proxy available; Availability says why
 	CodeInternal    ErrorCode = 500
+
+	// Only the HTTP face of the service (docs/leases.md) answers these; its status is the code.
+	CodeUnauthorized     ErrorCode = 401 // no bearer token, or one the leaser does not know
+	CodeMethodNotAllowed ErrorCode = 405 // every endpoint takes POST only
+	CodeTooLarge         ErrorCode = 413 // the body is over the face's limit
 )
 
 // ErrorReply is the body of every lease service error.

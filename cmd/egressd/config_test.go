@@ -21,6 +21,12 @@ func TestParseConfig(t *testing.T) {
 		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
 		{"wrong type", "providers:\n  - name: a\n    type: local\n    local:\n      maxConcurrentOps: many\n", "line 5"},
 		{"empty", "", "empty config"},
+		{"lease HTTP crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: crawlee, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", ""},
+		{"lease HTTP without crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP: {crawlers: []}\n", "leaseHTTP.crawlers: at least one"},
+		{"lease HTTP hash not hex", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: my-token}\n", "leaseHTTP.crawlers[0].tokenSHA256: must be 64 hex digits"},
+		{"lease HTTP duplicate crawler", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: s, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", "leaseHTTP.crawlers[1].name: duplicate"},
+		{"lease HTTP same token twice", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: t, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[1].tokenSHA256: the same token"},
+		{"lease HTTP crawler without name", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[0].name: is required"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ const leaseUsage = `Usage:
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
+  egressd lease token   CRAWLER-NAME   (a bearer token for the lease HTTP face, and its config entry)
 
 Prints the service's JSON reply; on an error prints it on stderr and exits 1. A lease from
 this command is not renewed: renew it, or let it expire. For shell scripts:
@@ -55,6 +56,9 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	sub := args[0]
+	if sub == "token" {
+		return leaseTokenCmd(args[1:], stdout, stderr)
+	}
 	var f leaseFlags
 	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -31,17 +31,28 @@ func pprofListener(addr string) (net.Listener, error) {
 
 // checkPprofAddr refuses an address that is not loopback, before anything starts.
 func checkPprofAddr(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
+	loopback, err := isLoopbackAddr(addr)
 	if err != nil {
 		return fmt.Errorf("--pprof-listen %q: %w", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+	if !loopback {
 		return fmt.Errorf("--pprof-listen %q: must be a loopback address (127.0.0.1:port, [::1]:port or localhost:port); profiles are never served beyond this machine", addr)
 	}
 	return nil
+}
+
+// isLoopbackAddr says whether a host:port names this machine only: a loopback IP or
+// "localhost" (a name resolves at listen time; "" and 0.0.0.0 are every interface).
+func isLoopbackAddr(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if host == "localhost" {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
 }
 
 // pprofHandler is net/http/pprof on its own mux, so the profiles are only on --pprof-listen

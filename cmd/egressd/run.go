@@ -47,6 +47,7 @@ type runFlags struct {
 	uiListen   string
 	declare    bool
 	pprof      string
+	leaseHTTP  leaseHTTPFlags
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -73,6 +74,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
 	fs.StringVar(&f.pprof, "pprof-listen", "", "serve net/http/pprof on this loopback address (empty, the default, disables; a non-loopback address is refused)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
+	f.leaseHTTP.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -149,6 +151,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	roles, err := parseRoles(f.roles)
 	if err != nil {
 		return err
+	}
+	if !roles.leaser && f.leaseHTTP.listen != "" {
+		return errors.New("--lease-http-listen: the leaser role serves it; add leaser to --roles")
 	}
 	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
@@ -327,9 +332,13 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		g.Go(func() error { return p.Run(gctx) })
 	}
 	if roles.leaser {
+		lh, err := f.leaseHTTP.listener(cfg, roles)
+		if err != nil {
+			return err
+		}
 		raw, interval := cfg.leaseHistory()
 		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs,
-			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster})
+			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster, HTTP: lh})
 		if err != nil {
 			return err
 		}

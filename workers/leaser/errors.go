@@ -33,6 +33,15 @@ var errInternal = &apiError{code: events.CodeInternal, msg: "internal error in t
 // replyError sends err as a service error. Anything but an *apiError is an internal failure:
 // it is logged and the caller gets a generic 500, since a KV error may quote keys or payloads.
 func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
+	ae, body := l.errorReply(endpoint, err)
+	if rerr := req.Error(strconv.Itoa(int(ae.code)), ae.msg, body); rerr != nil {
+		l.log.Warn("reply", "endpoint", endpoint, "err", rerr)
+	}
+}
+
+// errorReply is err as the caller sees it, with its events.ErrorReply body; the NATS and the
+// HTTP face answer with the same.
+func (l *Leaser) errorReply(endpoint string, err error) (*apiError, []byte) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
 		l.log.Error("request failed", "endpoint", endpoint, "err", err)
@@ -42,9 +51,7 @@ func (l *Leaser) replyError(req micro.Request, endpoint string, err error) {
 	if merr != nil {
 		body = nil
 	}
-	if rerr := req.Error(strconv.Itoa(int(ae.code)), ae.msg, body); rerr != nil {
-		l.log.Warn("reply", "endpoint", endpoint, "err", rerr)
-	}
+	return ae, body
 }
 
 // result names the outcome of a request for the Observer.
@@ -69,6 +76,10 @@ func result(endpoint string, err error) string {
 		return "gone"
 	case events.CodeUnavailable:
 		return "unavailable"
+	case events.CodeUnauthorized:
+		return "unauthorized"
+	case events.CodeMethodNotAllowed, events.CodeTooLarge:
+		return "bad_request"
 	}
 	return "error"
 }

@@ -53,6 +53,9 @@ type Config struct {
 	StatsInterval time.Duration
 	RawEvents     events.RawLeaseEvents
 
+	// HTTP, when set, also serves the endpoints as JSON over HTTP (http.go).
+	HTTP *HTTPConfig
+
 	Log      *slog.Logger
 	Now      func() time.Time     // record timestamps; expiry itself runs on the server's clock
 	Observer Observer             // optional: counts requests (metrics)
@@ -135,6 +138,13 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	if !slices.Contains(events.RawLeaseEventModes, cfg.RawEvents) {
 		return nil, fmt.Errorf("leaser: raw lease events %q: want one of %v", cfg.RawEvents, events.RawLeaseEventModes)
+	}
+	if cfg.HTTP != nil {
+		hc := *cfg.HTTP
+		if err := hc.check(); err != nil {
+			return nil, err
+		}
+		cfg.HTTP = &hc
 	}
 	if cfg.Worker == "" {
 		h, _ := os.Hostname()

@@ -19,6 +19,9 @@ import (
 // Call it once.
 func (l *Leaser) Run(ctx context.Context) error {
 	watchCtx, stopWatches := context.WithCancel(context.WithoutCancel(ctx))
+	if l.cfg.HTTP != nil {
+		defer l.cfg.HTTP.Listener.Close() // also when Run returns before serving on it
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer stopWatches()
@@ -75,11 +78,13 @@ func (l *Leaser) Run(ctx context.Context) error {
 		return fmt.Errorf("flush subscriptions: %w", err)
 	}
 	l.log.Info("lease service started", "subjects", events.LeaseSubjectPrefix+".*")
+	stopHTTP := l.startHTTP(watchCtx, &wg, failed)
 	close(l.ready)
 	select {
 	case <-ctx.Done():
 	case err = <-failed:
 	}
+	stopHTTP()
 	l.stop(svc)
 	return err
 }
@@ -160,15 +165,9 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 	return micro.HandlerFunc(func(req micro.Request) {
 		l.inflight.Add(1)
 		defer l.inflight.Add(-1)
-		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
-		defer cancel()
-		rctx, span := l.startRequest(rctx, name, req)
-		defer span.End() // after the reply
+		rctx, end := l.startCall(ctx, name, req.Headers())
 		reply, err := h(rctx, req.Data())
-		res := result(name, err)
-		l.cfg.Observer.ObserveLease(name, res, time.Since(start))
-		requestResult(span, res)
+		defer end(err) // after the reply
 		if err != nil {
 			l.replyError(req, name, err)
 			return
@@ -177,6 +176,21 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 			l.log.Warn("reply", "endpoint", name, "err", err)
 		}
 	})
+}
+
+// startCall gives one request, over NATS or HTTP, its budget and its span; end records its
+// outcome (metrics, span) and releases both.
+func (l *Leaser) startCall(ctx context.Context, name string, headers map[string][]string) (context.Context, func(error)) {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
+	rctx, span := l.startRequest(rctx, name, headers)
+	return rctx, func(err error) {
+		res := result(name, err)
+		l.cfg.Observer.ObserveLease(name, res, time.Since(start))
+		requestResult(span, res)
+		span.End()
+		cancel()
+	}
 }
 
 // stop unsubscribes (new requests go to the other replicas) and waits, within ShutdownBudget,

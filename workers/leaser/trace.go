@@ -9,17 +9,16 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 )
 
 // startRequest starts the span of one lease request, a child of the caller's span when the
 // request's headers carry one (the Go client puts it there). Neither the request's body nor
 // the reply is recorded: they hold lease IDs, holders, targets and proxy credentials.
-func (l *Leaser) startRequest(ctx context.Context, endpoint string, req micro.Request) (context.Context, trace.Span) {
+func (l *Leaser) startRequest(ctx context.Context, endpoint string, headers map[string][]string) (context.Context, trace.Span) {
 	dest := tracing.Destination{Subject: events.LeaseSubjectPrefix + "." + endpoint}
 	dest.Template = dest.Subject
-	return tracing.StartProcess(ctx, l.tracer, dest, req.Headers(), trace.SpanKindServer)
+	return tracing.StartProcess(ctx, l.tracer, dest, headers, trace.SpanKindServer)
 }
 
 // requestResult records on a request's span the result the metrics count.

@@ -83,10 +83,11 @@ func (m *Metrics) ObserveOp(provider, op, result string, d time.Duration) {
 // ObserveGC counts one orphan deletion (provisioner.Observer).
 func (m *Metrics) ObserveGC(provider string) { m.gcDeletions.WithLabelValues(provider).Inc() }
 
-// ObserveLease counts one lease request; acquire durations also feed the histogram.
+// ObserveLease counts one lease request; acquire durations also feed the histogram, but for
+// requests the HTTP face refused unread (a flood of bad tokens must not skew it).
 func (m *Metrics) ObserveLease(endpoint, result string, d time.Duration) {
 	m.leaseRequests.WithLabelValues(endpoint, result).Inc()
-	if endpoint == "acquire" {
+	if endpoint == "acquire" && result != "unauthorized" {
 		m.acquireTime.Observe(d.Seconds())
 	}
 }
