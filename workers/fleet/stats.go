@@ -73,7 +73,7 @@ type StatsQuery struct {
 
 // StatsInput is a query as written on a command line or in a URL; ParseStatsQuery checks it.
 type StatsInput struct {
-	Since, By, Sort, Top, Step           string
+	Since, By, Sort, Top, Step         string
 	Targets, Proxies, Providers, Pools []string // each may be comma-separated
 }
 
