@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,7 +26,7 @@ func statsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&in.Since, "since", "1h", "the window: sums stored this long ago until now (15m, 1h, 7d, ...)")
 	fs.StringVar(&in.By, "by", "target", "group by target, proxy, provider or pool")
 	fs.StringVar(&in.Sort, "sort", "rate", "order: rate (highest block rate first) or blocked (most blocked reports first)")
-	fs.StringVar(&in.Top, "top", "20", "show this many rows (0: all)")
+	fs.StringVar(&in.Top, "top", strconv.Itoa(fleet.DefaultStatsTop), "show this many rows (0: all)")
 	fs.Var((*listFlag)(&in.Targets), "target", "only these targets (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&in.Proxies), "proxy", "only these proxies (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&in.Providers), "provider", "only proxies of these providers (repeatable, or comma-separated)")

@@ -48,6 +48,7 @@ var StatsSorts = []StatsSort{SortByRate, SortByBlocked}
 // Defaults and bounds of a StatsQuery.
 const (
 	DefaultStatsWindow = time.Hour
+	DefaultStatsTop    = 20
 	// maxStatsWindow is EGRESS_LEASE_STATS's default retention, and more than it keeps
 	// unless events.stats.maxAge raises it.
 	maxStatsWindow = 366 * 24 * time.Hour
@@ -79,7 +80,7 @@ type StatsInput struct {
 
 // ParseStatsQuery checks in; its error names the field at fault.
 func ParseStatsQuery(in StatsInput) (StatsQuery, error) {
-	q := StatsQuery{Since: DefaultStatsWindow, By: StatsByTarget, Sort: SortByRate,
+	q := StatsQuery{Since: DefaultStatsWindow, By: StatsByTarget, Sort: SortByRate, Top: DefaultStatsTop,
 		Targets: splitValues(in.Targets), Proxies: splitValues(in.Proxies), Providers: splitValues(in.Providers), Pools: splitValues(in.Pools)}
 	if in.Since != "" {
 		d, err := parseWindow(in.Since)

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"net/http/httptest"
 	"os"
@@ -166,4 +169,104 @@ func checkScreenshot(t *testing.T, path string) {
 	if len(colours) < 20 {
 		t.Errorf("screenshot has %d colours: a blank page?", len(colours))
 	}
+}
+
+// TestBrowserDrawsLeaseTraffic loads the page with an hour of lease statistics in a real
+// browser and checks, in the screenshot, that the chart's plot areas hold lines in each
+// provider's colour (-update-screenshot copies it to docs/status-stats.png).
+func TestBrowserDrawsLeaseTraffic(t *testing.T) {
+	bin := chromiumPath(t)
+	r := newRig(t)
+	r.seedFleet(t)
+	r.seedStats(t)
+	srv := httptest.NewServer(r.handler(t, Config{Title: "egressd status — lab"}))
+	defer srv.Close()
+
+	dom := string(runChromium(t, bin, srv.URL+"/", "--dump-dom"))
+	if rows := tableRows(t, dom, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8%" {
+		t.Errorf("the browser shows other blocked targets: %q", rows)
+	}
+	shot := filepath.Join(t.TempDir(), "status-stats.png")
+	runChromium(t, bin, srv.URL+"/", "--screenshot="+shot, "--window-size=1280,1600")
+	plot := checkPlot(t, shot, seriesColours[:2])
+	t.Logf("plot area %v", plot)
+	if *updateScreenshot {
+		b, err := os.ReadFile(shot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join("..", "..", "docs", "status-stats.png"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkPlot finds the chart's plot areas in a screenshot by their background colour, which
+// nothing else on the page has, and checks that each of colours (hex, "#rrggbb") is drawn
+// inside them: the lines are there, not just the empty frame or the legend above it.
+func checkPlot(t *testing.T, path string, colours []string) image.Rectangle {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	bg := hexColour(t, plotBackground)
+	var plot image.Rectangle
+	b := img.Bounds()
+	for py := b.Min.Y; py < b.Max.Y; py++ {
+		for px := b.Min.X; px < b.Max.X; px++ {
+			if rgb(img.At(px, py)) == bg {
+				plot = plot.Union(image.Rect(px, py, px+1, py+1))
+			}
+		}
+	}
+	if plot.Dx() < 600 || plot.Dy() < 150 {
+		t.Fatalf("no plot area in the screenshot (background %s found over %v)", plotBackground, plot)
+	}
+	for _, c := range colours {
+		want := hexColour(t, c)
+		n := 0
+		for py := plot.Min.Y; py < plot.Max.Y; py++ {
+			for px := plot.Min.X; px < plot.Max.X; px++ {
+				if near(rgb(img.At(px, py)), want, 24) {
+					n++
+				}
+			}
+		}
+		// A line across 60 buckets in each of two panels is thousands of pixels; a stray
+		// anti-aliased edge is a handful.
+		if n < 500 {
+			t.Errorf("the plot area has %d pixels of the series colour %s: its line is not drawn", n, c)
+		}
+		t.Logf("series %s: %d pixels", c, n)
+	}
+	return plot
+}
+
+func rgb(c color.Color) [3]int {
+	r, g, b, _ := c.RGBA()
+	return [3]int{int(r >> 8), int(g >> 8), int(b >> 8)}
+}
+
+func hexColour(t *testing.T, s string) [3]int {
+	t.Helper()
+	var c [3]int
+	if _, err := fmt.Sscanf(s, "#%02x%02x%02x", &c[0], &c[1], &c[2]); err != nil {
+		t.Fatalf("colour %q: %v", s, err)
+	}
+	return c
+}
+
+func near(a, b [3]int, tol int) bool {
+	for i := range a {
+		if d := a[i] - b[i]; d > tol || d < -tol {
+			return false
+		}
+	}
+	return true
 }

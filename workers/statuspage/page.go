@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // Defaults of Config.
@@ -62,12 +63,14 @@ func New(cfg Config) (*Page, error) {
 	return &Page{cfg: cfg}, nil
 }
 
-// Handler serves the page at "/" and its data at "/api/status.json". Both are read-only:
+// Handler serves the page at "/", its data at "/api/status.json" and the lease statistics at
+// "/api/stats.json". All are read-only:
 // only GET and HEAD are routed.
 func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.serveHTML)
 	mux.HandleFunc("GET /api/status.json", p.serveJSON)
+	mux.HandleFunc("GET /api/stats.json", p.serveStats)
 	return mux
 }
 
@@ -113,6 +116,27 @@ func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	s := p.snapshot(r, q)
 	writeJSON(w, p.cfg.Log, statusCode(s), s)
+}
+
+// serveStats is `egressd stats --json` over HTTP: the same read model, the same query (since,
+// by, sort, top, target, proxy, provider, pool, and step for the series).
+func (p *Page) serveStats(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q, err := fleet.ParseStatsQuery(fleet.StatsInput{Since: v.Get("since"), By: v.Get("by"), Sort: v.Get("sort"), Top: v.Get("top"),
+		Step: v.Get("step"), Targets: v["target"], Proxies: v["proxy"], Providers: v["provider"], Pools: v["pool"]})
+	if err != nil {
+		writeJSON(w, p.cfg.Log, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
+	defer cancel()
+	st, err := fleet.LoadStats(ctx, p.cfg.Store.JS, q, time.Now())
+	if err != nil {
+		p.cfg.Log.Warn("status page: read failed", "err", err)
+		writeJSON(w, p.cfg.Log, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, p.cfg.Log, http.StatusOK, st)
 }
 
 func writeJSON(w http.ResponseWriter, log *slog.Logger, code int, v any) {
