@@ -15,17 +15,17 @@ import (
 
 // Geometry of the chart, in SVG user units (the SVG scales to the page's width).
 const (
-	chartWidth   = 1200
-	chartLeft    = 56 // room for the y labels
-	chartRight   = 16
-	panelTop     = 26 // room for the panel's title
-	panelHeight  = 140
-	panelBottom  = 26 // room for the time labels
-	chartPanels  = 2
-	panelStride  = panelTop + panelHeight + panelBottom
-	chartHeight  = chartPanels * panelStride
-	plotWidth    = chartWidth - chartLeft - chartRight
-	timeLabelsY  = panelHeight + 18
+	chartWidth  = 1200
+	chartLeft   = 56 // room for the y labels
+	chartRight  = 16
+	panelTop    = 26 // room for the panel's title
+	panelHeight = 140
+	panelBottom = 26 // room for the time labels
+	chartPanels = 2
+	panelStride = panelTop + panelHeight + panelBottom
+	chartHeight = chartPanels * panelStride
+	plotWidth   = chartWidth - chartLeft - chartRight
+	timeLabelsY = panelHeight + 18
 )
 
 // plotBackground fills the plot areas, and only them, so the browser test can find the plot in
@@ -133,7 +133,9 @@ func providerName(p string) string {
 func x(i, n int) float64 { return float64(chartLeft) + (float64(i)+0.5)*float64(plotWidth)/float64(n) }
 
 // y is v's height in a panel whose top is scale (the panel's own coordinates).
-func y(v, scale int) float64 { return float64(panelHeight) - float64(v)*float64(panelHeight)/float64(scale) }
+func y(v, scale int) float64 {
+	return float64(panelHeight) - float64(v)*float64(panelHeight)/float64(scale)
+}
 
 func line(values []int, scale int, colour, provider string) chartLine {
 	l := chartLine{Provider: provider, Colour: colour}
