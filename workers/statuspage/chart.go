@@ -28,14 +28,15 @@ const (
 	timeLabelsY = panelHeight + 18
 )
 
-// plotBackground fills the plot areas, and only them, so the browser test can find the plot in
-// a screenshot by this colour and look inside it for the series' colours.
-const plotBackground = "#e8eef6"
+// PlotBackground fills the plot areas, and only them, so the browser tests (here and in
+// cmd/egressd) can find the plot in a screenshot by this colour and look inside it for the
+// series' colours, which they read from SeriesColours.
+const PlotBackground = "#e8eef6"
 
-// seriesColours are the providers' colours, in the providers' order (by name); a ninth
+// SeriesColours are the providers' colours, in the providers' order (by name); a ninth
 // provider takes the first again. Each is also named in the legend, so colour is never the
 // only way to tell the lines apart.
-var seriesColours = []string{"#1d4ed8", "#c2410c", "#15803d", "#a21caf", "#0e7490", "#b91c1c", "#4d7c0f", "#6d28d9"}
+var SeriesColours = []string{"#1d4ed8", "#c2410c", "#15803d", "#a21caf", "#0e7490", "#b91c1c", "#4d7c0f", "#6d28d9"}
 
 type chartView struct {
 	Width, Height int
@@ -84,11 +85,11 @@ func newChart(st *fleet.Stats) *chartView {
 		return nil
 	}
 	s := st.Series
-	c := &chartView{Width: chartWidth, Height: chartHeight, Left: chartLeft, Right: chartLeft + plotWidth, TimeLabelsY: timeLabelsY, Background: plotBackground,
+	c := &chartView{Width: chartWidth, Height: chartHeight, Left: chartLeft, Right: chartLeft + plotWidth, TimeLabelsY: timeLabelsY, Background: PlotBackground,
 		Caption: fmt.Sprintf("the last %s in steps of %s, by the end of each leaser interval", fleet.FormatWindow(st.To.Sub(st.From)),
 			fleet.FormatWindow(time.Duration(s.StepSeconds)*time.Second))}
 	for i, p := range s.Providers {
-		c.Legend = append(c.Legend, legendItem{providerName(p.Provider), seriesColours[i%len(seriesColours)]})
+		c.Legend = append(c.Legend, legendItem{providerName(p.Provider), SeriesColours[i%len(SeriesColours)]})
 	}
 	panels := []struct {
 		title  string
@@ -115,7 +116,7 @@ func newChart(st *fleet.Stats) *chartView {
 		}
 		pn.TimeLabels = timeLabels(st)
 		for j, p := range s.Providers {
-			pn.Lines = append(pn.Lines, line(pd.values(p), scale, seriesColours[j%len(seriesColours)], providerName(p.Provider)))
+			pn.Lines = append(pn.Lines, line(pd.values(p), scale, SeriesColours[j%len(SeriesColours)], providerName(p.Provider)))
 		}
 		c.Panels = append(c.Panels, pn)
 	}

@@ -171,8 +171,8 @@ func TestPageShowsLeaseTraffic(t *testing.T) {
 	if n := strings.Count(page, "<polyline "); n != 4 {
 		t.Errorf("%d lines, want 4 (2 providers by 2 panels)", n)
 	}
-	for _, want := range []string{"Lease traffic, last 1h", "Leases granted", "Blocked reports", `stroke="` + seriesColours[0] + `"`,
-		`stroke="` + seriesColours[1] + `"`, "in steps of 1m"} {
+	for _, want := range []string{"Lease traffic, last 1h", "Leases granted", "Blocked reports", `stroke="` + SeriesColours[0] + `"`,
+		`stroke="` + SeriesColours[1] + `"`, "in steps of 1m"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}
