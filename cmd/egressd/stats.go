@@ -81,15 +81,15 @@ func printStats(w io.Writer, st *fleet.Stats, q fleet.StatsQuery) {
 		return
 	}
 	if len(st.Rows) == 0 {
-		fmt.Fprintf(w, "No statistics match the filters (%d leaser records in the last %s).\n", st.Records, window)
+		fmt.Fprintf(w, "No statistics match the filters (%s in the last %s).\n", records(st.Records), window)
 		return
 	}
 	order := "block rate"
 	if q.Sort == fleet.SortByBlocked {
 		order = "blocked reports"
 	}
-	fmt.Fprintf(w, "Block rate by %s over the last %s, highest %s first (%d leaser records, one per %s; the current interval shows once it ends).\n",
-		q.By, window, order, st.Records, fleet.FormatWindow(time.Duration(st.IntervalSeconds)*time.Second))
+	fmt.Fprintf(w, "Block rate by %s over the last %s, highest %s first (%s, one per %s; the current interval shows once it ends).\n",
+		q.By, window, order, records(st.Records), fleet.FormatWindow(time.Duration(st.IntervalSeconds)*time.Second))
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	head := strings.ToUpper(string(q.By))
 	if q.By == fleet.StatsByProxy {
@@ -129,4 +129,11 @@ func statsKeyText(by fleet.StatsGroup, key string) string {
 		return "(no pool)"
 	}
 	return "(unknown)"
+}
+
+func records(n int) string {
+	if n == 1 {
+		return "1 leaser record"
+	}
+	return strconv.Itoa(n) + " leaser records"
 }

@@ -125,6 +125,9 @@ func parseWindow(s string) (time.Duration, error) {
 		if err != nil {
 			return 0, err
 		}
+		if n < 0 || n > 1000 { // beyond any window, and before 24h times it could overflow
+			return 0, fmt.Errorf("%d days: out of range", n)
+		}
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)
