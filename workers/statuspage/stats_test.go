@@ -123,6 +123,15 @@ func TestStatsJSON(t *testing.T) {
 		t.Errorf("step=10m: %d s, %d buckets", s.StepSeconds, len(s.Starts))
 	}
 
+	// Every read deleted its consumer: a page reloading every 5 s leaves none behind.
+	info, err := r.store.JS.Stream(t.Context(), events.StreamLeaseStats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Consumers; n != 0 {
+		t.Errorf("%d consumers left on %s", n, events.StreamLeaseStats)
+	}
+
 	for query, field := range map[string]string{"?by=holder": "by", "?since=forever": "since", "?since=-1h": "since",
 		"?top=x": "top", "?sort=up": "sort", "?step=2h": "step", "?step=10ms": "step"} {
 		res, body := get(t, h, "/api/stats.json"+query)
