@@ -74,11 +74,12 @@ func (p *Page) Handler() http.Handler {
 	return mux
 }
 
-// snapshot reads the state for one request, bounded by the configured timeout.
-func (p *Page) snapshot(r *http.Request, q query) Snapshot {
+// snapshot reads the state for one request, bounded by the configured timeout; with stats,
+// also the lease statistics of the page's chart, which /api/status.json does not carry.
+func (p *Page) snapshot(r *http.Request, q query, stats bool) Snapshot {
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	s := load(ctx, p.cfg, q, time.Now())
+	s := load(ctx, p.cfg, q, stats, time.Now())
 	for _, e := range s.Errors {
 		p.cfg.Log.Warn("status page: read failed", "err", e)
 	}
@@ -87,7 +88,7 @@ func (p *Page) snapshot(r *http.Request, q query) Snapshot {
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	q, qerr := parseQuery(r.URL.Query())
-	s := p.snapshot(r, q)
+	s := p.snapshot(r, q, true)
 	v := newView(s)
 	code := statusCode(s)
 	if qerr != nil {
@@ -114,7 +115,7 @@ func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, p.cfg.Log, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	s := p.snapshot(r, q)
+	s := p.snapshot(r, q, false)
 	writeJSON(w, p.cfg.Log, statusCode(s), s)
 }
 

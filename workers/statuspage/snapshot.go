@@ -87,10 +87,10 @@ type EventRow struct {
 	Summary string    `json:"summary"`
 }
 
-// load reads the fleet, the provider checks, the event stream and the lease statistics in parallel (one slow read
+// load reads the fleet, the provider checks, the event stream and (withStats) the lease statistics in parallel (one slow read
 // should not add to another's latency) and builds the snapshot for q. A failed read is
 // recorded in Errors and leaves its part empty; the rest is still shown.
-func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
+func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Time) Snapshot {
 	var (
 		fl      *fleet.Fleet
 		targets []events.TargetHealth
@@ -104,7 +104,9 @@ func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 	wg.Go(func() { fl = fleet.Load(ctx, fleet.FromStore(cfg.Store), now) })
 	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
 	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
-	wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
+	if withStats {
+		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
+	}
 	wg.Wait()
 
 	s := Snapshot{
