@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -15,9 +14,7 @@ import (
 
 func runStats(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code = statsCmd(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
+	return runCommand(t, statsCmd, args...)
 }
 
 // A bad flag is refused before any connection, with the flag named.

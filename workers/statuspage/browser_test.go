@@ -12,7 +12,7 @@ import (
 	"github.com/egressd/egressd/internal/chromium"
 )
 
-var updateScreenshot = flag.Bool("update-screenshot", false, "copy the browser test's screenshot to docs/status-page.png")
+var updateScreenshot = flag.Bool("update-screenshot", false, "copy the browser tests' screenshots to docs/ (status-page.png, status-stats.png)")
 
 // TestBrowserShowsTheStatus loads the page in a real browser and checks what a person sees
 // in the rendered DOM: the title, each proxy with its phase, the provider targets and the
@@ -68,15 +68,7 @@ func TestBrowserShowsTheStatus(t *testing.T) {
 	if n := chromium.Colours(img, 7); n < 20 {
 		t.Errorf("screenshot has %d colours: a blank page?", n)
 	}
-	if *updateScreenshot {
-		b, err := os.ReadFile(shot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "status-page.png"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	keepScreenshot(t, shot, "status-page.png")
 
 	// Hostile text reaches the browser as text: no script runs, no element is injected.
 	r.put(t, r.store.Status, "evil", events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Message: hostile, CreatedAt: r.now})
@@ -111,13 +103,20 @@ func TestBrowserDrawsLeaseTraffic(t *testing.T) {
 	// anti-aliased edge is a handful.
 	shot, img := chromium.Screenshot(t, bin, srv.URL+"/", 1280, 1600)
 	chromium.CheckPlot(t, img, PlotBackground, SeriesColours[:2], 500)
-	if *updateScreenshot {
-		b, err := os.ReadFile(shot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "status-stats.png"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	keepScreenshot(t, shot, "status-stats.png")
+}
+
+// keepScreenshot copies a screenshot to docs/name with -update-screenshot.
+func keepScreenshot(t *testing.T, shot, name string) {
+	t.Helper()
+	if !*updateScreenshot {
+		return
+	}
+	b, err := os.ReadFile(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join("..", "..", "docs", name), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
