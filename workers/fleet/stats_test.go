@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/kvstore/kvstoretest"
 )
 
 func TestParseStatsQuery(t *testing.T) {
@@ -82,4 +84,13 @@ func FuzzParseStatsQuery(f *testing.F) {
 			t.Errorf("out of bounds: %+v", q)
 		}
 	})
+}
+
+// Before `egressd setup` (no EGRESS_LEASE_STATS yet) there are no statistics, not an error.
+func TestLoadStatsBeforeSetup(t *testing.T) {
+	_, _, js := kvstoretest.Start(t)
+	st, err := LoadStats(t.Context(), js, StatsQuery{Since: time.Hour, By: StatsByTarget, Sort: SortByRate}, time.Now())
+	if err != nil || st.Records != 0 || len(st.Rows) != 0 || len(st.Series.Starts) != 60 {
+		t.Fatalf("%+v, %v", st, err)
+	}
 }
