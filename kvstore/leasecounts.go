@@ -75,6 +75,15 @@ func readWindow(ctx context.Context, js jetstream.JetStream, stream string, from
 	if err != nil {
 		return err
 	}
+	// Deleted when done rather than left to its inactivity threshold: the status page reads a
+	// window on every reload, and each would leave a consumer on the server for 30 s.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = js.DeleteConsumer(dctx, stream, info.Name)
+		}
+	}()
 	for done := false; !done; {
 		// No-wait: the window is already stored, so a fetch ends with what the server has
 		// instead of waiting for new messages.

@@ -57,27 +57,49 @@ type StatsSum struct {
 
 // SumLeaseStats sums every replica's rows of the window by, sorted by key.
 func SumLeaseStats(ctx context.Context, js jetstream.JetStream, from, to time.Time, by StatsBy) ([]StatsSum, error) {
-	sums := map[StatsKey]*events.LeaseCounts{}
+	sums := NewStatsSums(by)
 	err := ReadLeaseStats(ctx, js, from, to, func(s events.LeaseStats) {
 		for _, r := range s.Rows {
-			k := by(r)
-			c := sums[k]
-			if c == nil {
-				c = &events.LeaseCounts{}
-				sums[k] = c
-			}
-			c.Add(r.LeaseCounts)
+			sums.Add(r)
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]StatsSum, 0, len(sums))
-	for _, k := range slices.SortedFunc(maps.Keys(sums), func(a, b StatsKey) int {
+	return sums.Sorted(), nil
+}
+
+// StatsSums sums rows by a grouping as they are read: what SumLeaseStats does, for a reader
+// that builds more than the sums from one read of the window (a time series beside them).
+type StatsSums struct {
+	by   StatsBy
+	sums map[StatsKey]*events.LeaseCounts
+}
+
+// NewStatsSums sums by by.
+func NewStatsSums(by StatsBy) *StatsSums {
+	return &StatsSums{by: by, sums: map[StatsKey]*events.LeaseCounts{}}
+}
+
+// Add counts r in its group.
+func (s *StatsSums) Add(r events.LeaseStatsRow) {
+	k := s.by(r)
+	c := s.sums[k]
+	if c == nil {
+		c = &events.LeaseCounts{}
+		s.sums[k] = c
+	}
+	c.Add(r.LeaseCounts)
+}
+
+// Sorted is the sums so far, sorted by key.
+func (s *StatsSums) Sorted() []StatsSum {
+	out := make([]StatsSum, 0, len(s.sums))
+	for _, k := range slices.SortedFunc(maps.Keys(s.sums), func(a, b StatsKey) int {
 		return cmp.Or(cmp.Compare(a.Proxy, b.Proxy), cmp.Compare(a.Target, b.Target),
 			cmp.Compare(a.Provider, b.Provider), cmp.Compare(a.Pool, b.Pool))
 	}) {
-		out = append(out, StatsSum{StatsKey: k, LeaseCounts: *sums[k]})
+		out = append(out, StatsSum{StatsKey: k, LeaseCounts: *s.sums[k]})
 	}
-	return out, nil
+	return out
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -52,9 +51,7 @@ func leaseService(t *testing.T) string {
 
 func runLease(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb bytes.Buffer
-	code = leaseCmd(context.Background(), args, &out, &errb)
-	return code, out.String(), errb.String()
+	return runCommand(t, leaseCmd, args...)
 }
 
 func TestLeaseCommand(t *testing.T) {

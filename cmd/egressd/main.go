@@ -28,6 +28,8 @@ Usage:
   egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
   egressd status pools           show pools: desired, ready, leased and draining members, next rotation
   egressd status providers       show provider targets: ready, reason, latency
+  egressd stats [--since 1h] [--by target|proxy|provider|pool] [--json]
+                                 block rates from the leasers' statistics over a window
   egressd events [-f] [--since 1h] [--kind k] [--proxy p]
                                  follow what happens, in a human-readable form
   egressd forward-proxy [flags]  the forward proxy the local provider runs
@@ -63,6 +65,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return statusCmd(ctx, rest, stdout, stderr)
 	case "events":
 		return eventsCmd(ctx, rest, stdout, stderr)
+	case "stats":
+		return statsCmd(ctx, rest, stdout, stderr)
 	case "forward-proxy":
 		return forwardproxy.Main(ctx, rest, stderr)
 	case "squid-auth":

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,8 +33,14 @@ func mixedFleet(t *testing.T) (string, *kvstore.Store, *nats.Conn, fleettest.Wan
 
 func runStatus(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runCommand(t, statusCmd, args...)
+}
+
+// runCommand runs one of the commands in this process, with its output captured.
+func runCommand(t *testing.T, cmd func(context.Context, []string, io.Writer, io.Writer) int, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
-	code = statusCmd(context.Background(), args, &out, &errb)
+	code = cmd(context.Background(), args, &out, &errb)
 	return code, out.String(), errb.String()
 }
 

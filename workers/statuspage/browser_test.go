@@ -1,80 +1,31 @@
 package statuspage
 
 import (
-	"bytes"
-	"context"
 	"flag"
-	"image/png"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/chromium"
 )
 
-var updateScreenshot = flag.Bool("update-screenshot", false, "copy the browser test's screenshot to docs/status-page.png")
-
-// chromiumTimeout bounds one browser run; a hung browser fails the test instead of the CI job.
-const chromiumTimeout = 30 * time.Second
-
-// chromiumPath finds Debian's chromium. Its absence fails the test: skipping would let CI pass
-// without anyone having looked at the page in a browser.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	t.Fatal("chromium is not installed: this test loads the status page in Debian's headless chromium. " +
-		".ci/run installs it; on a workstation run `apt-get install -y chromium`")
-	return ""
-}
-
-// runChromium loads url in headless chromium with extra flags and returns its stdout.
-func runChromium(t *testing.T, bin, url string, extra ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), chromiumTimeout)
-	defer cancel()
-	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir=" + t.TempDir()}
-	args = append(append(args, extra...), url)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	ownProcessGroup(cmd)
-	// Children that keep stdout open must not hold Wait past the timeout.
-	cmd.WaitDelay = 5 * time.Second
-	t.Cleanup(func() { killProcessGroup(cmd) })
-	err := cmd.Run()
-	killProcessGroup(cmd)
-	if ctx.Err() != nil {
-		t.Fatalf("chromium did not finish within %s\n%s", chromiumTimeout, stderr.Bytes())
-	}
-	if err != nil {
-		t.Fatalf("chromium %s: %v\n%s", strings.Join(extra, " "), err, stderr.Bytes())
-	}
-	return stdout.Bytes()
-}
+var updateScreenshot = flag.Bool("update-screenshot", false, "copy the browser tests' screenshots to docs/ (status-page.png, status-stats.png)")
 
 // TestBrowserShowsTheStatus loads the page in a real browser and checks what a person sees
 // in the rendered DOM: the title, each proxy with its phase, the provider targets and the
 // latest event. It also takes a screenshot (-update-screenshot copies it to the docs).
 func TestBrowserShowsTheStatus(t *testing.T) {
-	bin := chromiumPath(t)
+	bin := chromium.Path(t)
 	r := newRig(t)
 	r.seedFleet(t)
 	const title = "egressd status — lab"
 	srv := httptest.NewServer(r.handler(t, Config{Title: title}))
 	defer srv.Close()
 
-	dom := string(runChromium(t, bin, srv.URL+"/", "--dump-dom"))
+	dom := string(chromium.Run(t, bin, srv.URL+"/", "--dump-dom"))
 	if !strings.Contains(dom, "<title>"+title+"</title>") || !strings.Contains(dom, "<h1>"+title+"</h1>") {
 		t.Errorf("the browser shows another title:\n%s", dom)
 	}
@@ -113,22 +64,15 @@ func TestBrowserShowsTheStatus(t *testing.T) {
 		t.Errorf("summary missing or a secret shown:\n%s", text)
 	}
 
-	shot := filepath.Join(t.TempDir(), "status-page.png")
-	runChromium(t, bin, srv.URL+"/", "--screenshot="+shot, "--window-size=1280,900")
-	checkScreenshot(t, shot)
-	if *updateScreenshot {
-		b, err := os.ReadFile(shot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join("..", "..", "docs", "status-page.png"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	shot, img := chromium.Screenshot(t, bin, srv.URL+"/", 1280, 900)
+	if n := chromium.Colours(img, 7); n < 20 {
+		t.Errorf("screenshot has %d colours: a blank page?", n)
 	}
+	keepScreenshot(t, shot, "status-page.png")
 
 	// Hostile text reaches the browser as text: no script runs, no element is injected.
 	r.put(t, r.store.Status, "evil", events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Message: hostile, CreatedAt: r.now})
-	dom = string(runChromium(t, bin, srv.URL+"/", "--dump-dom"))
+	dom = string(chromium.Run(t, bin, srv.URL+"/", "--dump-dom"))
 	if !strings.Contains(dom, "<title>"+title+"</title>") {
 		t.Errorf("a script in a proxy message ran and changed the title:\n%s", dom)
 	}
@@ -140,30 +84,39 @@ func TestBrowserShowsTheStatus(t *testing.T) {
 	}
 }
 
-// checkScreenshot proves the PNG is the window's size and not a blank page.
-func checkScreenshot(t *testing.T, path string) {
+// TestBrowserDrawsLeaseTraffic loads the page with an hour of lease statistics in a real
+// browser and checks, in the screenshot, that the chart's plot areas hold lines in each
+// provider's colour (-update-screenshot copies it to docs/status-stats.png).
+func TestBrowserDrawsLeaseTraffic(t *testing.T) {
+	bin := chromium.Path(t)
+	r := newRig(t)
+	r.seedFleet(t)
+	r.seedStats(t)
+	srv := httptest.NewServer(r.handler(t, Config{Title: "egressd status — lab"}))
+	defer srv.Close()
+
+	dom := string(chromium.Run(t, bin, srv.URL+"/", "--dump-dom"))
+	if rows := tableRows(t, dom, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8%" {
+		t.Errorf("the browser shows other blocked targets: %q", rows)
+	}
+	// A line across 60 buckets in each of two panels is thousands of pixels; a stray
+	// anti-aliased edge is a handful.
+	shot, img := chromium.Screenshot(t, bin, srv.URL+"/", 1280, 1600)
+	chromium.CheckPlot(t, img, PlotBackground, SeriesColours[:2], 500)
+	keepScreenshot(t, shot, "status-stats.png")
+}
+
+// keepScreenshot copies a screenshot to docs/name with -update-screenshot.
+func keepScreenshot(t *testing.T, shot, name string) {
 	t.Helper()
-	f, err := os.Open(path)
+	if !*updateScreenshot {
+		return
+	}
+	b, err := os.ReadFile(shot)
 	if err != nil {
-		t.Fatalf("no screenshot: %v", err)
+		t.Fatal(err)
 	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("screenshot: %v", err)
-	}
-	if b := img.Bounds(); b.Dx() != 1280 || b.Dy() != 900 {
-		t.Errorf("screenshot is %dx%d, want 1280x900", b.Dx(), b.Dy())
-	}
-	colours := map[[4]uint32]bool{}
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y += 7 {
-		for x := b.Min.X; x < b.Max.X; x += 7 {
-			r, g, bl, a := img.At(x, y).RGBA()
-			colours[[4]uint32{r, g, bl, a}] = true
-		}
-	}
-	if len(colours) < 20 {
-		t.Errorf("screenshot has %d colours: a blank page?", len(colours))
+	if err := os.WriteFile(filepath.Join("..", "..", "docs", name), b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,10 @@
 // with phase, address, health, leases and age; pools with their desired, ready, leased and
 // draining members and next rotation (when there are any); provider targets and their checks; the most
 // recent lifecycle events on EGRESS_EVENTS (not the lease traffic of EGRESS_LEASE_EVENTS); and the same data as JSON at /api/status.json.
+// From the leasers' sums on EGRESS_LEASE_STATS it charts the lease traffic (leases granted and
+// blocked reports per provider, as SVG the server draws, so the page stays script-free) and
+// lists the most blocked targets; /api/stats.json serves those sums as `egressd stats --json`
+// does, through the same read model (fleet.LoadStats).
 //
 // Proxies come from the read model (workers/fleet) that `egressd status` and the metrics
 // share, so the three agree. At thousands of proxies the page shows one page of them (100 by

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/fleet"
 )
 
 // Defaults of Config.
@@ -62,20 +63,23 @@ func New(cfg Config) (*Page, error) {
 	return &Page{cfg: cfg}, nil
 }
 
-// Handler serves the page at "/" and its data at "/api/status.json". Both are read-only:
+// Handler serves the page at "/", its data at "/api/status.json" and the lease statistics at
+// "/api/stats.json". All are read-only:
 // only GET and HEAD are routed.
 func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.serveHTML)
 	mux.HandleFunc("GET /api/status.json", p.serveJSON)
+	mux.HandleFunc("GET /api/stats.json", p.serveStats)
 	return mux
 }
 
-// snapshot reads the state for one request, bounded by the configured timeout.
-func (p *Page) snapshot(r *http.Request, q query) Snapshot {
+// snapshot reads the state for one request, bounded by the configured timeout; with stats,
+// also the lease statistics of the page's chart, which /api/status.json does not carry.
+func (p *Page) snapshot(r *http.Request, q query, stats bool) Snapshot {
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	s := load(ctx, p.cfg, q, time.Now())
+	s := load(ctx, p.cfg, q, stats, time.Now())
 	for _, e := range s.Errors {
 		p.cfg.Log.Warn("status page: read failed", "err", e)
 	}
@@ -84,7 +88,7 @@ func (p *Page) snapshot(r *http.Request, q query) Snapshot {
 
 func (p *Page) serveHTML(w http.ResponseWriter, r *http.Request) {
 	q, qerr := parseQuery(r.URL.Query())
-	s := p.snapshot(r, q)
+	s := p.snapshot(r, q, true)
 	v := newView(s)
 	code := statusCode(s)
 	if qerr != nil {
@@ -111,8 +115,29 @@ func (p *Page) serveJSON(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, p.cfg.Log, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	s := p.snapshot(r, q)
+	s := p.snapshot(r, q, false)
 	writeJSON(w, p.cfg.Log, statusCode(s), s)
+}
+
+// serveStats is `egressd stats --json` over HTTP: the same read model, the same query (since,
+// by, sort, top, target, proxy, provider, pool, and step for the series).
+func (p *Page) serveStats(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	q, err := fleet.ParseStatsQuery(fleet.StatsInput{Since: v.Get("since"), By: v.Get("by"), Sort: v.Get("sort"), Top: v.Get("top"),
+		Step: v.Get("step"), Targets: v["target"], Proxies: v["proxy"], Providers: v["provider"], Pools: v["pool"]})
+	if err != nil {
+		writeJSON(w, p.cfg.Log, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
+	defer cancel()
+	st, err := fleet.LoadStats(ctx, p.cfg.Store.JS, q, time.Now())
+	if err != nil {
+		p.cfg.Log.Warn("status page: read failed", "err", err)
+		writeJSON(w, p.cfg.Log, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, p.cfg.Log, http.StatusOK, st)
 }
 
 func writeJSON(w http.ResponseWriter, log *slog.Logger, code int, v any) {

@@ -9,8 +9,10 @@ import (
 	"github.com/egressd/egressd/workers/fleet"
 )
 
-// Paging of the proxies table.
+// Paging of the proxies table, and the length of the top blocked targets.
 const (
+	topBlockedTargets = 10
+
 	DefaultPerPage = 100
 	maxPerPage     = 1000
 )
@@ -25,15 +27,17 @@ type Filter struct {
 	Pool     string `json:"pool,omitempty"`     // pools whose members to show, by their spec's owner
 }
 
-// query is a request's filter and page, checked.
+// query is a request's filter and page, checked, and the window of its lease statistics.
 type query struct {
 	filter        fleet.Filter
 	echo          Filter
 	page, perPage int
+	stats         fleet.StatsQuery
+	since         string // as written, for the form to carry; "" is the default
 }
 
-// parseQuery reads phase, provider, selector, pool (each repeatable or comma-separated), q, page
-// and per_page. Its error names the parameter at fault; unknown parameters are ignored.
+// parseQuery reads phase, provider, selector, pool (each repeatable or comma-separated), q, page,
+// per_page and since (the window of the lease statistics). Its error names the parameter at fault; unknown parameters are ignored.
 func parseQuery(v url.Values) (query, error) {
 	q := query{
 		echo: Filter{Phase: joinParam(v["phase"]), Provider: joinParam(v["provider"]), Selector: joinParam(v["selector"]), Q: v.Get("q"),
@@ -46,6 +50,12 @@ func parseQuery(v url.Values) (query, error) {
 		return q, err
 	}
 	q.filter = f
+	// The page's statistics: the top blocked targets over since, and the series for the chart.
+	q.since = v.Get("since")
+	if q.stats, err = fleet.ParseStatsQuery(fleet.StatsInput{Since: q.since, Sort: string(fleet.SortByBlocked)}); err != nil {
+		return q, err
+	}
+	q.stats.Top = topBlockedTargets
 	if s := v.Get("page"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 {

@@ -41,6 +41,9 @@ func TestHostileTextIsInert(t *testing.T) {
 		Message: hostile, CheckedAt: r.now})
 	r.publish(t, events.Event{Kind: events.KindPhase, Proxy: "evil", At: r.now, From: events.PhasePending,
 		Phase: events.PhaseFailed, Reason: hostile, Message: hostile})
+	// A target is whatever a crawler wrote; a provider's name comes from a spec.
+	r.publishStats(t, events.LeaseStats{V: 1, Leaser: "m1", From: r.now.Add(-time.Minute), To: r.now, Rows: []events.LeaseStatsRow{
+		{Proxy: "evil", Target: hostile, Provider: hostile, LeaseCounts: events.LeaseCounts{Granted: 1, Blocked: 1}}}})
 	res, body := get(t, r.handler(t, Config{}), "/")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", res.StatusCode)
@@ -51,8 +54,9 @@ func TestHostileTextIsInert(t *testing.T) {
 			t.Errorf("page contains a live %s element", tag)
 		}
 	}
-	if n := strings.Count(body, "&lt;script&gt;"); n < 6 {
-		t.Errorf("the hostile text is shown escaped %d times, want at least 6 (attribute, reason, message, last error, provider, event)", n)
+	if n := strings.Count(body, "&lt;script&gt;"); n < 11 {
+		t.Errorf("the hostile text is shown escaped %d times, want at least 11 (attribute, reason, message, last error, provider, "+
+			"event, blocked target, chart legend, chart lines)", n)
 	}
 	// What a person reads is the text as written.
 	if !strings.Contains(visibleText(body), hostile) {
@@ -81,16 +85,22 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Errorf("banner does not name the error, or the page lost its frame:\n%s", visibleText(body))
 	}
 	// Sections a failed read left empty say so, rather than "nothing yet".
-	if n := strings.Count(body, "Not available: NATS could not be read."); n != 4 || strings.Contains(body, "No proxies yet") {
-		t.Errorf("%d sections marked unavailable, want 4:\n%s", n, visibleText(body))
+	if n := strings.Count(body, "Not available: NATS could not be read."); n != 5 || strings.Contains(body, "No proxies yet") ||
+		strings.Contains(body, "No lease statistics") {
+		t.Errorf("%d sections marked unavailable, want 5 (pools, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
 	}
 	res, body = get(t, h, "/api/status.json")
 	var s Snapshot
 	if err := json.Unmarshal([]byte(body), &s); err != nil {
 		t.Fatal(err)
 	}
+	// The JSON does not carry the lease statistics, so it does not read them either.
 	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 8 {
 		t.Errorf("status %d, errors %q; want 503 and one error per read", res.StatusCode, s.Errors)
+	}
+	if res, body := get(t, h, "/api/stats.json"); res.StatusCode != http.StatusServiceUnavailable ||
+		!strings.Contains(body, `"error": "read lease statistics: nats: connection closed"`) {
+		t.Errorf("/api/stats.json: %d %s, want 503 naming the read", res.StatusCode, body)
 	}
 }
 

@@ -28,8 +28,12 @@ type Snapshot struct {
 	Pools     []fleet.PoolRow `json:"pools"`
 	Providers []TargetRow     `json:"providers"`
 	Events    []EventRow      `json:"events"` // newest first
+	// Stats is the lease statistics of the chart and the top blocked targets, which
+	// /api/stats.json serves on its own; nil when they could not be read.
+	Stats *fleet.Stats `json:"-"`
+	Since string       `json:"-"` // the page's since parameter, for its form
 
-	// incomplete names the sections ("proxies", "pools", "providers", "events") a failed read left
+	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
@@ -83,21 +87,26 @@ type EventRow struct {
 	Summary string    `json:"summary"`
 }
 
-// load reads the fleet, the provider checks and the event stream in parallel (one slow read
+// load reads the fleet, the provider checks, the event stream and (withStats) the lease statistics in parallel (one slow read
 // should not add to another's latency) and builds the snapshot for q. A failed read is
 // recorded in Errors and leaves its part empty; the rest is still shown.
-func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
+func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Time) Snapshot {
 	var (
 		fl      *fleet.Fleet
 		targets []events.TargetHealth
 		evs     []EventRow
+		stats   *fleet.Stats
 		tErr    error
 		eErr    error
+		sErr    error
 		wg      sync.WaitGroup
 	)
 	wg.Go(func() { fl = fleet.Load(ctx, fleet.FromStore(cfg.Store), now) })
 	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
 	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
+	if withStats {
+		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
+	}
 	wg.Wait()
 
 	s := Snapshot{
@@ -108,6 +117,8 @@ func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 		Filter:         q.echo,
 		Providers:      targetRows(targets),
 		Events:         evs,
+		Stats:          stats,
+		Since:          q.since,
 		incomplete:     map[string]bool{},
 	}
 	for _, e := range fl.Errors {
@@ -126,6 +137,10 @@ func load(ctx context.Context, cfg Config, q query, now time.Time) Snapshot {
 	if eErr != nil {
 		s.Errors = append(s.Errors, eErr.Error())
 		s.incomplete["events"] = true
+	}
+	if sErr != nil {
+		s.Errors = append(s.Errors, sErr.Error())
+		s.incomplete["stats"] = true
 	}
 	slices.Sort(s.Errors) // the reads finish in any order; the banner should not reshuffle
 	s.Counts = count(fl.Totals, s.Providers)

@@ -1,6 +1,7 @@
 package statuspage
 
 import (
+	"cmp"
 	_ "embed"
 	"html/template"
 	"slices"
@@ -29,6 +30,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"ms":             func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
 	"iso":            func(t time.Time) string { return t.Format(time.RFC3339) },
 	"full":           func(t time.Time) string { return t.Format("2006-01-02 15:04:05 MST") },
+	"target":         func(k string) string { return cmp.Or(k, "(no target)") },
+	"add":            func(a, b int) int { return a + b },
 }).Parse(pageSource))
 
 // phaseOrder is the order of the summary: lifecycle first, trouble last.
@@ -55,6 +58,11 @@ type view struct {
 	Prev, Next  string // links to the neighbouring pages, empty at either end
 	// CustomPerPage is a page size other than the default, which the form keeps; else 0.
 	CustomPerPage int
+	// Chart is the lease traffic over the window, nil without statistics; BlockedTargets the
+	// targets with the most blocked reports in it.
+	Chart          *chartView
+	BlockedTargets []fleet.StatsRow
+	StatsWindow    string
 }
 
 type eventView struct {
@@ -97,6 +105,16 @@ func newView(s Snapshot) view {
 	slices.Sort(other)
 	for _, p := range other {
 		add(events.Phase(p))
+	}
+	v.StatsWindow = fleet.FormatWindow(fleet.DefaultStatsWindow)
+	if st := s.Stats; st != nil {
+		v.Chart = newChart(st)
+		v.StatsWindow = fleet.FormatWindow(st.To.Sub(st.From))
+		for _, r := range st.Rows {
+			if r.Blocked > 0 {
+				v.BlockedTargets = append(v.BlockedTargets, r)
+			}
+		}
 	}
 	pg := s.Paging
 	if pg.PerPage != DefaultPerPage {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package statuspage
+package chromium
 
 import "os/exec"
 
