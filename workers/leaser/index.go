@@ -28,12 +28,14 @@ type selSet struct {
 	// ones by anonymity verdict.
 	ready, full, coolingAll int
 	readyBy                 [levels]int
-	eligible                ranked // leasable, a free slot, no global cooldown
-	// The eligible ones at least anonymous (atLeast[0]) and at least elite (atLeast[1]), in
-	// the same order: an acquire with minAnonymity reads these, so it finds the one elite
-	// proxy of a fleet at the cost of that one entry, not of the proxies it would pass over.
-	atLeast [len(minLevels)]ranked
-	used    atomic.Uint64
+	// orders[o][0] holds the eligible members (leasable, a free slot, no global cooldown) in
+	// order o (ranked.go); orders[o][1+i] the eligible ones at least minLevels[i] (anonymous,
+	// elite) in the same order: an acquire with minAnonymity reads these, so it finds the one
+	// elite proxy of a fleet at the cost of that one entry, not of the proxies it would pass
+	// over. Every strategy's order is kept all the time: a change costs a few more treap
+	// updates, and a strategy's first use needs no build under the read lock.
+	orders [numOrders][1 + len(minLevels)]ranked
+	used   atomic.Uint64
 }
 
 // maxSets bounds the selectors indexed at once; the least recently used set goes first and
@@ -130,10 +132,12 @@ func (s *selSet) add(st standing, rk rank, p *proxyView) {
 	if !st.eligible {
 		return
 	}
-	s.eligible.insert(rk, p)
-	for i, min := range minLevels {
-		if st.anon.AtLeast(min) {
-			s.atLeast[i].insert(rk, p)
+	for o := range s.orders {
+		s.orders[o][0].insert(rk, p)
+		for i, min := range minLevels {
+			if st.anon.AtLeast(min) {
+				s.orders[o][1+i].insert(rk, p)
+			}
 		}
 	}
 }
@@ -143,10 +147,12 @@ func (s *selSet) remove(st standing, rk rank) {
 	if !st.eligible {
 		return
 	}
-	s.eligible.delete(rk)
-	for i, min := range minLevels {
-		if st.anon.AtLeast(min) {
-			s.atLeast[i].delete(rk)
+	for o := range s.orders {
+		s.orders[o][0].delete(rk)
+		for i, min := range minLevels {
+			if st.anon.AtLeast(min) {
+				s.orders[o][1+i].delete(rk)
+			}
 		}
 	}
 }
@@ -242,6 +248,11 @@ func (v *view) withSet(sel map[string]string, key string, f func(*selSet)) {
 // a spec for the empty selector). Callers hold mu for writing.
 func (v *view) buildSet(sel map[string]string, key string) *selSet {
 	s := &selSet{selector: maps.Clone(sel), members: map[*proxyView]struct{}{}}
+	for o := range s.orders {
+		for i := range s.orders[o] {
+			s.orders[o][i].by = o
+		}
+	}
 	pool := v.specced
 	for k, val := range sel {
 		if m := v.byAttr[attrPair{k, val}]; len(m) < len(pool) {
