@@ -19,6 +19,7 @@ type fileConfig struct {
 	Version   int              `yaml:"version"`
 	Providers []providerConfig `yaml:"providers"`
 	Events    *eventsConfig    `yaml:"events"`
+	Leases    *leasesConfig    `yaml:"leases"`
 }
 
 // providerConfig declares one provider instance: a name users put in specs, a type, and the
@@ -118,6 +119,9 @@ func (c fileConfig) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.validateLeaseHistory(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateLeases(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

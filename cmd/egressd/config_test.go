@@ -21,6 +21,10 @@ func TestParseConfig(t *testing.T) {
 		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
 		{"wrong type", "providers:\n  - name: a\n    type: local\n    local:\n      maxConcurrentOps: many\n", "line 5"},
 		{"empty", "", "empty config"},
+		{"holder cap", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 4\n", ""},
+		{"holder cap negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: -1\n", "leases.maxPerHolder: must be between 0"},
+		{"holder cap too high", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 10001\n", "leases.maxPerHolder: must be between 0"},
+		{"leases unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHoldr: 4\n", "field maxPerHoldr not found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

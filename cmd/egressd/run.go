@@ -329,7 +329,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	if roles.leaser {
 		raw, interval := cfg.leaseHistory()
 		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs,
-			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster})
+			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster, MaxPerHolder: cfg.maxPerHolder()})
 		if err != nil {
 			return err
 		}

@@ -31,29 +31,33 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	if !q.session {
 		return l.acquireAny(ctx, r, ttl, q, at)
 	}
-	s := l.openSession(r)
-	if s.bound && s.strict {
-		return l.acquireStrict(ctx, r, ttl, q, s, at)
-	}
-	q.prefer = s.ref.proxy
-	g, err := l.acquireAny(ctx, r, ttl, q, at)
+	s, err := l.openSession(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	lr := g.(events.LeaseReply)
-	ref := l.bindSession(ctx, s, lr.Lease.Proxy)
-	if ref.proxy == lr.Lease.Proxy || !s.strict {
-		return g, nil // a soft session raced by another acquire keeps this lease where it is
-	}
-	// A concurrent acquire bound the new strict session to another proxy first: this grant
-	// goes back, and the session's proxy it is.
-	if id, err := parseLeaseID(lr.Lease.ID); err == nil {
-		if _, err := l.deleteLease(ctx, id); err != nil {
-			l.log.Warn("give back a lease of a strict session bound elsewhere meanwhile; it ends at its TTL", "id", lr.Lease.ID, "err", err)
+	for try := 0; ; try++ {
+		if s.bound && s.strict {
+			return l.acquireStrict(ctx, r, ttl, q, s, at)
 		}
+		q.prefer = s.ref.proxy
+		g, err := l.acquireAny(ctx, r, ttl, q, at)
+		if err != nil {
+			return nil, err
+		}
+		lr := g.(events.LeaseReply)
+		ref := l.bindSession(ctx, s, lr.Lease.Proxy)
+		if ref.proxy == lr.Lease.Proxy || try > 0 {
+			return g, nil
+		}
+		// A concurrent acquire bound the new session to another proxy first: this grant goes
+		// back, and the session's proxy it is (or, soft, another if that one is unavailable).
+		if id, err := parseLeaseID(lr.Lease.ID); err == nil {
+			if _, err := l.deleteLease(ctx, id); err != nil {
+				l.log.Warn("give back a lease of a session bound elsewhere meanwhile; it ends at its TTL", "id", lr.Lease.ID, "err", err)
+			}
+		}
+		s.bound, s.ref = true, ref
 	}
-	s.bound, s.ref = true, ref
-	return l.acquireStrict(ctx, r, ttl, q, s, at)
 }
 
 // acquireAny leases the first candidate of q that has a free slot.

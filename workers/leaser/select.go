@@ -12,11 +12,11 @@ type candidate struct {
 	free   []int // a few of the slots the view believes free, in random order
 	rank   rank
 	sticky bool
-	order  int   // the order it was read in (rank.tie is the balanced order's)
+	order  int // the order it was read in (rank.tie is the balanced order's)
 	// The pool it belongs to ("" none) and the limit of leases per holder there (0 none).
 	pool      string
 	holderCap int
-	basis  basis // what a grant records it was made against
+	basis     basis // what a grant records it was made against
 	endpoint
 }
 

@@ -46,11 +46,26 @@ type session struct {
 	ref         sessionRef
 }
 
-// openSession looks the request's session up in the view.
-func (l *Leaser) openSession(r events.AcquireRequest) *session {
+// openSession looks the request's session up in the view, and in KV when the view has no
+// binding (another replica may have bound it a moment ago, and its watch not delivered it
+// yet) or the session is strict (another replica may have moved it: a strict session must
+// not follow a binding that is no longer). One read more for those.
+func (l *Leaser) openSession(ctx context.Context, r events.AcquireRequest) (*session, error) {
 	s := &session{key: sessionKey(r.Sticky), sticky: r.Sticky, seconds: r.SessionSeconds, strict: r.StickyMode == events.StickyStrict}
+	if s.ref, s.bound = l.view.session(s.key, l.now()); s.bound && !s.strict {
+		return s, nil
+	}
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.LeaseState, s.key)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		s.ref, s.bound = sessionRef{}, false
+		return s, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read session: %w", err)
+	}
+	l.view.noteState(s.key, rev, true, raw)
 	s.ref, s.bound = l.view.session(s.key, l.now())
-	return s
+	return s, nil
 }
 
 // session returns the live binding of key.
