@@ -71,7 +71,7 @@ type Config struct {
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
 // endpoint is acquire, renew, release or report; result is "granted" (acquire) or "ok" on
-// success, else bad_request, not_found, conflict, unavailable or error.
+// success, else bad_request, not_found, conflict, gone, holder_at_cap, unavailable or error.
 type Observer interface {
 	ObserveLease(endpoint, result string, d time.Duration)
 }
