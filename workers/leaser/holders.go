@@ -102,8 +102,15 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	}
 }
 
-// noteHold records that a holder slot is held (on) or not as of rev. Callers hold mu.
-func (v *view) noteHold(key string, rev uint64, on bool) {
+// holdRef is a held holder slot as the view knows it.
+type holdRef struct {
+	rev   uint64
+	token string // "" when its record was unreadable
+}
+
+// noteHold records that a holder slot is held (on, with its record) or not as of rev.
+// Callers hold mu.
+func (v *view) noteHold(key string, rev uint64, on bool, value []byte) {
 	sc, n, ok := parseHoldKey(key)
 	if !ok {
 		return
@@ -111,16 +118,30 @@ func (v *view) noteHold(key string, rev uint64, on bool) {
 	m := v.holds[sc]
 	if on {
 		if m == nil {
-			m = map[int]uint64{}
+			m = map[int]holdRef{}
 			v.holds[sc] = m
 		}
-		m[n] = rev
+		var rec events.HolderSlot
+		_ = json.Unmarshal(value, &rec)
+		m[n] = holdRef{rev: rev, token: rec.Token}
 		return
 	}
 	delete(m, n)
 	if len(m) == 0 {
 		delete(v.holds, sc)
 	}
+}
+
+// heldRev is the revision of holder slot h as the view holds it, if it holds h's token.
+func (v *view) heldRev(h *events.LeaseHold) (uint64, bool) {
+	sc, n, ok := parseHoldKey(h.Key)
+	if !ok {
+		return 0, false
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	ref, held := v.holds[sc][n]
+	return ref.rev, held && ref.token == h.Token && h.Token != ""
 }
 
 // freeHolds returns up to limit holder slots below max that the view believes free.
@@ -188,7 +209,7 @@ func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c candid
 		if err != nil {
 			return nil, fmt.Errorf("create %s: %w", key, err)
 		}
-		l.view.noteState(key, rev, true, nil)
+		l.view.noteState(key, rev, true, b)
 		at.hold = &hold{scope: sc, key: key, rev: rev, token: token, at: now, ttl: ttl}
 		return at.hold, nil
 	}
@@ -241,7 +262,7 @@ func (l *Leaser) putHold(ctx context.Context, sc holdScope, key, token string, r
 	if err != nil {
 		return err
 	}
-	l.view.noteState(key, nrev, true, nil)
+	l.view.noteState(key, nrev, true, b)
 	return nil
 }
 
@@ -279,6 +300,22 @@ func (l *Leaser) readHold(ctx context.Context, h *events.LeaseHold) (uint64, err
 	return rev, nil
 }
 
+// holdAt runs write at the revision of h: the view's when it holds h (no read: the usual
+// case, the replica wrote it or its watch brought it), read from KV when it does not or when
+// the write finds the slot moved on since.
+func (l *Leaser) holdAt(ctx context.Context, h *events.LeaseHold, write func(rev uint64) error) error {
+	if rev, ok := l.view.heldRev(h); ok {
+		if err := write(rev); !errors.Is(err, kvstore.ErrConflict) {
+			return err
+		}
+	}
+	rev, err := l.readHold(ctx, h)
+	if err != nil {
+		return err
+	}
+	return write(rev)
+}
+
 // renewHold gives a lease's holder slot the TTL of the renewal, before the proxy slot gets it.
 // A holder slot that is gone (purged by hand) is taken again if it is free; one that holds
 // another lease's hold is left alone, and the lease renews uncounted until it ends.
@@ -291,11 +328,7 @@ func (l *Leaser) renewHold(ctx context.Context, rec events.Lease, ttl time.Durat
 	if !ok {
 		return nil
 	}
-	rev, err := l.readHold(ctx, h)
-	if err != nil {
-		return err
-	}
-	err = l.putHold(ctx, sc, h.Key, h.Token, rev, ttl)
+	err := l.holdAt(ctx, h, func(rev uint64) error { return l.putHold(ctx, sc, h.Key, h.Token, rev, ttl) })
 	if errors.Is(err, kvstore.ErrConflict) {
 		l.log.Warn("a renewed lease's holder slot holds another lease", "slot", h.Key)
 		return nil
@@ -309,12 +342,16 @@ func (l *Leaser) dropHold(ctx context.Context, h *events.LeaseHold) {
 	if h == nil {
 		return
 	}
-	rev, err := l.readHold(ctx, h)
-	if err == nil && rev != 0 {
-		if err = kvstore.DeleteAt(ctx, l.cfg.Store.LeaseState, h.Key, rev); err == nil {
+	err := l.holdAt(ctx, h, func(rev uint64) error {
+		if rev == 0 {
+			return nil // gone, or another lease's
+		}
+		err := kvstore.DeleteAt(ctx, l.cfg.Store.LeaseState, h.Key, rev)
+		if err == nil {
 			l.view.noteStateGone(h.Key, rev)
 		}
-	}
+		return err
+	})
 	if err != nil {
 		l.log.Warn("delete the holder slot of an ended lease; it frees itself at its TTL", "slot", h.Key, "err", err)
 	}

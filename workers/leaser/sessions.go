@@ -95,7 +95,7 @@ func (v *view) noteState(key string, rev uint64, on bool, value []byte) {
 	}
 	switch {
 	case strings.HasPrefix(key, "holder."):
-		v.noteHold(key, rev, on)
+		v.noteHold(key, rev, on, value)
 	case strings.HasPrefix(key, "session."):
 		var rec events.Session
 		if on && json.Unmarshal(value, &rec) == nil && rec.Proxy != "" {
@@ -116,7 +116,7 @@ func (v *view) noteStateGone(key string, rev uint64) {
 	}
 	delete(v.stateRev, key)
 	if strings.HasPrefix(key, "holder.") {
-		v.noteHold(key, rev, false)
+		v.noteHold(key, rev, false, nil)
 	} else {
 		delete(v.sessions, key)
 	}

@@ -32,7 +32,7 @@ type view struct {
 	// without one, the holder slots held by scope and holder, and the sessions bound.
 	poolCaps   map[string]int
 	defaultCap int
-	holds      map[holdScope]map[int]uint64 // slot → revision
+	holds      map[holdScope]map[int]holdRef
 	sessions   map[string]sessionRef        // by lease_state key
 	stateRev   map[string]uint64            // newest revision applied per lease_state key
 
@@ -108,7 +108,7 @@ const maxSticky = 100_000
 
 func newView() *view {
 	return &view{proxies: map[string]*proxyView{}, leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
-		sticky: map[string]stickyRef{}, poolCaps: map[string]int{}, holds: map[holdScope]map[int]uint64{},
+		sticky: map[string]stickyRef{}, poolCaps: map[string]int{}, holds: map[holdScope]map[int]holdRef{},
 		sessions: map[string]sessionRef{}, stateRev: map[string]uint64{}, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
 		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
 		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{}}
