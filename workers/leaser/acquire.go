@@ -27,6 +27,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	}
 	q := newQuery(r)
 	at := newAttempt()
+	q.capped = at.holderFull
 	defer l.dropUnusedHold(at)
 	if !q.session {
 		return l.acquireAny(ctx, r, ttl, q, at)

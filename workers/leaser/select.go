@@ -31,11 +31,16 @@ type query struct {
 	// to ("" while unbound) instead of the key's last proxy in the view.
 	session bool
 	prefer  string
+	// capped are the pools where the acquire found its holder at its limit (the attempt's
+	// holderFull): their proxies are passed over without being tried, at the cost of a map
+	// lookup each.
+	holder string
+	capped map[holdScope]int
 }
 
 func newQuery(r events.AcquireRequest) query {
 	return query{selector: r.Selector, key: selectorKey(r.Selector), target: r.Target, sticky: r.Sticky, min: r.MinAnonymity,
-		strategy: r.Strategy, session: r.SessionSeconds > 0}
+		strategy: r.Strategy, session: r.SessionSeconds > 0, holder: r.Holder}
 }
 
 // order is the set order the query's strategy reads.
@@ -116,6 +121,9 @@ func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candida
 			}
 			cur.after = &k
 			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) {
+				return true
+			}
+			if _, full := q.capped[holdScope{pool: p.origin.pool, holder: q.holder}]; full {
 				return true
 			}
 			c := p.candidate(false, v.capFor(p.origin.pool))
