@@ -33,8 +33,8 @@ type view struct {
 	poolCaps   map[string]int
 	defaultCap int
 	holds      map[holdScope]map[int]holdRef
-	sessions   map[string]sessionRef        // by lease_state key
-	stateRev   map[string]uint64            // newest revision applied per lease_state key
+	sessions   map[string]sessionRef // by lease_state key
+	stateRev   map[string]uint64     // newest revision applied per lease_state key
 
 	// The selection index (index.go).
 	specced    map[*proxyView]struct{}              // proxies with a valid spec
