@@ -38,7 +38,7 @@ func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
 	if len(got) != 1 || got[0].name != fmt.Sprintf("px-%05d", n-1) {
 		t.Fatalf("minAnonymity elite: %d candidates %v", len(got), got)
 	}
-	v.withSet(nil, "", func(s *selSet) {
+	v.withSet(nil, "", orderBalanced, func(s *selSet) {
 		if s.orders[orderBalanced][0].root == nil || countNodes(s.orders[orderBalanced][2].root) != 1 || countNodes(s.orders[orderBalanced][1].root) != n {
 			t.Errorf("orders: elite %d, anonymous %d", countNodes(s.orders[orderBalanced][2].root), countNodes(s.orders[orderBalanced][1].root))
 		}

@@ -92,7 +92,7 @@ func (p *proxyView) leasable() bool {
 // cooled. Its cost is that of the entries it reads, not of the fleet.
 func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candidate {
 	var out []candidate
-	v.withSet(q.selector, q.key, func(s *selSet) {
+	v.withSet(q.selector, q.key, q.order(), func(s *selSet) {
 		if !cur.stickyDone && q.sticky != "" {
 			prev := q.prefer
 			if !q.session {
@@ -190,7 +190,7 @@ func newAttempt() *attempt {
 // cooling for the target are looked at one by one.
 func (v *view) availability(q query, a *attempt) events.Availability {
 	var av events.Availability
-	v.withSet(q.selector, q.key, func(s *selSet) {
+	v.withSet(q.selector, q.key, orderBalanced, func(s *selSet) {
 		av = events.Availability{Matched: len(s.members), Ready: s.ready, AtCapacity: s.full, CoolingGlobal: s.coolingAll,
 			BelowAnonymity: s.belowAnonymity(q.min)}
 		// counts reports whether name is a Ready member of s that flag does not yet count.
