@@ -46,11 +46,20 @@ type AcquireOptions struct {
 	// MinAnonymity takes only proxies the probers judged at least this anonymous:
 	// events.AnonymityAnonymous or events.AnonymityElite; "" takes any.
 	MinAnonymity events.Anonymity
+	// Strategy orders the eligible proxies: events.StrategyRoundRobin, StrategyRandom,
+	// StrategyLowestLatency; "" is balanced.
+	Strategy events.Strategy
+	// Session binds Sticky to the granted proxy for this long (whole seconds), across
+	// leases and releases; 0 keeps the plain preference. StickyMode events.StickyStrict makes
+	// an acquire fail (ErrNoProxy, Error.Session says why) rather than move the session.
+	Session    time.Duration
+	StickyMode events.StickyMode
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
-		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity}
+		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
+		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode}
 }
 
 // seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".
@@ -141,7 +150,9 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any) (err e
 	if code := m.Header.Get(errorCodeHeader); code != "" {
 		var er events.ErrorReply
 		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
-			return &Error{Code: er.Error.Code, Message: er.Error.Message, Field: er.Error.Field, Availability: er.Error.Availability, End: er.Error.End}
+			d := er.Error
+			return &Error{Code: d.Code, Message: d.Message, Field: d.Field, Availability: d.Availability, End: d.End,
+				Reason: d.Reason, Limit: d.Limit, Session: d.Session}
 		}
 		n, _ := strconv.Atoi(code)
 		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}

@@ -22,10 +22,17 @@ import (
 type service struct {
 	srv   *server.Server
 	store *kvstore.Store
+	tune  func(*leaser.Config)
 	stop  func()
 }
 
 func startService(t *testing.T) (*service, *client.Client) {
+	t.Helper()
+	return startServiceWith(t, nil)
+}
+
+// startServiceWith is startService with a change to the leaser's config.
+func startServiceWith(t *testing.T, tune func(*leaser.Config)) (*service, *client.Client) {
 	t.Helper()
 	srv := kvstoretest.StartServer(t)
 	nc, js := kvstoretest.Connect(t, srv)
@@ -42,7 +49,7 @@ func startService(t *testing.T) (*service, *client.Client) {
 		Provider: "local", Host: "local", IP: "127.0.0.10", Port: 3128}); err != nil {
 		t.Fatal(err)
 	}
-	s := &service{srv: srv, store: store}
+	s := &service{srv: srv, store: store, tune: tune}
 	s.start(t)
 	t.Cleanup(func() { s.stop() })
 	return s, client.New(nc)
@@ -54,8 +61,11 @@ func (s *service) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := leaser.New(leaser.Config{Store: s.store, NC: nc, MinTTL: time.Second,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := leaser.Config{Store: s.store, NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if s.tune != nil {
+		s.tune(&cfg)
+	}
+	l, err := leaser.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +221,48 @@ func TestLeaseTypedErrors(t *testing.T) {
 	s.stop()
 	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service: %v", err)
+	}
+}
+
+// A strict session that cannot have its proxy and a holder at its limit get typed errors
+// that say why.
+func TestLeaseSessionAndHolderCapErrors(t *testing.T) {
+	s, c := startServiceWith(t, func(cfg *leaser.Config) { cfg.MaxPerHolder = 1 })
+	ctx := context.Background()
+	// A second proxy with room, that a selector names, so that only the holder's limit stands
+	// in the way.
+	if _, err := kvstore.PutJSON(ctx, s.store.Proxies, "px-2", map[string]any{"provider": "local", "maxLeases": 5,
+		"attributes": map[string]string{"room": "yes"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvstore.PutJSON(ctx, s.store.Status, "px-2", events.ProxyStatus{V: 1, Phase: events.PhaseReady,
+		Provider: "local", Host: "local", IP: "127.0.0.11", Port: 3128}); err != nil {
+		t.Fatal(err)
+	}
+	// px-1 before px-2 by name, all else equal.
+	strict := client.AcquireOptions{Holder: "a", Sticky: "s42", Session: time.Minute, StickyMode: events.StickyStrict}
+	l, err := c.Acquire(ctx, strict)
+	if err != nil || l.Proxy != "px-1" {
+		t.Fatalf("strict session: %v %v", l, err)
+	}
+	defer l.Release(ctx)
+	var se *client.Error
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = c.AcquireOnce(ctx, client.AcquireOptions{Holder: "a", Selector: map[string]string{"room": "yes"}, Strategy: events.StrategyRoundRobin})
+		if !errors.Is(err, client.ErrNoProxy) || time.Now().After(deadline) {
+			break // a 503 only until the leaser's view has px-2
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errors.Is(err, client.ErrHolderCap) || !errors.As(err, &se) || se.Limit != 1 || se.Reason != events.ErrorHolderAtCap {
+		t.Fatalf("second lease of a holder capped at 1: %v", err)
+	}
+	strict.Holder = "b"
+	_, err = c.AcquireOnce(ctx, strict)
+	if !errors.Is(err, client.ErrNoProxy) || !errors.As(err, &se) || se.Reason != events.ErrorSessionUnavailable ||
+		se.Session == nil || se.Session.Proxy != "px-1" || se.Session.Cause != events.SessionProxyAtCapacity {
+		t.Fatalf("strict session on a full proxy: %v %+v", err, se)
 	}
 }
 

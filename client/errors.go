@@ -16,7 +16,8 @@ var (
 	ErrLost       = errors.New("lease lost to another holder")   // 409
 	ErrEnded      = errors.New("lease ended with its proxy")     // 410: Error.End says why
 	ErrInternal   = errors.New("lease service internal error")   // 500: retry
-	ErrNoProxy    = errors.New("no proxy available")             // 503: see Error.Availability
+	ErrNoProxy    = errors.New("no proxy available")             // 503: see Error.Availability, or Error.Session for a strict session
+	ErrHolderCap  = errors.New("holder at its limit of leases")  // 429: Error.Limit is the limit
 	ErrExpired    = errors.New("lease expired: renewals failed") // local: the service was unreachable for a whole TTL
 )
 
@@ -27,15 +28,19 @@ var byCode = map[events.ErrorCode]error{
 	events.CodeGone:        ErrEnded,
 	events.CodeInternal:    ErrInternal,
 	events.CodeUnavailable: ErrNoProxy,
+	events.CodeTooMany:     ErrHolderCap,
 }
 
 // Error is an error answer of the lease service.
 type Error struct {
-	Code         events.ErrorCode     // an events.Code* value
-	Message      string               // names the problem; never carries credentials
-	Field        string               // the request field at fault, if one is
-	Availability *events.Availability // on ErrNoProxy: why nothing could be leased
-	End          events.Reason        // on ErrEnded: the proxy was deleted or its instance replaced
+	Code         events.ErrorCode      // an events.Code* value
+	Message      string                // names the problem; never carries credentials
+	Field        string                // the request field at fault, if one is
+	Availability *events.Availability  // on ErrNoProxy: why nothing could be leased
+	End          events.Reason         // on ErrEnded: the proxy was deleted or its instance replaced
+	Reason       events.ErrorReason    // refines Code: events.ErrorHolderAtCap, events.ErrorSessionUnavailable
+	Limit        int                   // on ErrHolderCap: the holder's limit of concurrent leases
+	Session      *events.SessionDetail // with events.ErrorSessionUnavailable: the session's proxy and why it is unavailable
 }
 
 func (e *Error) Error() string {

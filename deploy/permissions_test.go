@@ -623,6 +623,38 @@ func TestPermissions(t *testing.T) {
 		}
 	})
 
+	t.Run("the leaser keeps holder slots and sessions in lease_state and reads the pools, the crawler neither", func(t *testing.T) {
+		leaser, crawler := ts.connect(t, "leaser"), ts.connect(t, "crawler")
+		leaser.mustAllow(t, "create, read, watch and delete a holder slot and a session", func(ctx context.Context) error {
+			st, err := kvstore.Bind(ctx, leaser.js)
+			if err != nil {
+				return err
+			}
+			for _, key := range []string{"holder._.Yw.0", "session.czQy"} {
+				rev, err := kvstore.CreateTTL(ctx, st.LeaseState, key, []byte(`{"v":1}`), time.Minute)
+				if err != nil {
+					return err
+				}
+				if _, _, err := kvstore.Get(ctx, st.LeaseState, key); err != nil {
+					return err
+				}
+				if _, err := kvstore.PutTTL(ctx, leaser.js, st.LeaseState, key, []byte(`{"v":1}`), rev, time.Minute); err != nil {
+					return err
+				}
+				if err := st.LeaseState.Delete(ctx, key); err != nil {
+					return err
+				}
+			}
+			for _, kv := range []jetstream.KeyValue{st.LeaseState, st.Pools} {
+				if _, err := kvstore.Latest(ctx, kv); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		crawler.mustDeny(t, "write lease_state", "$KV.lease_state.session.czQy", kvPut(crawler, "lease_state", "session.czQy"))
+	})
+
 	t.Run("viewer reads proxy_status but cannot write it", func(t *testing.T) {
 		if _, err := store.Status.Put(ctx, "crawl-1", []byte(`{"v":1,"phase":"Ready"}`)); err != nil {
 			t.Fatal(err)

@@ -138,5 +138,20 @@ func goldenCases() map[string]any {
 			Message: "lease crawl-1.1.0123456789abcdef was ended: its proxy was deleted"}},
 		"lease_error_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
 			Availability: &Availability{Matched: 5, Ready: 4, AtCapacity: 2, CoolingTarget: 1, CoolingGlobal: 1, BelowAnonymity: 3}}},
+
+		// Sessions, strategies and holder caps.
+		"lease_acquire_session_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",
+			TTLSeconds: 60, Holder: "crawler-7", Sticky: "session-42", Strategy: StrategyRoundRobin, SessionSeconds: 600, StickyMode: StickyStrict},
+		"lease_error_holder_at_cap.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeTooMany, Reason: ErrorHolderAtCap, Limit: 2,
+			Message:      `holder "crawler-7" holds 2 leases in pool crawl, its limit (maxPerHolder); release one or wait for one to expire`,
+			Availability: &Availability{Matched: 5, Ready: 5}}},
+		"lease_error_session_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Reason: ErrorSessionUnavailable,
+			Message: `sticky session "session-42" is bound to proxy crawl-1 until 2026-11-30T12:10:00Z, and it is Unhealthy; stickyMode strict does not move it to another proxy`,
+			Session: &SessionDetail{Proxy: "crawl-1", Cause: SessionProxyNotReady, Phase: PhaseUnhealthy, Until: at.Add(10 * time.Minute)}}},
+		"lease_session.v1.json":     Session{V: 1, Sticky: "session-42", Proxy: "crawl-1", BoundAt: at, Until: at.Add(10 * time.Minute)},
+		"lease_holder_slot.v1.json": HolderSlot{V: 1, Holder: "crawler-7", Pool: "crawl", Token: "89abcdef01234567"},
+		"lease_held.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
+			Holder: "crawler-7", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
+			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"}},
 	}
 }

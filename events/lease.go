@@ -34,6 +34,9 @@ type Lease struct {
 	SpecRevision   uint64 `json:"specRevision,omitempty"`
 	StatusRevision uint64 `json:"statusRevision,omitempty"`
 	Instance       string `json:"instance,omitempty"`
+	// Hold is the lease's holder slot when its holder is capped (docs/leases.md#per-holder-caps):
+	// renewed and released with the lease.
+	Hold *LeaseHold `json:"hold,omitempty"`
 }
 
 // SlotEnd is the body of the delete marker a leaser writes when it removes the slot of an
@@ -65,6 +68,13 @@ type AcquireRequest struct {
 	// MinAnonymity leaves out proxies the probers judged less anonymous (or not at all):
 	// "anonymous" or "elite"; "" takes any.
 	MinAnonymity Anonymity `json:"minAnonymity,omitempty"`
+	// Strategy orders the eligible proxies; "" is balanced.
+	Strategy Strategy `json:"strategy,omitempty"`
+	// SessionSeconds binds Sticky to the granted proxy for that long, across leases and
+	// replicas, even after release; 0 keeps the plain preference for the key's last proxy.
+	SessionSeconds int `json:"sessionSeconds,omitempty"`
+	// StickyMode is what a session does when its proxy is unavailable; "" is soft.
+	StickyMode StickyMode `json:"stickyMode,omitempty"`
 }
 
 // LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
@@ -137,6 +147,7 @@ const (
 	CodeNotFound    ErrorCode = 404 // unknown lease
 	CodeConflict    ErrorCode = 409 // the lease expired and its slot belongs to someone else now
 	CodeGone        ErrorCode = 410 // the service ended the lease; ErrorDetail.End says why
+	CodeTooMany     ErrorCode = 429 // the holder is at its limit (ErrorHolderAtCap)
 	CodeUnavailable ErrorCode = 503 // no proxy available; Availability says why
 	CodeInternal    ErrorCode = 500
 
@@ -158,6 +169,11 @@ type ErrorDetail struct {
 	Field        string        `json:"field,omitempty"`
 	Availability *Availability `json:"availability,omitempty"`
 	End          Reason        `json:"end,omitempty"` // with CodeGone: ReasonProxyDeleted or ReasonProxyReplaced
+	// Reason refines the code (ErrorHolderAtCap, ErrorSessionUnavailable).
+	Reason ErrorReason `json:"reason,omitempty"`
+	// Limit is the holder's limit of concurrent leases, with ErrorHolderAtCap.
+	Limit   int            `json:"limit,omitempty"`
+	Session *SessionDetail `json:"session,omitempty"` // with ErrorSessionUnavailable
 }
 
 // Availability is why no proxy could be leased, as numbers, so a crawler can tell "wait"

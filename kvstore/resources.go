@@ -36,6 +36,7 @@ type Store struct {
 	Health     jetstream.KeyValue
 	Leases     LeaseShards // proxy_leases and its shards
 	Cooldowns  jetstream.KeyValue
+	LeaseState jetstream.KeyValue // holder slots and sticky sessions (events.BucketLeaseState)
 	Probers    jetstream.KeyValue
 	Providers  jetstream.KeyValue // provider_health
 	Pools      jetstream.KeyValue // PoolSpec by pool name
@@ -92,6 +93,7 @@ func (s *Store) buckets() []bucket {
 		{&s.Pools, jetstream.KeyValueConfig{Bucket: events.BucketPools, History: 5, Description: "desired pools (PoolSpec)"}},
 		{&s.PoolStatus, jetstream.KeyValueConfig{Bucket: events.BucketPoolStatus, History: 1, Description: "pools and their members' ledger (PoolStatus), written by the pool controller"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
+		{&s.LeaseState, jetstream.KeyValueConfig{Bucket: events.BucketLeaseState, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "holder slots holder.<pool>.<b64url(holder)>.<n> and sticky sessions session.<b64url(key)>, with TTLs"}},
 	}
 }
 

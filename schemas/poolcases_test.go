@@ -169,6 +169,17 @@ var poolCases = []specCase{
 	{name: "recycle null", doc: pool(`"recycle":null`), fields: want("recycle")},
 	{name: "recycle unknown field", doc: pool(`"recycle":{"blockedTargets":3,"targets":3}`), fields: want("recycle.targets")},
 
+	// Leases.
+	{name: "holder cap", doc: pool(`"leases":{"maxPerHolder":2}`)},
+	{name: "holder cap lifted", doc: pool(`"leases":{"maxPerHolder":0}`)},
+	{name: "holder cap at its limit", doc: pool(`"leases":{"maxPerHolder":10000}`)},
+	{name: "empty leases", doc: pool(`"leases":{}`)},
+	{name: "holder cap negative", doc: pool(`"leases":{"maxPerHolder":-1}`), fields: want("leases.maxPerHolder")},
+	{name: "holder cap too big", doc: pool(`"leases":{"maxPerHolder":10001}`), fields: want("leases.maxPerHolder")},
+	{name: "holder cap a string", doc: pool(`"leases":{"maxPerHolder":"2"}`), fields: want("leases.maxPerHolder")},
+	{name: "leases unknown field", doc: pool(`"leases":{"maxLeases":2}`), fields: want("leases.maxLeases")},
+	{name: "leases null", doc: pool(`"leases":null`), fields: want("leases")},
+
 	// Unknown, miscased, null and repeated keys, with their paths.
 	{name: "unknown top level", doc: pool(`"replica":3`), fields: want("replica")},
 	{name: "miscased top level", doc: `{` + tmpl + `,"Replicas":3}`, fields: want("Replicas")},

@@ -43,7 +43,18 @@ type PoolSpec struct {
 	Spread     string          `json:"spread,omitempty"`
 	Rotation   Rotation        `json:"rotation,omitzero"`
 	Recycle    *Recycle        `json:"recycle,omitempty"`
+	Leases     *PoolLeases     `json:"leases,omitempty"`
 }
+
+// PoolLeases tunes the lease service for the pool's members.
+type PoolLeases struct {
+	// MaxPerHolder caps the leases one holder may hold on the pool's members at once,
+	// overriding the leaser's default (leases.maxPerHolder); 0 lifts the cap in this pool.
+	MaxPerHolder *int `json:"maxPerHolder,omitempty"`
+}
+
+// MaxPerHolder bounds PoolLeases.MaxPerHolder, like maxLeases.
+const MaxPerHolder = 10000
 
 // PoolPlacement is one place members are spread over; an empty field keeps the template's.
 type PoolPlacement struct {
@@ -237,6 +248,9 @@ func (s PoolSpec) Validate() error {
 		if c.WindowSeconds < 60 || c.WindowSeconds > 7*86400 {
 			bad("recycle.windowSeconds", "must be between 60 and 604800, got %d", c.WindowSeconds)
 		}
+	}
+	if c := s.Leases; c != nil && c.MaxPerHolder != nil && (*c.MaxPerHolder < 0 || *c.MaxPerHolder > MaxPerHolder) {
+		bad("leases.maxPerHolder", "must be between 0 and %d, got %d", MaxPerHolder, *c.MaxPerHolder)
 	}
 	return errors.Join(errs...)
 }

@@ -20,6 +20,7 @@ type fileConfig struct {
 	Providers []providerConfig `yaml:"providers"`
 	Events    *eventsConfig    `yaml:"events"`
 	LeaseHTTP *leaseHTTPConfig `yaml:"leaseHTTP"`
+	Leases    *leasesConfig    `yaml:"leases"`
 }
 
 // providerConfig declares one provider instance: a name users put in specs, a type, and the
@@ -122,6 +123,9 @@ func (c fileConfig) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.LeaseHTTP.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateLeases(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -27,6 +27,10 @@ func TestParseConfig(t *testing.T) {
 		{"lease HTTP duplicate crawler", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: s, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", "leaseHTTP.crawlers[1].name: duplicate"},
 		{"lease HTTP same token twice", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: t, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[1].tokenSHA256: the same token"},
 		{"lease HTTP crawler without name", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[0].name: is required"},
+		{"holder cap", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 4\n", ""},
+		{"holder cap negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: -1\n", "leases.maxPerHolder: must be between 0"},
+		{"holder cap too high", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 10001\n", "leases.maxPerHolder: must be between 0"},
+		{"leases unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHoldr: 4\n", "field maxPerHoldr not found"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S] [--min-anonymity anonymous|elite] [--url-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--url-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
@@ -39,6 +39,9 @@ type leaseFlags struct {
 	holder   string
 	sticky   string
 	minAnon  string
+	strategy string
+	session  ttlFlag
+	mode     string
 	urlOnly  bool
 	id       string
 	result   string
@@ -72,6 +75,9 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
 		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
 		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
+		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
+		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
+		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
 		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
 	case "renew":
 		fs.StringVar(&f.id, "id", "", "lease ID (required)")
@@ -122,7 +128,8 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	switch sub {
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
-			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon)})
+			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon),
+			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode)})
 		if err != nil {
 			return fail(stderr, sub, leaseErr(err))
 		}

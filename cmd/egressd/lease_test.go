@@ -79,6 +79,18 @@ func TestLeaseCommand(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "minAnonymity") {
 		t.Fatalf("acquire --min-anonymity max: %d %q", code, errs)
 	}
+	code, _, errs = runLease(t, "acquire", "--strategy", "least-used")
+	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "strategy") {
+		t.Fatalf("acquire --strategy least-used: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "acquire", "--sticky", "s1", "--session", "10m", "--sticky-mode", "strict", "--strategy", "random")
+	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "1 at capacity") {
+		t.Fatalf("acquire a new strict session with both slots held: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "acquire", "--sticky-mode", "strict")
+	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "stickyMode") {
+		t.Fatalf("acquire --sticky-mode strict without a session: %d %q", code, errs)
+	}
 	code, out, errs = runLease(t, "renew", "--id", r.Lease.ID, "--ttl", "120")
 	if code != 0 || !strings.Contains(out, r.Lease.ID) || !strings.Contains(out, `"ttlSeconds":120`) {
 		t.Fatalf("renew: %d %q %q", code, out, errs)

@@ -17,14 +17,52 @@ const candidateBatch = 4
 
 // acquire picks candidates from the view and commits the first slot whose Create succeeds.
 // The view may be stale in both directions; a Create that finds its slot taken just moves on,
-// so any number of replicas never grant more than maxLeases slots of a proxy.
+// so any number of replicas never grant more than maxLeases slots of a proxy. A sticky
+// session (sessionSeconds) goes to the proxy it is bound to first, and only there when it is
+// strict (sessions.go); a capped holder takes a holder slot before each grant (holders.go).
 func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	r, ttl, err := l.decodeAcquire(data)
 	if err != nil {
 		return nil, err
 	}
-	q := newQuery(r.Selector, r.Target, r.Sticky, r.MinAnonymity)
+	q := newQuery(r)
 	at := newAttempt()
+	q.capped = at.holderFull
+	defer l.dropUnusedHold(at)
+	if !q.session {
+		return l.acquireAny(ctx, r, ttl, q, at)
+	}
+	s, err := l.openSession(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	for try := 0; ; try++ {
+		if s.bound && s.strict {
+			return l.acquireStrict(ctx, r, ttl, q, s, at)
+		}
+		q.prefer = s.ref.proxy
+		g, err := l.acquireAny(ctx, r, ttl, q, at)
+		if err != nil {
+			return nil, err
+		}
+		lr := g.(events.LeaseReply)
+		ref := l.bindSession(ctx, s, lr.Lease.Proxy)
+		if ref.proxy == lr.Lease.Proxy || try > 0 {
+			return g, nil
+		}
+		// A concurrent acquire bound the new session to another proxy first: this grant goes
+		// back, and the session's proxy it is (or, soft, another if that one is unavailable).
+		if id, err := parseLeaseID(lr.Lease.ID); err == nil {
+			if _, err := l.deleteLease(ctx, id); err != nil {
+				l.log.Warn("give back a lease of a session bound elsewhere meanwhile; it ends at its TTL", "id", lr.Lease.ID, "err", err)
+			}
+		}
+		s.bound, s.ref = true, ref
+	}
+}
+
+// acquireAny leases the first candidate of q that has a free slot.
+func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q query, at *attempt) (any, error) {
 	var cur cursor
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
@@ -68,6 +106,9 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 		}
 	}
 	av := l.view.availability(q, at)
+	if len(at.holderFull) > 0 {
+		return nil, holderAtCapError(r.Holder, at, &av)
+	}
 	msg := fmt.Sprintf("no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
 		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)
 	if r.MinAnonymity != "" {
@@ -83,19 +124,28 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// reading the keys here means a report answered before this acquire is honoured whichever
 	// replica served it. The read runs alongside the Create, since a proxy the view holds
 	// eligible is almost never cooling down: the rare slot taken in vain is given back.
+	h, err := l.takeHold(ctx, r, c, at, ttl)
+	if errors.Is(err, errHolderFull) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
 	cooling := l.startCoolingCheck(ctx, c.name, r.Target)
 	conflicts := 0
 	var (
 		lease events.Lease
 		key   string
 		rev   uint64
-		err   error
 	)
 	for _, slot := range c.free {
 		now := l.now()
 		lease = events.Lease{V: 1, Proxy: c.name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
 			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
 			SpecRevision: c.basis.specRev, StatusRevision: c.basis.statusRev, Instance: c.basis.instance}
+		if h != nil {
+			lease.Hold = &events.LeaseHold{Key: h.key, Token: h.token}
+		}
 		var b []byte
 		if b, err = json.Marshal(lease); err != nil {
 			break
@@ -143,6 +193,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// Counted in the view at once, before the watch echoes it, so this replica's next acquire
 	// already ranks the proxy by its new load.
 	l.view.noteLease(key, rev, lease)
+	l.granted(ctx, at, h)
 	id := leaseID{Proxy: c.name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

@@ -9,7 +9,7 @@ import (
 )
 
 // minLevels are the minAnonymity values an acquire may ask for; each has an ordered set of
-// the eligible proxies that meet it in every selector's set (selSet.atLeast).
+// the eligible proxies that meet it in every selector's set (selSet.orders).
 var minLevels = [...]events.Anonymity{events.AnonymityAnonymous, events.AnonymityElite}
 
 // levels counts the verdicts a set tallies its Ready members by: unknown and each verdict.
@@ -35,14 +35,14 @@ func (p *proxyView) anonymity() events.Anonymity {
 	return p.health.AnonymityVerdict(net.JoinHostPort(p.ip, strconv.Itoa(p.port)), p.addressAt, 0, time.Time{})
 }
 
-// order is the ordered set an acquire with minAnonymity min reads.
-func (s *selSet) order(min events.Anonymity) *ranked {
+// order is the ordered set an acquire with minAnonymity min reads in order o.
+func (s *selSet) order(o int, min events.Anonymity) *ranked {
 	for i, m := range minLevels {
 		if m == min {
-			return &s.atLeast[i]
+			return &s.orders[o][1+i]
 		}
 	}
-	return &s.eligible
+	return &s.orders[o][0]
 }
 
 // belowAnonymity counts the Ready members less anonymous than min, unknown included.

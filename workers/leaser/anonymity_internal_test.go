@@ -32,15 +32,15 @@ func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
 		put(v.applyStatus, name, events.ProxyStatus{V: 1, Phase: events.PhaseReady, IP: "127.0.0.1", Port: 3128})
 		put(v.applyHealth, name, events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: latency, Anonymity: a})
 	}
-	elite := newQuery(nil, "", "", events.AnonymityElite)
+	elite := newQuery(events.AcquireRequest{MinAnonymity: events.AnonymityElite})
 	var cur cursor
 	got := v.next(elite, &cur, map[string]bool{}, candidateBatch)
 	if len(got) != 1 || got[0].name != fmt.Sprintf("px-%05d", n-1) {
 		t.Fatalf("minAnonymity elite: %d candidates %v", len(got), got)
 	}
-	v.withSet(nil, "", func(s *selSet) {
-		if s.eligible.root == nil || countNodes(s.atLeast[1].root) != 1 || countNodes(s.atLeast[0].root) != n {
-			t.Errorf("orders: elite %d, anonymous %d", countNodes(s.atLeast[1].root), countNodes(s.atLeast[0].root))
+	v.withSet(nil, "", orderBalanced, func(s *selSet) {
+		if s.orders[orderBalanced][0].root == nil || countNodes(s.orders[orderBalanced][2].root) != 1 || countNodes(s.orders[orderBalanced][1].root) != n {
+			t.Errorf("orders: elite %d, anonymous %d", countNodes(s.orders[orderBalanced][2].root), countNodes(s.orders[orderBalanced][1].root))
 		}
 		if b := s.belowAnonymity(events.AnonymityElite); b != n-1 {
 			t.Errorf("below elite: %d, want %d", b, n-1)
@@ -54,7 +54,7 @@ func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
 	if len(got) != 1 || got[0].name != "px-00000" {
 		t.Fatalf("after the verdicts changed: %v", got)
 	}
-	av := v.availability(newQuery(nil, "", "", events.AnonymityAnonymous), newAttempt())
+	av := v.availability(newQuery(events.AcquireRequest{MinAnonymity: events.AnonymityAnonymous}), newAttempt())
 	if av.Ready != n || av.BelowAnonymity != 1 {
 		t.Errorf("availability for anonymous: %+v", av)
 	}

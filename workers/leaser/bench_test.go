@@ -75,12 +75,15 @@ func startBenchLeaser(b *testing.B, tp trace.TracerProvider, cfg func(*leaser.Co
 // acquireRelease times one acquire and one release per iteration, and reports the CPU time
 // the process (client, leaser and server) spent per iteration: on a shared machine it varies
 // far less than the wall time.
-func acquireRelease(b *testing.B, nc *nats.Conn) {
+func acquireRelease(b *testing.B, nc *nats.Conn) { acquireReleaseWith(b, nc, `{"ttlSeconds":60}`) }
+
+// acquireReleaseWith is acquireRelease with req as the acquire request.
+func acquireReleaseWith(b *testing.B, nc *nats.Conn, req string) {
 	cpu0 := cpuTime()
 	defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
 	b.ResetTimer()
 	for range b.N {
-		m, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":60}`), 5*time.Second)
+		m, err := nc.Request(events.LeaseAcquireSubject, []byte(req), 5*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -86,7 +86,41 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 			return r, 0, err
 		}
 	}
+	if err := checkSession(r); err != nil {
+		return r, 0, err
+	}
 	return r, ttl, nil
+}
+
+// checkSession checks strategy and the session fields of an acquire.
+func checkSession(r events.AcquireRequest) error {
+	switch r.Strategy {
+	case "", events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency:
+	default:
+		return badRequest("strategy", "strategy must be %q, %q, %q or %q (or absent for balanced), got %q",
+			events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency,
+			truncate(string(r.Strategy), 40))
+	}
+	switch {
+	case r.SessionSeconds < 0 || r.SessionSeconds > MaxSessionSeconds:
+		return badRequest("sessionSeconds", "sessionSeconds must be between 1 and %d, got %d", MaxSessionSeconds, r.SessionSeconds)
+	case r.SessionSeconds > 0 && r.Sticky == "":
+		return badRequest("sessionSeconds", "sessionSeconds needs sticky: it is the lifetime of the sticky key's session")
+	}
+	switch r.StickyMode {
+	case "", events.StickySoft:
+	case events.StickyStrict:
+		if r.SessionSeconds == 0 {
+			return badRequest("stickyMode", "stickyMode strict needs sessionSeconds: a strict session is bound to its proxy for a lifetime")
+		}
+	default:
+		return badRequest("stickyMode", "stickyMode must be %q or %q (or absent for soft), got %q",
+			events.StickySoft, events.StickyStrict, truncate(string(r.StickyMode), 40))
+	}
+	if r.StickyMode != "" && r.Sticky == "" {
+		return badRequest("stickyMode", "stickyMode needs sticky: it says what the sticky key's session does")
+	}
+	return nil
 }
 
 func parseID(s string) (leaseID, error) {

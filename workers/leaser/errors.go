@@ -19,6 +19,10 @@ type apiError struct {
 	msg   string
 	avail *events.Availability
 	end   events.Reason // with CodeGone
+	// reason refines the code; limit (HolderAtCap) and session (SessionUnavailable) detail it.
+	reason  events.ErrorReason
+	limit   int
+	session *events.SessionDetail
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
@@ -47,7 +51,8 @@ func (l *Leaser) errorReply(endpoint string, err error) (*apiError, []byte) {
 		l.log.Error("request failed", "endpoint", endpoint, "err", err)
 		ae = errInternal
 	}
-	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end}})
+	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end,
+		Reason: ae.reason, Limit: ae.limit, Session: ae.session}})
 	if merr != nil {
 		body = nil
 	}
@@ -80,6 +85,8 @@ func result(endpoint string, err error) string {
 		return "unauthorized"
 	case events.CodeMethodNotAllowed, events.CodeTooLarge:
 		return "bad_request"
+	case events.CodeTooMany:
+		return "holder_at_cap"
 	}
 	return "error"
 }

@@ -19,7 +19,9 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 		`{"id":"crawl-1.0.0123456789abcdef","ttlSeconds":60}`, `{"id":"crawl-1.0.0123456789abcdef"}`,
 		`{"id":"crawl-1.0.0123456789abcdef","result":"blocked","target":"a","cooldownSeconds":60,"release":true}`,
 		`{"id":"crawl-1.0.0123456789abcdef","result":"failed"}`, `{"ttl":1}`, `{"ttlSeconds":-1}`, `[`, `null`,
-		`{"selector":null}`, `{"id":"a.01.x"}`, `{"result":"meh"}`, `{"a":1,"a":2}`, `{"ttlSeconds":1e3}`,
+		`{"selector":null}`, `{"id":"a.01.x"}`,
+		`{"sticky":"s42","sessionSeconds":600,"stickyMode":"strict","strategy":"round-robin","holder":"c7"}`,
+		`{"strategy":"random"}`, `{"strategy":"lowest-latency","sticky":"s","stickyMode":"soft"}`, `{"sessionSeconds":5}`, `{"result":"meh"}`, `{"a":1,"a":2}`, `{"ttlSeconds":1e3}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -42,10 +44,15 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 			if ttl < l.cfg.MinTTL || ttl > l.cfg.MaxTTL {
 				t.Fatalf("accepted TTL %v", ttl)
 			}
+			if (r.SessionSeconds != 0 && r.Sticky == "") || (r.StickyMode == events.StickyStrict && r.SessionSeconds == 0) ||
+				r.SessionSeconds < 0 || r.SessionSeconds > MaxSessionSeconds {
+				t.Fatalf("accepted session %+v", r)
+			}
 			b, _ := json.Marshal(r)
 			again, ttl2, err := l.decodeAcquire(b)
 			if err != nil || ttl2 != ttl || !maps.Equal(again.Selector, r.Selector) || again.Target != r.Target ||
-				again.Holder != r.Holder || again.Sticky != r.Sticky {
+				again.Holder != r.Holder || again.Sticky != r.Sticky || again.Strategy != r.Strategy ||
+				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode {
 				t.Fatalf("round trip of %s: %+v %v", b, again, err)
 			}
 		}

@@ -28,12 +28,16 @@ type selSet struct {
 	// ones by anonymity verdict.
 	ready, full, coolingAll int
 	readyBy                 [levels]int
-	eligible                ranked // leasable, a free slot, no global cooldown
-	// The eligible ones at least anonymous (atLeast[0]) and at least elite (atLeast[1]), in
-	// the same order: an acquire with minAnonymity reads these, so it finds the one elite
-	// proxy of a fleet at the cost of that one entry, not of the proxies it would pass over.
-	atLeast [len(minLevels)]ranked
-	used    atomic.Uint64
+	// orders[o][0] holds the eligible members (leasable, a free slot, no global cooldown) in
+	// order o (ranked.go); orders[o][1+i] the eligible ones at least minLevels[i] (anonymous,
+	// elite) in the same order: an acquire with minAnonymity reads these, so it finds the one
+	// elite proxy of a fleet at the cost of that one entry, not of the proxies it would pass
+	// over. The balanced order is always kept; another is built on its strategy's first use
+	// with this selector and kept from then on (kept), so a fleet that never asks for it
+	// pays nothing for it.
+	orders [numOrders][1 + len(minLevels)]ranked
+	kept   [numOrders]bool
+	used   atomic.Uint64
 }
 
 // maxSets bounds the selectors indexed at once; the least recently used set goes first and
@@ -130,10 +134,15 @@ func (s *selSet) add(st standing, rk rank, p *proxyView) {
 	if !st.eligible {
 		return
 	}
-	s.eligible.insert(rk, p)
-	for i, min := range minLevels {
-		if st.anon.AtLeast(min) {
-			s.atLeast[i].insert(rk, p)
+	for o := range s.orders {
+		if !s.kept[o] {
+			continue
+		}
+		s.orders[o][0].insert(rk, p)
+		for i, min := range minLevels {
+			if st.anon.AtLeast(min) {
+				s.orders[o][1+i].insert(rk, p)
+			}
 		}
 	}
 }
@@ -143,10 +152,15 @@ func (s *selSet) remove(st standing, rk rank) {
 	if !st.eligible {
 		return
 	}
-	s.eligible.delete(rk)
-	for i, min := range minLevels {
-		if st.anon.AtLeast(min) {
-			s.atLeast[i].delete(rk)
+	for o := range s.orders {
+		if !s.kept[o] {
+			continue
+		}
+		s.orders[o][0].delete(rk)
+		for i, min := range minLevels {
+			if st.anon.AtLeast(min) {
+				s.orders[o][1+i].delete(rk)
+			}
 		}
 	}
 }
@@ -217,11 +231,12 @@ func (s *selSet) member(p *proxyView) bool {
 	return ok
 }
 
-// withSet runs f on the set of sel (whose key is key), building it first if this is its first
-// use. f runs under mu, for reading unless the set had to be built.
-func (v *view) withSet(sel map[string]string, key string, f func(*selSet)) {
+// withSet runs f on the set of sel (whose key is key) keeping order o, building the set or
+// the order first if this is their first use. f runs under mu, for reading unless something
+// had to be built.
+func (v *view) withSet(sel map[string]string, key string, o int, f func(*selSet)) {
 	v.mu.RLock()
-	if s := v.sets[key]; s != nil {
+	if s := v.sets[key]; s != nil && s.kept[o] {
 		s.used.Store(v.clock.Add(1))
 		defer v.mu.RUnlock()
 		f(s)
@@ -234,14 +249,39 @@ func (v *view) withSet(sel map[string]string, key string, f func(*selSet)) {
 	if s == nil {
 		s = v.buildSet(sel, key)
 	}
+	if !s.kept[o] {
+		s.keep(o)
+	}
 	s.used.Store(v.clock.Add(1))
 	f(s)
+}
+
+// keep builds order o of s from its eligible members and keeps it from then on. Callers hold
+// mu for writing.
+func (s *selSet) keep(o int) {
+	s.kept[o] = true
+	for p := range s.members {
+		if st := p.ix.st; st.eligible {
+			s.orders[o][0].insert(p.ix.rank, p)
+			for i, min := range minLevels {
+				if st.anon.AtLeast(min) {
+					s.orders[o][1+i].insert(p.ix.rank, p)
+				}
+			}
+		}
+	}
 }
 
 // buildSet indexes a new selector from the smallest posting among its pairs (every proxy with
 // a spec for the empty selector). Callers hold mu for writing.
 func (v *view) buildSet(sel map[string]string, key string) *selSet {
 	s := &selSet{selector: maps.Clone(sel), members: map[*proxyView]struct{}{}}
+	s.kept[orderBalanced] = true
+	for o := range s.orders {
+		for i := range s.orders[o] {
+			s.orders[o][i].by = o
+		}
+	}
 	pool := v.specced
 	for k, val := range sel {
 		if m := v.byAttr[attrPair{k, val}]; len(m) < len(pool) {

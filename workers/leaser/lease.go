@@ -107,6 +107,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 			return false, fmt.Errorf("delete %s: %w", key, err)
 		}
 		l.view.noteReleased(key, rev)
+		l.dropHold(ctx, rec.Hold) // after the slot: a holder never has more leases than holder slots
 		rec.ExpiresAt = l.now()
 		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec, 0)
 		l.log.Debug("lease released", "id", id.String())

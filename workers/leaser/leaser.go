@@ -41,6 +41,11 @@ type Config struct {
 	FailedCooldown  time.Duration // default 5m
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
 
+	// MaxPerHolder caps the leases one holder may hold at once on the proxies of one pool
+	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder
+	// overrides it for its members. 0: no cap. docs/leases.md#per-holder-caps.
+	MaxPerHolder int
+
 	RequestBudget time.Duration // all the KV calls of one request together; default 5s
 	// SlotWriteBudget bounds one slot write of an acquire when there are several lease
 	// shards: past it, or on an error, the acquire moves on to a proxy of another shard.
@@ -69,7 +74,7 @@ type Config struct {
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.
 // endpoint is acquire, renew, release or report; result is "granted" (acquire) or "ok" on
-// success, else bad_request, not_found, conflict, unavailable or error.
+// success, else bad_request, not_found, conflict, gone, holder_at_cap, unavailable or error.
 type Observer interface {
 	ObserveLease(endpoint, result string, d time.Duration)
 }
@@ -146,6 +151,9 @@ func New(cfg Config) (*Leaser, error) {
 		}
 		cfg.HTTP = &hc
 	}
+	if cfg.MaxPerHolder < 0 || cfg.MaxPerHolder > MaxPerHolderLimit {
+		return nil, fmt.Errorf("leaser: MaxPerHolder must be between 0 and %d, got %d", MaxPerHolderLimit, cfg.MaxPerHolder)
+	}
 	if cfg.Worker == "" {
 		h, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", h, os.Getpid())
@@ -160,7 +168,9 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	return &Leaser{cfg: cfg, log: log, view: newView(), shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
+	v := newView()
+	v.defaultCap = cfg.MaxPerHolder
+	return &Leaser{cfg: cfg, log: log, view: v, shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}, nil
 }

@@ -219,8 +219,11 @@ func (l *Leaser) remove(ctx context.Context, r removal) {
 	}
 	l.view.noteReleased(r.key, r.rev)
 	if r.end == "" {
+		// A grant given up on: its acquire kept the holder slot for its next candidate, and
+		// gave it back or granted with it.
 		return
 	}
+	l.dropHold(ctx, r.lease.Hold)
 	l.view.noteEnded(r.lease.Token, r.end)
 	rec := r.lease
 	rec.ExpiresAt = l.now()

@@ -6,14 +6,31 @@ import (
 	"time"
 )
 
-// rank is where a proxy stands in the selection order of DESIGN §3.5 below the sticky
-// preference, which depends on the request and is applied on top: fewest active leases,
-// least recently leased, lowest probe latency (unknown last), name.
+// rank is where a proxy stands in the selection orders below the sticky preference, which
+// depends on the request and is applied on top. It holds what every order compares; each
+// order (orderBy) compares it its own way.
 type rank struct {
 	active     int
 	lastLeased time.Time
 	latencyMs  float64 // 0: unknown
 	name       string
+}
+
+// The orders a selector's set keeps its eligible proxies in, one per strategy that needs an
+// order of its own (random reads the balanced one at a random position).
+const (
+	orderBalanced   = iota // fewest active leases, least recently leased, lowest latency, name (DESIGN §3.5)
+	orderRoundRobin        // least recently leased, name: the next in turn whatever the load
+	orderLatency           // lowest latency (unknown last), then as balanced
+	numOrders
+)
+
+// orderCompare is the comparison of each order; every one ends with the name, so no two
+// proxies are equal.
+var orderCompare = [numOrders]func(a, b rank) int{
+	orderBalanced:   rank.compare,
+	orderRoundRobin: compareRoundRobin,
+	orderLatency:    compareLatency,
 }
 
 func (a rank) compare(b rank) int {
@@ -32,6 +49,11 @@ func (a rank) tie(b rank) int {
 	if c := a.lastLeased.Compare(b.lastLeased); c != 0 {
 		return c
 	}
+	return compareLatencyOnly(a, b)
+}
+
+// compareLatencyOnly orders known latencies before unknown ones, lowest first.
+func compareLatencyOnly(a, b rank) int {
 	if (a.latencyMs == 0) != (b.latencyMs == 0) {
 		if a.latencyMs == 0 {
 			return 1
@@ -41,52 +63,87 @@ func (a rank) tie(b rank) int {
 	return cmp.Compare(a.latencyMs, b.latencyMs)
 }
 
-// ranked is an ordered set of proxies by rank: a treap, so insert, delete and finding the
-// first entry after a rank cost O(log n) expected with nothing to rebalance by hand. It is
-// what lets an acquire read the few best candidates instead of sorting the fleet.
+func compareRoundRobin(a, b rank) int {
+	if c := a.lastLeased.Compare(b.lastLeased); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.name, b.name)
+}
+
+func compareLatency(a, b rank) int {
+	if c := compareLatencyOnly(a, b); c != 0 {
+		return c
+	}
+	return a.compare(b)
+}
+
+// ranked is an ordered set of proxies by rank in one order: a treap, so insert, delete and
+// finding the first entry after a rank cost O(log n) expected with nothing to rebalance by
+// hand. Each node knows its subtree's size, so the n-th entry (a random strategy's start)
+// costs the same. It is what lets an acquire read the few best candidates instead of sorting
+// the fleet. The zero value is an empty set in the balanced order.
 type ranked struct {
 	root *rankNode
+	by   int // the order: orderBalanced, ...
 }
 
 type rankNode struct {
 	key         rank
 	p           *proxyView
 	prio        uint64
+	size        int
 	left, right *rankNode
 }
 
-// insert adds p at key; key must not be in the set.
-func (t *ranked) insert(key rank, p *proxyView) {
-	t.root = insertNode(t.root, &rankNode{key: key, p: p, prio: rand.Uint64()})
+func (t *ranked) cmp(a, b rank) int { return orderCompare[t.by](a, b) }
+
+func size(n *rankNode) int {
+	if n == nil {
+		return 0
+	}
+	return n.size
 }
 
-func insertNode(root, n *rankNode) *rankNode {
+func (n *rankNode) fix() *rankNode {
+	n.size = 1 + size(n.left) + size(n.right)
+	return n
+}
+
+// len is the number of entries.
+func (t *ranked) len() int { return size(t.root) }
+
+// insert adds p at key; key must not be in the set.
+func (t *ranked) insert(key rank, p *proxyView) {
+	t.root = t.insertNode(t.root, &rankNode{key: key, p: p, prio: rand.Uint64(), size: 1})
+}
+
+func (t *ranked) insertNode(root, n *rankNode) *rankNode {
 	if root == nil {
 		return n
 	}
 	if n.prio > root.prio {
-		n.left, n.right = split(root, n.key)
-		return n
+		n.left, n.right = t.split(root, n.key)
+		return n.fix()
 	}
-	if n.key.compare(root.key) < 0 {
-		root.left = insertNode(root.left, n)
+	if t.cmp(n.key, root.key) < 0 {
+		root.left = t.insertNode(root.left, n)
 	} else {
-		root.right = insertNode(root.right, n)
+		root.right = t.insertNode(root.right, n)
 	}
-	return root
+	return root.fix()
 }
 
-// split cuts t into the keys below k and the keys above it (k itself is not in t).
-func split(t *rankNode, k rank) (lo, hi *rankNode) {
-	if t == nil {
+// split cuts n into the keys below k and the keys above it (k itself is not in n).
+func (t *ranked) split(n *rankNode, k rank) (lo, hi *rankNode) {
+	if n == nil {
 		return nil, nil
 	}
-	if t.key.compare(k) < 0 {
-		t.right, hi = split(t.right, k)
-		return t, hi
+	if t.cmp(n.key, k) < 0 {
+		n.right, hi = t.split(n.right, k)
+		return n.fix(), hi
 	}
-	lo, t.left = split(t.left, k)
-	return lo, t
+	lo, n.left = t.split(n.left, k)
+	return lo, n.fix()
 }
 
 func merge(lo, hi *rankNode) *rankNode {
@@ -97,43 +154,65 @@ func merge(lo, hi *rankNode) *rankNode {
 		return lo
 	case lo.prio > hi.prio:
 		lo.right = merge(lo.right, hi)
-		return lo
+		return lo.fix()
 	default:
 		hi.left = merge(lo, hi.left)
-		return hi
+		return hi.fix()
 	}
 }
 
 // delete removes key, reporting whether it was there.
 func (t *ranked) delete(key rank) bool {
-	link := &t.root
-	for n := *link; n != nil; n = *link {
-		switch c := key.compare(n.key); {
-		case c < 0:
-			link = &n.left
-		case c > 0:
-			link = &n.right
+	var found bool
+	t.root, found = t.deleteNode(t.root, key)
+	return found
+}
+
+func (t *ranked) deleteNode(n *rankNode, key rank) (*rankNode, bool) {
+	if n == nil {
+		return nil, false
+	}
+	var found bool
+	switch c := t.cmp(key, n.key); {
+	case c < 0:
+		n.left, found = t.deleteNode(n.left, key)
+	case c > 0:
+		n.right, found = t.deleteNode(n.right, key)
+	default:
+		return merge(n.left, n.right), true
+	}
+	return n.fix(), found
+}
+
+// nth returns the key of the i-th entry (from 0); i must be below len.
+func (t *ranked) nth(i int) rank {
+	n := t.root
+	for {
+		switch l := size(n.left); {
+		case i < l:
+			n = n.left
+		case i == l:
+			return n.key
 		default:
-			*link = merge(n.left, n.right)
-			return true
+			i -= l + 1
+			n = n.right
 		}
 	}
-	return false
 }
 
 // ascend calls f on the entries in order, starting after key when after is set (from the
-// first entry otherwise), until f returns false.
-func (t *ranked) ascend(after *rank, f func(rank, *proxyView) bool) {
-	ascendNode(t.root, after, f)
+// first entry otherwise), until f returns false. It reports whether it reached the end.
+func (t *ranked) ascend(after *rank, f func(rank, *proxyView) bool) bool {
+	return t.ascendNode(t.root, after, f)
 }
 
-func ascendNode(n *rankNode, after *rank, f func(rank, *proxyView) bool) bool {
+func (t *ranked) ascendNode(n *rankNode, after *rank, f func(rank, *proxyView) bool) bool {
 	for n != nil {
-		if after != nil && n.key.compare(*after) <= 0 {
+		if after != nil && t.cmp(n.key, *after) <= 0 {
 			n = n.right // n and its left subtree are not after the cursor
 			continue
 		}
-		if !ascendNode(n.left, after, f) || !f(n.key, n.p) {
+		if !t.ascendNode(n.left, after, f) || !f(n.key, n.p) {
 			return false
 		}
 		// Everything to the right is after the cursor.

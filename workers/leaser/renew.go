@@ -45,6 +45,10 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The holder slot first, so that it outlives the proxy slot whatever fails between.
+		if err := l.renewHold(ctx, rec, ttl); err != nil {
+			return nil, fmt.Errorf("renew the holder slot of %s: %w", key, err)
+		}
 		nrev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Leases.Of(id.Proxy), key, b, rev, ttl)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue // renewed (or released) concurrently: read again

@@ -151,6 +151,7 @@ type proxy struct {
 	auth      *[2]string
 	external  bool
 	drain     bool
+	pool      string // the owning pool (spec.pool)
 }
 
 func (r *rig) seed(ps ...proxy) {
@@ -169,6 +170,9 @@ func (r *rig) seed(ps ...proxy) {
 		}
 		if p.drain {
 			spec["drain"] = true
+		}
+		if p.pool != "" {
+			spec["pool"] = p.pool
 		}
 		if p.auth != nil {
 			spec["auth"] = map[string]string{"username": p.auth[0], "password": p.auth[1]}

@@ -36,6 +36,8 @@ func (l *Leaser) Run(ctx context.Context) error {
 		{st.Status, l.view.applyStatus},
 		{st.Health, l.view.applyHealth},
 		{st.Cooldowns, l.view.applyCooldown},
+		{st.Pools, l.view.applyPool},
+		{st.LeaseState, l.view.applyState},
 	}
 	for _, kv := range st.Leases.All() {
 		watches = append(watches, watch{kv, l.applyLease})

@@ -12,7 +12,11 @@ type candidate struct {
 	free   []int // a few of the slots the view believes free, in random order
 	rank   rank
 	sticky bool
-	basis  basis // what a grant records it was made against
+	order  int // the order it was read in (rank.tie is the balanced order's)
+	// The pool it belongs to ("" none) and the limit of leases per holder there (0 none).
+	pool      string
+	holderCap int
+	basis     basis // what a grant records it was made against
 	endpoint
 }
 
@@ -22,10 +26,32 @@ type query struct {
 	key            string
 	target, sticky string
 	min            events.Anonymity // the acquire's minAnonymity; "" takes any
+	strategy       events.Strategy  // "" is balanced
+	// session: the sticky key is a session (sessionSeconds); prefer is the proxy it is bound
+	// to ("" while unbound) instead of the key's last proxy in the view.
+	session bool
+	prefer  string
+	// capped are the pools where the acquire found its holder at its limit (the attempt's
+	// holderFull): their proxies are passed over without being tried, at the cost of a map
+	// lookup each.
+	holder string
+	capped map[holdScope]int
 }
 
-func newQuery(selector map[string]string, target, sticky string, min events.Anonymity) query {
-	return query{selector: selector, key: selectorKey(selector), target: target, sticky: sticky, min: min}
+func newQuery(r events.AcquireRequest) query {
+	return query{selector: r.Selector, key: selectorKey(r.Selector), target: r.Target, sticky: r.Sticky, min: r.MinAnonymity,
+		strategy: r.Strategy, session: r.SessionSeconds > 0, holder: r.Holder}
+}
+
+// order is the set order the query's strategy reads.
+func (q query) order() int {
+	switch q.strategy {
+	case events.StrategyRoundRobin:
+		return orderRoundRobin
+	case events.StrategyLowestLatency:
+		return orderLatency
+	}
+	return orderBalanced // balanced, and random, which starts at a random entry of it
 }
 
 // cursor is how far an acquire has read the selection order.
@@ -33,6 +59,10 @@ type cursor struct {
 	stickyDone bool
 	sticky     string // the proxy returned first as the sticky key's, not to be returned again
 	after      *rank  // the last entry read from the ordered set; nil before the first
+	// A random strategy reads from a random entry to the end, then from the start up to that
+	// entry (start): uniform for the first candidate, every other one still reachable.
+	started, wrapped, done bool
+	start                  *rank
 }
 
 // matches is the exact attribute match of DESIGN §3.5: every selector pair is an attribute.
@@ -53,45 +83,78 @@ func (p *proxyView) leasable() bool {
 }
 
 // next returns up to n eligible candidates for q, best first, after those cur has already
-// read, leaving out the proxies in skip: the sticky key's previous proxy first, then the
-// selector's ordered set (fewest active leases, least recently leased, lowest probe latency,
-// name). With a minAnonymity it reads the set of those that meet it instead, kept in the same
-// order, so a proxy below it is never read at all. A proxy cooling down for the target is
-// passed over here rather than indexed per target, since targets are unbounded and most are
-// never cooled. Its cost is that of the entries it reads, not of the fleet.
+// read, leaving out the proxies in skip: the sticky key's proxy first (its session's, or the
+// proxy of its last lease), then the selector's ordered set in the order of q's strategy
+// (balanced: fewest active leases, least recently leased, lowest probe latency, name). With a
+// minAnonymity it reads the set of those that meet it instead, kept in the same order, so a
+// proxy below it is never read at all. A proxy cooling down for the target is passed over
+// here rather than indexed per target, since targets are unbounded and most are never
+// cooled. Its cost is that of the entries it reads, not of the fleet.
 func (v *view) next(q query, cur *cursor, skip map[string]bool, n int) []candidate {
 	var out []candidate
-	v.withSet(q.selector, q.key, func(s *selSet) {
+	v.withSet(q.selector, q.key, q.order(), func(s *selSet) {
 		if !cur.stickyDone && q.sticky != "" {
-			prev := v.sticky[q.sticky].proxy
+			prev := q.prefer
+			if !q.session {
+				prev = v.sticky[q.sticky].proxy
+			}
 			if p := v.proxies[prev]; p != nil && s.member(p) && p.ix.st.eligible && p.ix.st.anon.AtLeast(q.min) && !skip[prev] && !p.cooling[q.target] {
-				out = append(out, p.candidate(true))
+				out = append(out, p.candidate(true, v.capFor(p.origin.pool)))
 				cur.sticky = prev
 			}
 		}
 		cur.stickyDone = true
-		s.order(q.min).ascend(cur.after, func(k rank, p *proxyView) bool {
+		t := s.order(q.order(), q.min)
+		if q.strategy == events.StrategyRandom && !cur.started {
+			cur.started = true
+			if k := t.len(); k > 0 {
+				if i := rand.IntN(k); i > 0 {
+					after, start := t.nth(i-1), t.nth(i)
+					cur.after, cur.start = &after, &start
+				}
+			}
+		}
+		visit := func(k rank, p *proxyView) bool {
+			if cur.wrapped && t.cmp(k, *cur.start) >= 0 {
+				cur.done = true // back where the random read began
+				return false
+			}
 			cur.after = &k
 			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) {
 				return true
 			}
-			out = append(out, p.candidate(false))
+			if _, full := q.capped[holdScope{pool: p.origin.pool, holder: q.holder}]; full {
+				return true
+			}
+			c := p.candidate(false, v.capFor(p.origin.pool))
+			c.order = q.order()
+			out = append(out, c)
 			return len(out) < n
-		})
+		}
+		for !cur.done && len(out) < n {
+			if !t.ascend(cur.after, visit) {
+				continue // n read, or back at the start
+			}
+			if cur.start == nil || cur.wrapped {
+				break // at the end; a later call reads what was added after the cursor
+			}
+			cur.wrapped, cur.after = true, nil
+		}
 	})
 	return out
 }
 
 // candidate is p as an acquire tries it. Callers hold mu.
-func (p *proxyView) candidate(sticky bool) candidate {
-	return candidate{name: p.name, free: freeSlots(p, slotsPerCandidate), rank: p.ix.rank, sticky: sticky, basis: p.basis(), endpoint: p.endpoint()}
+func (p *proxyView) candidate(sticky bool, holderCap int) candidate {
+	return candidate{name: p.name, free: freeSlots(p, slotsPerCandidate), rank: p.ix.rank, sticky: sticky, basis: p.basis(),
+		pool: p.origin.pool, holderCap: holderCap, endpoint: p.endpoint()}
 }
 
 // spreadTies shuffles the leading candidates that rank equal but for their names. It is used
 // once an acquire has lost a Create race: replicas reading the same order would otherwise
 // all go for the same next proxy, while a random one of equals costs nothing in fairness.
 func spreadTies(cs []candidate) {
-	if len(cs) < 2 || cs[0].sticky {
+	if len(cs) < 2 || cs[0].sticky || cs[0].order != orderBalanced {
 		return
 	}
 	n := 1
@@ -103,14 +166,21 @@ func spreadTies(cs []candidate) {
 
 // attempt is what one acquire learned from the server beyond the view: proxies whose every
 // believed-free slot turned out taken, and cooldowns the view had not seen yet.
+// It also carries the holder slot it took (holders.go) until a grant uses it, the scopes where
+// the holder turned out to be at its limit (with that limit), and the candidates passed over
+// for it.
 type attempt struct {
 	full          map[string]bool
 	coolingGlobal map[string]bool
 	coolingTarget map[string]bool
+	holderFull    map[holdScope]int
+	capped        map[string]bool
+	hold          *hold
 }
 
 func newAttempt() *attempt {
-	return &attempt{full: map[string]bool{}, coolingGlobal: map[string]bool{}, coolingTarget: map[string]bool{}}
+	return &attempt{full: map[string]bool{}, coolingGlobal: map[string]bool{}, coolingTarget: map[string]bool{},
+		holderFull: map[holdScope]int{}, capped: map[string]bool{}}
 }
 
 // availability explains a refusal from the view corrected by what the attempt learned. The
@@ -120,7 +190,7 @@ func newAttempt() *attempt {
 // cooling for the target are looked at one by one.
 func (v *view) availability(q query, a *attempt) events.Availability {
 	var av events.Availability
-	v.withSet(q.selector, q.key, func(s *selSet) {
+	v.withSet(q.selector, q.key, orderBalanced, func(s *selSet) {
 		av = events.Availability{Matched: len(s.members), Ready: s.ready, AtCapacity: s.full, CoolingGlobal: s.coolingAll,
 			BelowAnonymity: s.belowAnonymity(q.min)}
 		// counts reports whether name is a Ready member of s that flag does not yet count.
@@ -167,27 +237,5 @@ const slotsPerCandidate = 8
 // one proxy spread over its slots. Its cost does not grow with maxLeases (up to 10,000) while
 // a quarter of the slots are free.
 func freeSlots(p *proxyView, limit int) []int {
-	free := p.maxLeases - p.held
-	if free <= 0 {
-		return nil
-	}
-	var out []int
-	if p.maxLeases <= 4*limit || 4*free < p.maxLeases {
-		for s := range p.maxLeases {
-			if _, held := p.slots[s]; !held {
-				out = append(out, s)
-			}
-		}
-		rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-		return out[:min(len(out), limit)]
-	}
-	picked := map[int]bool{}
-	for len(out) < min(limit, free) {
-		s := rand.IntN(p.maxLeases)
-		if _, held := p.slots[s]; !held && !picked[s] {
-			picked[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
+	return freeCounted(p.maxLeases, p.held, func(s int) bool { _, held := p.slots[s]; return held }, limit)
 }

@@ -50,12 +50,16 @@ func TestLeaseIndexMatchesFullSort(t *testing.T) {
 			for _, tgt := range targets {
 				sticky := fmt.Sprintf("s%d", rng.IntN(5))
 				for _, min := range []events.Anonymity{"", events.AnonymityAnonymous, events.AnonymityElite} {
-					w.compare(sel, tgt, sticky, min)
+					w.compare(sel, tgt, sticky, min, "")
 				}
+				w.compare(sel, tgt, sticky, "", strategies[rng.IntN(len(strategies))])
 			}
 		}
 	}
 }
+
+// strategies are those a property check draws from ("" is balanced).
+var strategies = []events.Strategy{events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency}
 
 // world drives a view with random entries as the watches would deliver them.
 type world struct {
@@ -172,9 +176,9 @@ func (w *world) cooldownKey(name string) string {
 
 // compare checks the index's order and refusal numbers for one request against the
 // reference, with an attempt that learned of a few proxies the view knows otherwise.
-func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon events.Anonymity) {
+func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) {
 	w.t.Helper()
-	q := newQuery(sel, tgt, sticky, minAnon)
+	q := newQuery(events.AcquireRequest{Selector: sel, Target: tgt, Sticky: sticky, MinAnonymity: minAnon, Strategy: strategy})
 	var cur cursor
 	var got []string
 	for {
@@ -186,7 +190,15 @@ func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon event
 			got = append(got, c.name)
 		}
 	}
-	want := refCandidates(w.v, sel, tgt, sticky, minAnon)
+	want := refCandidates(w.v, sel, tgt, sticky, minAnon, strategy)
+	if strategy == events.StrategyRandom {
+		// Any order but the sticky proxy's first place; every candidate once.
+		if len(got) > 0 && len(want) > 0 && (w.v.proxies[want[0]].name == w.v.sticky[sticky].proxy) && got[0] != want[0] {
+			w.t.Fatalf("random: %s first, want the sticky %s", got[0], want[0])
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+	}
 	if !slices.Equal(got, want) {
 		i := 0
 		for i < min(len(got), len(want)) && got[i] == want[i] {
@@ -216,7 +228,7 @@ func (w *world) describe(names []string) []string {
 }
 
 // refCandidates is the simple rule: every eligible proxy, sorted.
-func refCandidates(v *view, selector map[string]string, tgt, sticky string, minAnon events.Anonymity) []string {
+func refCandidates(v *view, selector map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) []string {
 	prev := ""
 	if sticky != "" {
 		prev = v.sticky[sticky].proxy
@@ -242,6 +254,26 @@ func refCandidates(v *view, selector map[string]string, tgt, sticky string, minA
 				return -1
 			}
 			return 1
+		}
+		latency := func() int {
+			if (a.r.latencyMs == 0) != (b.r.latencyMs == 0) {
+				if a.r.latencyMs == 0 {
+					return 1
+				}
+				return -1
+			}
+			return cmp.Compare(a.r.latencyMs, b.r.latencyMs)
+		}
+		switch strategy {
+		case events.StrategyRoundRobin:
+			if c := a.r.lastLeased.Compare(b.r.lastLeased); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.r.name, b.r.name)
+		case events.StrategyLowestLatency:
+			if c := latency(); c != 0 {
+				return c
+			}
 		}
 		if c := cmp.Compare(a.r.active, b.r.active); c != 0 {
 			return c

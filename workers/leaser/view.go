@@ -27,6 +27,15 @@ type view struct {
 	coolRev  map[string]uint64
 	sticky   map[string]stickyRef
 
+	// Holder caps and sessions (holders.go, sessions.go), fed by the pools and lease_state
+	// watches: each pool's maxPerHolder, the default of proxies in no pool or in a pool
+	// without one, the holder slots held by scope and holder, and the sessions bound.
+	poolCaps   map[string]int
+	defaultCap int
+	holds      map[holdScope]map[int]holdRef
+	sessions   map[string]sessionRef // by lease_state key
+	stateRev   map[string]uint64     // newest revision applied per lease_state key
+
 	// The selection index (index.go).
 	specced    map[*proxyView]struct{}              // proxies with a valid spec
 	byAttr     map[attrPair]map[*proxyView]struct{} // of those, by attribute pair
@@ -56,7 +65,7 @@ type proxyView struct {
 	auth      *schemas.Auth
 	external  bool
 	drain     bool   // "drain": true: never granted again, held leases renew and run on
-	origin    origin // provider and pool, for the lease statistics
+	origin    origin // provider and pool, for the lease statistics and holder caps
 	specRev   uint64 // of the newest entry of the proxy's key, a delete included
 	specGone  bool   // that entry is a delete or purge
 	// proxy_status
@@ -99,7 +108,8 @@ const maxSticky = 100_000
 
 func newView() *view {
 	return &view{proxies: map[string]*proxyView{}, leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
-		sticky: map[string]stickyRef{}, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
+		sticky: map[string]stickyRef{}, poolCaps: map[string]int{}, holds: map[holdScope]map[int]holdRef{},
+		sessions: map[string]sessionRef{}, stateRev: map[string]uint64{}, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
 		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
 		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{}}
 }
