@@ -164,7 +164,7 @@ func (f *httpFace) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	ctx, end := f.l.startCall(f.ctx, name, r.Header)
+	ctx, end := f.l.startCall(withCaller(f.ctx, crawler), name, r.Header)
 	if name == "acquire" {
 		body, err = withHolder(body, crawler)
 	}
