@@ -61,13 +61,19 @@ func needIntegrations(t *testing.T) {
 	t.Skipf("SKIPPED: missing %s; .ci/run installs them and sets %s=required", strings.Join(missing, ", "), integrationsEnvVar)
 }
 
-// site is a local web site: / links to pages a, b and c, to /blocked, which answers 403, and
-// to /challenge, a 200 whose page is a captcha; it records who fetched each path.
+// site is a local web site: / links to pages a, b and c, to /blocked, which answers 403, to
+// /challenge, a 200 whose page is a captcha, and to /moved/1 … /moved/<siteRedirects>, each a
+// redirect to /c (more redirects than the proxies have slots: a crawler that kept a lease per
+// redirect would run out); it records who fetched each path.
 type site struct {
 	url  string
 	mu   sync.Mutex
 	hits map[string][]string // path → remote hosts
 }
+
+// siteRedirects is how many redirects the site links to: more than the 8 slots of the
+// end-to-end test's proxies.
+const siteRedirects = 10
 
 func startSite(t *testing.T, addr string) *site {
 	t.Helper()
@@ -84,8 +90,12 @@ func startSite(t *testing.T, addr string) *site {
 		}
 		return b.String() + "</body></html>"
 	}
+	links := []string{"/a", "/b", "/c", "/blocked", "/challenge"}
+	for i := range siteRedirects {
+		links = append(links, fmt.Sprintf("/moved/%d", i+1))
+	}
 	pages := map[string]string{
-		"/":          page("home", "/a", "/b", "/c", "/blocked", "/challenge"),
+		"/":          page("home", links...),
 		"/challenge": page("Please solve this CAPTCHA"),
 		"/a":         page("a", "/b", "/"), "/b": page("b", "/c"), "/c": page("c", "/a"),
 	}
@@ -95,6 +105,10 @@ func startSite(t *testing.T, addr string) *site {
 		s.hits[r.URL.Path] = append(s.hits[r.URL.Path], host)
 		s.mu.Unlock()
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		if strings.HasPrefix(r.URL.Path, "/moved/") {
+			http.Redirect(w, r, "/c", http.StatusFound)
+			return
+		}
 		if r.URL.Path == "/blocked" {
 			w.WriteHeader(http.StatusForbidden)
 			fmt.Fprint(w, page("Access denied"))
@@ -265,6 +279,12 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 			checks(t, s, "scrapy-e2e", out)
 			if strings.Contains(out, "Crawled (407)") {
 				t.Errorf("a proxy refused a lease's credentials (407)")
+			}
+			// A redirect is answered by Scrapy's RedirectMiddleware before this middleware
+			// sees the response: its lease must still be given back, or the redirects alone
+			// hold every slot and acquires find none.
+			if seen := s.seen(); len(seen["/moved/1"]) == 0 || strings.Contains(out, "lease service: 503") {
+				t.Errorf("redirects not fetched, or an acquire found no free proxy (leases kept by redirected requests)")
 			}
 			if c.mode == "session" && !strings.Contains(out, "'egressd/renewed'") {
 				t.Errorf("the session's lease was never renewed:\n%s", out)

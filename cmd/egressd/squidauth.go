@@ -66,22 +66,69 @@ func squidAuthCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 }
 
 // serveSquidAuth answers Squid's basic-auth helper protocol until stdin ends. Every answer is
-// flushed at once: Squid waits for it before it sends the next request on this channel.
+// flushed at once: Squid waits for it before it sends the next request on this channel. A
+// line over squidMaxLine is answered ERR and skipped, never a reason to exit: Squid restarts
+// a helper that exits, and stops altogether when its helpers keep exiting.
 func serveSquidAuth(in io.Reader, out io.Writer, allow func(user, pass string) bool) error {
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 4096), squidMaxLine)
+	r := bufio.NewReaderSize(in, squidMaxLine)
 	w := bufio.NewWriter(out)
-	for sc.Scan() {
-		channel, ok := squidAnswer(sc.Text(), allow)
-		if _, err := w.WriteString(channel + ok + "\n"); err != nil {
+	for {
+		line, tooLong, err := readSquidLine(r)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		var channel, answer string
+		if tooLong {
+			channel, answer = squidChannel(line), squidMalformed
+		} else {
+			channel, answer = squidAnswer(line, allow)
+		}
+		if _, err := w.WriteString(channel + answer + "\n"); err != nil {
 			return err
 		}
 		if err := w.Flush(); err != nil {
 			return err
 		}
 	}
-	return sc.Err()
 }
+
+// readSquidLine reads one line without its newline. A line longer than r's buffer comes back
+// as its first squidMaxLine bytes with tooLong set, the rest of it read and dropped. A last
+// line without a newline is a line; io.EOF comes only when nothing is left.
+func readSquidLine(r *bufio.Reader) (line string, tooLong bool, err error) {
+	b, err := r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		line, tooLong = string(b), true
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = r.ReadSlice('\n')
+		}
+	} else {
+		line = string(b)
+	}
+	if errors.Is(err, io.EOF) && (len(b) > 0 || tooLong) {
+		err = nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return strings.TrimRight(line, "\r\n"), tooLong, nil
+}
+
+// squidChannel is the channel-ID prefix of a line that cannot be parsed as a whole: its first
+// field if that is a number followed by at least two more fields (Squid's concurrency
+// channel IDs are numbers), so that Squid can match the ERR to its request.
+func squidChannel(line string) string {
+	id, rest, ok := strings.Cut(line, " ")
+	if !ok || id == "" || strings.Trim(id, "0123456789") != "" || !strings.Contains(rest, " ") {
+		return ""
+	}
+	return id + " "
+}
+
+const squidMalformed = `ERR message="malformed request"`
 
 // squidAnswer is the answer to one line, and the channel-ID prefix to give it.
 func squidAnswer(line string, allow func(user, pass string) bool) (channel, answer string) {
@@ -91,7 +138,7 @@ func squidAnswer(line string, allow func(user, pass string) bool) (channel, answ
 		channel, f = f[0]+" ", f[1:]
 	}
 	if len(f) != 2 {
-		return channel, `ERR message="malformed request"`
+		return channel, squidMalformed
 	}
 	user, err1 := url.PathUnescape(f[0])
 	pass, err2 := url.PathUnescape(f[1])

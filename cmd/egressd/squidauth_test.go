@@ -64,3 +64,28 @@ func TestSquidAuthCommand(t *testing.T) {
 		t.Fatalf("no --key-file: exit %d, want 2", code)
 	}
 }
+
+// A line longer than the helper reads is answered ERR like any other bad line, and the helper
+// goes on: a helper that exits is restarted by Squid, and one that keeps exiting makes Squid
+// stop ("helpers are crashing too rapidly").
+func TestSquidAuthOverlongLine(t *testing.T) {
+	allow := func(user, pass string) bool { return user == "u" && pass == "p" }
+	long := strings.Repeat("x", squidMaxLine+10)
+	in := strings.Join([]string{
+		"u " + long,     // too long: ERR, no channel to echo
+		"9 u " + long,   // too long, with a channel ID: ERR on channel 9
+		"u p",           // then the helper still answers
+		long,            // one field, too long
+		"10 u p",        // and still in step
+		"u " + long[:8], // a last line without its newline: answered too
+	}, "\n")
+	var out bytes.Buffer
+	if err := serveSquidAuth(strings.NewReader(in), &out, allow); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`ERR message="malformed request"`, `9 ERR message="malformed request"`, "OK",
+		`ERR message="malformed request"`, "10 OK", `ERR message="lease credentials refused"`}
+	if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("answers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -164,7 +164,7 @@ func (f *httpFace) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	ctx, end := f.l.startCall(f.ctx, name, r.Header)
+	ctx, end := f.l.startCall(withCaller(f.ctx, crawler), name, traceHeaders(r.Header))
 	if name == "acquire" {
 		body, err = withHolder(body, crawler)
 	}
@@ -183,6 +183,19 @@ func (f *httpFace) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
+}
+
+// traceHeaders are the W3C trace context headers of an HTTP request under the names the
+// tracing carrier looks up, as written on NATS: HTTP canonicalises them ("Traceparent"). Only
+// these two go on: the others (Authorization) have no business in tracing.
+func traceHeaders(h http.Header) map[string][]string {
+	out := map[string][]string{}
+	for _, name := range []string{"traceparent", "tracestate"} {
+		if v := h.Values(name); len(v) > 0 {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // authError is a refused token and its WWW-Authenticate challenge (RFC 6750).

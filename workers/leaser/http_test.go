@@ -232,6 +232,35 @@ func TestHTTPFaceAnswersAsNATSDoes(t *testing.T) {
 		}
 	})
 
+	t.Run("only the holder's token renews, releases or reports", func(t *testing.T) {
+		const authB = "Bearer another-token-of-crawler-b-0000000000"
+		rep := post("acquire", auth, `{"selector":{"geo":"fr"},"target":"d.example","ttlSeconds":30}`)
+		if rep.code != 0 {
+			t.Fatalf("acquire: %d %s", rep.code, rep.body)
+		}
+		var lr events.LeaseReply
+		_ = json.Unmarshal(rep.body, &lr)
+		id := lr.Lease.ID
+		if rep := post("renew", authB, `{"id":"`+id+`"}`); rep.code != 404 || rep.err.Field != "id" || strings.Contains(string(rep.body), `"url"`) {
+			t.Errorf("crawler-b renews crawler-a's lease: %d %s", rep.code, rep.body)
+		}
+		if rep := post("report", authB, `{"id":"`+id+`","result":"failed"}`); rep.code != 404 || rep.err.Field != "id" {
+			t.Errorf("crawler-b reports crawler-a's lease: %d %s", rep.code, rep.body)
+		}
+		if rep := post("release", authB, `{"id":"`+id+`"}`); rep.code != 0 || !strings.Contains(string(rep.body), `"released":false`) {
+			t.Errorf("crawler-b releases crawler-a's lease: %d %s", rep.code, rep.body)
+		}
+		if rep := post("report", authB, `{"id":"`+id+`","result":"ok","release":true}`); rep.code != 404 {
+			t.Errorf("crawler-b reports and releases crawler-a's lease: %d %s", rep.code, rep.body)
+		}
+		if rep := post("renew", auth, `{"id":"`+id+`"}`); rep.code != 0 {
+			t.Errorf("crawler-a renews its own lease after crawler-b's attempts: %d %s", rep.code, rep.body)
+		}
+		if rep := post("release", auth, `{"id":"`+id+`"}`); !strings.Contains(string(rep.body), `"released":true`) {
+			t.Errorf("crawler-a releases its own lease: %d %s", rep.code, rep.body)
+		}
+	})
+
 	t.Run("refused", func(t *testing.T) {
 		before := hr.slots()
 		for _, c := range []struct {

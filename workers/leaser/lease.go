@@ -31,7 +31,32 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 		return events.Lease{}, 0, &apiError{code: events.CodeConflict, field: "id",
 			msg: fmt.Sprintf("lease %s was lost: its slot has been granted to another holder", id)}
 	}
+	if err := checkCaller(ctx, id, rec); err != nil {
+		return events.Lease{}, 0, err
+	}
 	return rec, rev, nil
+}
+
+// callerKey carries, in a request's context, the crawler an HTTP request authenticated as.
+type callerKey struct{}
+
+// withCaller marks ctx as a request of crawler (the HTTP face's bearer token).
+func withCaller(ctx context.Context, crawler string) context.Context {
+	return context.WithValue(ctx, callerKey{}, crawler)
+}
+
+// checkCaller refuses a renewal, release or report of a lease whose holder is not the crawler
+// the request authenticated as. Lease IDs are no secret (events, logs, and with auth.mode
+// lease the username every request shows the proxy), and a renewal answers with the proxy's
+// credentials, so over HTTP, where each crawler has a token of its own, only the holder may
+// act on a lease. Over NATS crawlers share one user, and nothing changes.
+func checkCaller(ctx context.Context, id leaseID, rec events.Lease) error {
+	crawler, ok := ctx.Value(callerKey{}).(string)
+	if !ok || rec.Holder == crawler {
+		return nil
+	}
+	return &apiError{code: events.CodeNotFound, field: "id",
+		msg: fmt.Sprintf("lease %s is not held by crawler %s (the crawler of this bearer token)", id, truncate(crawler, 40))}
 }
 
 // casRetries bounds how often a renewal or release re-reads a slot that changed under it
@@ -85,6 +110,9 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 	// delete at the revision it knows is as exact as one after a read, and one call fewer.
 	// If the slot changed since, the delete fails and the read below decides.
 	rec, rev, known := l.view.heldLease(key, id.Token)
+	if known && checkCaller(ctx, id, rec) != nil {
+		return false, nil // someone else's: released:false, as for a lease that is gone
+	}
 	for try := range casRetries + 1 { // the first may only find the view behind
 		if try > 0 || !known {
 			var err error

@@ -62,6 +62,7 @@ class EgressdProxyMiddleware:
         mw = cls(crawler)
         crawler.signals.connect(mw.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(mw.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(mw.request_dropped, signal=signals.request_dropped)
         return mw
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -78,12 +79,26 @@ class EgressdProxyMiddleware:
         leases, self.active, self.sessions = list(self.active.values()), {}, {}
         return defer.DeferredList([self._in_thread(spider, "release", self.client.release, lease["id"]) for lease in leases])
 
+    def request_dropped(self, request, spider):
+        # A redirect the scheduler drops (its target was seen already) never comes back to
+        # process_request: in request mode the lease it carries ends here.
+        lease = request.meta.get("egressd_lease")
+        if self.mode == "request" and lease is not None and self._drop(lease, request):
+            self._in_thread(spider, "release", self.client.release, lease["id"])
+
     # -- requests ----------------------------------------------------------------------------
 
     def process_request(self, request, spider):
         if request.meta.get("dont_egressd"):
             return None
         if self.mode == "request":
+            # A request that comes back with a lease is a redirect or a retry, made by a
+            # middleware that answered before this one saw the response or exception
+            # (RedirectMiddleware, RetryMiddleware): its lease ends here, or it would be
+            # renewed until the spider closes and hold a slot of its proxy all along.
+            old = request.meta.get("egressd_lease")
+            if old is not None and self._drop(old, request):
+                self._in_thread(spider, "release", self.client.release, old["id"])
             d = threads.deferToThread(self._acquire, self._acquire_body(request, None))
             d.addCallback(self._granted)
             return d.addCallback(self._apply, request)
