@@ -8,7 +8,7 @@ import { connect, StringCodec } from 'nats';
 
 const sc = StringCodec();
 
-/** An error answer of the lease service: code is 400, 404, 409, 410, 503 or 500. */
+/** An error answer of the lease service: code is 400, 404, 409, 410, 429, 503 or 500. */
 export class LeaseError extends Error {
   constructor(detail) {
     super(`lease service: ${detail.code}: ${detail.message}`);
@@ -32,7 +32,7 @@ export class LeaseError extends Error {
  * - `stickyPrefix` (default "crawlee-"): sticky key = prefix + session ID.
  * - `blockedStatusCodes` (default [403, 429]): responses reported as `blocked`;
  *   `cooldownSeconds` (default: the service's) for those reports.
- * - `acquireWaitMillis` (default 30000): how long an acquire answered 503 (nothing free) is
+ * - `acquireWaitMillis` (default 30000): how long an acquire answered 503 (nothing free) or 429 (at its holder limit) is
  *   retried before the request fails (Crawlee then retries it).
  * - `requestTimeoutMillis` (default 5000) for each request to the service.
  */
@@ -112,7 +112,8 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
         this.#sessions.set(key, { lease, timer });
         return lease;
       } catch (err) {
-        if (!(err instanceof LeaseError && err.code === 503) || Date.now() + wait > deadline) throw err;
+        // 503: nothing free now; 429: this crawler holds its limit (maxPerHolder) until one is released.
+        if (!(err instanceof LeaseError && [429, 503].includes(err.code)) || Date.now() + wait > deadline) throw err;
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }

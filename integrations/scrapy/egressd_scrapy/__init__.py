@@ -3,7 +3,7 @@ service's HTTP face (docs/leases.md) and sets request.meta["proxy"].
 
 Enable it in settings.py:
 
-    DOWNLOADER_MIDDLEWARES = {"egressd_scrapy.EgressdProxyMiddleware": 350}
+    DOWNLOADER_MIDDLEWARES = {"egressd_scrapy.EgressdProxyMiddleware": 585}
     EGRESSD_LEASE_URL = "http://127.0.0.1:8461"  # the token comes from $EGRESSD_LEASE_TOKEN
 
 See README.md beside this package for every setting.

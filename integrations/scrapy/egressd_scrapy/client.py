@@ -6,7 +6,7 @@ import urllib.request
 
 
 class LeaseError(Exception):
-    """An error answer of the lease service: code 400, 401, 404, 409, 410, 413, 503 or 500,
+    """An error answer of the lease service: code 400, 401, 404, 409, 410, 413, 429, 503 or 500,
     with the message, the field at fault and, for 503, the availability numbers. It never
     carries the bearer token."""
 

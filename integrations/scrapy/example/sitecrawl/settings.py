@@ -1,6 +1,6 @@
 # An example project: `scrapy crawl site -a start_url=http://127.0.0.1:8000/` fetches every
 # page of a site through egressd leases. The two lines that matter:
-DOWNLOADER_MIDDLEWARES = {"egressd_scrapy.EgressdProxyMiddleware": 350}
+DOWNLOADER_MIDDLEWARES = {"egressd_scrapy.EgressdProxyMiddleware": 585}
 EGRESSD_LEASE_URL = "http://127.0.0.1:8461"  # egressd run --lease-http-listen; token in $EGRESSD_LEASE_TOKEN
 
 # The rest is ordinary Scrapy, and optional egressd settings (README.md lists them all).
