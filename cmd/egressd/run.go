@@ -144,6 +144,7 @@ func parseRoles(s string) (roleSet, error) {
 }
 
 func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
+	setGCPercent(log)
 	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		return err
