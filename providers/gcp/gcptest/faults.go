@@ -34,8 +34,9 @@ func (s *Server) nextFault(zone string) Fault {
 	if len(q) == 0 {
 		return 0
 	}
+	f := q[0] // before Delete, which shifts q in place
 	s.insertFault[zone] = slices.Delete(q, 0, 1)
-	return q[0]
+	return f
 }
 
 // SetUnreachable marks zone unreachable (or reachable again) for aggregatedList: with
