@@ -40,6 +40,7 @@
 // Not modelled: authentication and IAM, pagination (one page holds everything; maxResults and
 // pageToken are ignored), list (non-aggregated), start/stop/reset, regions and region
 // operations, filters other than label equality joined by AND, disks and images as resources
-// (sourceImage is accepted as given), firewall rules actually filtering traffic, and the exact
-// answer to a non-partial aggregatedList with a zone down (here 503 backendError).
+// (sourceImage is accepted as given), firewall rules actually filtering traffic, and whether
+// the real service fails a non-partial aggregatedList with a zone down (here it answers, with
+// the zone's UNREACHABLE warning).
 package gcptest

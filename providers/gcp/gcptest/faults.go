@@ -39,9 +39,9 @@ func (s *Server) nextFault(zone string) Fault {
 	return f
 }
 
-// SetUnreachable marks zone unreachable (or reachable again) for aggregatedList: with
-// returnPartialSuccess it is listed in unreachables with an UNREACHABLE warning, without it
-// the call answers 503. Calls naming the zone itself are still served.
+// SetUnreachable marks zone unreachable (or reachable again) for aggregatedList: its scope
+// carries an UNREACHABLE warning instead of instances and, with returnPartialSuccess, is
+// listed in unreachables. Calls naming the zone itself are still served.
 func (s *Server) SetUnreachable(zone string, down bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

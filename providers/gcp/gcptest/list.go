@@ -12,8 +12,12 @@ import (
 
 // aggregatedList: https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList.
 // items is keyed "zones/Z"; a zone with nothing to show carries a NO_RESULTS_ON_PAGE warning,
-// an unreachable one (with returnPartialSuccess) an UNREACHABLE warning and a place in
+// an unreachable one an UNREACHABLE warning and, with returnPartialSuccess, a place in
 // unreachables. All results are on one page.
+//
+// The SDK's AggregatedListInstancesRequest (compute v1.75.0) has no ReturnPartialSuccess
+// field, so through the SDK a caller sees only the warning; the parameter is honoured for
+// callers that add it to the query.
 func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	terms, err := parseFilter(q.Get("filter"))
@@ -43,12 +47,11 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 		z := s.zones[zn]
 		scope := "zones/" + zn
 		if z.unreachable {
-			if !partial {
-				writeError(w, apiError{code: http.StatusServiceUnavailable, reason: ReasonBackendError,
-					message: "Backend Error"})
-				return
+			// The scope's UNREACHABLE warning is there either way; returnPartialSuccess adds
+			// the zone to unreachables.
+			if partial {
+				out.Unreachables = append(out.Unreachables, scope)
 			}
-			out.Unreachables = append(out.Unreachables, scope)
 			out.Items[scope] = &computepb.InstancesScopedList{Warning: warning(unreachableWarning,
 				fmt.Sprintf("Scope '%s' is unreachable.", scope), scope)}
 			continue
