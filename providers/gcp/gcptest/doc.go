@@ -5,7 +5,7 @@
 // No Compute emulator exists and no real Compute API is reachable from CI, so the gcp
 // provider is proven against this: it speaks the REST shapes of the public reference, holds
 // state like the service, moves instances and operations asynchronously, and runs every
-// RUNNING instance as a real egressd forward proxy on its own loopback address, reported as
+// RUNNING instance as a real forward proxy (Options.Serve: egressd's forwardproxy.Serve) on its own loopback address, reported as
 // the instance's natIP (and networkIP).
 //
 // Shapes and where they come from (the public API reference):

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
+	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/option"
 	"google.golang.org/protobuf/proto"
@@ -44,10 +46,15 @@ func pool(n int) []netip.Addr {
 var testDelays = Delays{Pending: 10 * time.Millisecond, Provisioning: 20 * time.Millisecond,
 	Staging: 20 * time.Millisecond, Stopping: 10 * time.Millisecond}
 
+// serveForwardProxy runs egressd's own forward proxy, the one a real VM's image runs.
+func serveForwardProxy(ctx context.Context, ln net.Listener) error {
+	return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String()})
+}
+
 func newEnv(t *testing.T, addresses int) *env {
 	t.Helper()
 	sim, err := New(Options{Project: project, Zones: []string{zoneA, zoneB}, Addresses: pool(addresses),
-		ProxyPort: proxyPort, Delays: testDelays})
+		ProxyPort: proxyPort, Serve: serveForwardProxy, Delays: testDelays})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,9 +4,13 @@ import (
 	"context"
 	"net"
 	"net/netip"
-
-	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
+
+// ServeFunc serves a forward proxy on ln until ctx is done, as forwardproxy.Serve does
+// (github.com/egressd/egressd/providers/local/forwardproxy). It is passed in rather than
+// imported because the repository's dependency rules (deps_test.go) let only cmd/egressd and
+// the local provider itself import providers/local/...; tests are free to import it.
+type ServeFunc func(ctx context.Context, ln net.Listener) error
 
 // proxy is the forward proxy an instance runs while RUNNING: the "VM" a crawler reaches at
 // natIP:ProxyPort.
@@ -30,7 +34,7 @@ func (s *Server) startProxy(addr netip.Addr) (*proxy, error) {
 		defer s.wg.Done()
 		defer close(p.done)
 		defer ln.Close() // Serve leaves it open when it fails before serving
-		if err := forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: listen, Logger: s.opts.Logger}); err != nil {
+		if err := s.opts.Serve(ctx, ln); err != nil {
 			s.opts.Logger.Warn("gcptest: forward proxy stopped", "listen", listen, "err", err)
 		}
 	}()

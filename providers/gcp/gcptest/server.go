@@ -26,7 +26,8 @@ type Options struct {
 	Zones     []string         // zones served, e.g. "us-central1-a"
 	Addresses []netip.Addr     // loopback pool: one per instance, its natIP and networkIP
 	ProxyPort int              // port every instance's forward proxy listens on
-	Logger    *slog.Logger     // nil discards; passed to the forward proxies
+	Serve     ServeFunc        // runs each RUNNING instance's proxy: forwardproxy.Serve, wrapped
+	Logger    *slog.Logger     // nil discards
 	Delays    Delays           // asynchronous transitions; zero values are immediate
 	Now       func() time.Time // nil: time.Now; only for timestamps
 }
@@ -78,6 +79,8 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("gcptest: Options.Zones is empty")
 	case opts.ProxyPort <= 0 || opts.ProxyPort > 65535:
 		return nil, fmt.Errorf("gcptest: Options.ProxyPort %d is not a port", opts.ProxyPort)
+	case opts.Serve == nil:
+		return nil, errors.New("gcptest: Options.Serve is nil")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

@@ -11,10 +11,11 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		opts  Options
 		field string
 	}{
-		{name: "no project", opts: Options{Zones: []string{zoneA}, ProxyPort: 1}, field: "Project"},
-		{name: "no zones", opts: Options{Project: project, ProxyPort: 1}, field: "Zones"},
-		{name: "no port", opts: Options{Project: project, Zones: []string{zoneA}}, field: "ProxyPort"},
-		{name: "port too big", opts: Options{Project: project, Zones: []string{zoneA}, ProxyPort: 70000}, field: "ProxyPort"},
+		{name: "no project", opts: Options{Zones: []string{zoneA}, ProxyPort: 1, Serve: serveForwardProxy}, field: "Project"},
+		{name: "no zones", opts: Options{Project: project, ProxyPort: 1, Serve: serveForwardProxy}, field: "Zones"},
+		{name: "no port", opts: Options{Project: project, Zones: []string{zoneA}, Serve: serveForwardProxy}, field: "ProxyPort"},
+		{name: "port too big", opts: Options{Project: project, Zones: []string{zoneA}, ProxyPort: 70000, Serve: serveForwardProxy}, field: "ProxyPort"},
+		{name: "no proxy", opts: Options{Project: project, Zones: []string{zoneA}, ProxyPort: 1}, field: "Serve"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
