@@ -2,12 +2,10 @@ package gcptest
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -21,14 +19,8 @@ func (s *Server) firewallPath(name string) string {
 
 // insertFirewall: https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/insert
 func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		writeError(w, invalid("Unreadable request body."))
-		return
-	}
 	var fw computepb.Firewall
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &fw); err != nil {
-		writeError(w, invalid("Invalid JSON payload received. "+err.Error()))
+	if !decodeBody(w, r, &fw) {
 		return
 	}
 	s.mu.Lock()
@@ -68,35 +60,37 @@ func (s *Server) insertFirewall(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, proto.Clone(op.pb))
 }
 
-// getFirewall: https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/get
-func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// lookupFirewall finds the rule the request names; on failure it has written the error.
+// Callers hold s.mu.
+func (s *Server) lookupFirewall(w http.ResponseWriter, r *http.Request) (*computepb.Firewall, bool) {
 	if _, ok := s.project(w, r); !ok {
-		return
+		return nil, false
 	}
 	fw, ok := s.firewalls[r.PathValue("name")]
 	if !ok {
 		writeError(w, notFound(s.firewallPath(r.PathValue("name"))))
-		return
 	}
-	writeJSON(w, proto.Clone(fw))
+	return fw, ok
+}
+
+// getFirewall: https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/get
+func (s *Server) getFirewall(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fw, ok := s.lookupFirewall(w, r); ok {
+		writeJSON(w, proto.Clone(fw))
+	}
 }
 
 // deleteFirewall: https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/delete
 func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.project(w, r); !ok {
-		return
-	}
-	name := r.PathValue("name")
-	fw, ok := s.firewalls[name]
+	fw, ok := s.lookupFirewall(w, r)
 	if !ok {
-		writeError(w, notFound(s.firewallPath(name)))
 		return
 	}
-	delete(s.firewalls, name)
+	delete(s.firewalls, fw.GetName())
 	op := s.newOperation("", "delete", fw.GetSelfLink(), fw.GetId())
 	s.running(op)
 	s.finish(op, "", "", 0)

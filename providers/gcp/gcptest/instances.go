@@ -47,14 +47,8 @@ func (s *Server) instancePath(zone, name string) string {
 
 // insertInstance: https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert
 func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
-	if err != nil {
-		writeError(w, invalid("Unreadable request body."))
-		return
-	}
 	var in computepb.Instance
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &in); err != nil {
-		writeError(w, invalid("Invalid JSON payload received. "+err.Error()))
+	if !decodeBody(w, r, &in) {
 		return
 	}
 	s.mu.Lock()
@@ -105,6 +99,20 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	go s.provision(inst, op, fault)
 	writeJSON(w, proto.Clone(op.pb))
+}
+
+// decodeBody reads the request's JSON resource into m; on failure it has written a 400.
+func decodeBody(w http.ResponseWriter, r *http.Request, m proto.Message) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	if err != nil {
+		writeError(w, invalid("Unreadable request body."))
+		return false
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, m); err != nil {
+		writeError(w, invalid("Invalid JSON payload received. "+err.Error()))
+		return false
+	}
+	return true
 }
 
 func validateInsert(in *computepb.Instance) (apiError, bool) {
@@ -289,20 +297,28 @@ func (s *Server) release(inst *instance) {
 	s.mu.Unlock()
 }
 
-// getInstance: https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
-func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// lookupInstance finds the visible instance the request names; on failure it has written
+// the error. Callers hold s.mu.
+func (s *Server) lookupInstance(w http.ResponseWriter, r *http.Request) (*zoneState, *instance, bool) {
 	z, ok := s.project(w, r)
 	if !ok {
-		return
+		return nil, nil, false
 	}
 	inst, ok := z.instances[r.PathValue("name")]
 	if !ok || !inst.visible {
 		writeError(w, notFound(s.instancePath(z.name, r.PathValue("name"))))
-		return
+		return nil, nil, false
 	}
-	writeJSON(w, proto.Clone(inst.pb))
+	return z, inst, true
+}
+
+// getInstance: https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, inst, ok := s.lookupInstance(w, r); ok {
+		writeJSON(w, proto.Clone(inst.pb))
+	}
 }
 
 // deleteInstance: https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete.
@@ -310,13 +326,8 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	z, ok := s.project(w, r)
+	z, inst, ok := s.lookupInstance(w, r)
 	if !ok {
-		return
-	}
-	inst, ok := z.instances[r.PathValue("name")]
-	if !ok || !inst.visible {
-		writeError(w, notFound(s.instancePath(z.name, r.PathValue("name"))))
 		return
 	}
 	op := s.newOperation(z.name, "delete", inst.pb.GetSelfLink(), inst.pb.GetId())
