@@ -188,61 +188,36 @@ func (s *Server) provision(inst *instance, op *operation, fault Fault) {
 	d := s.opts.Delays
 	region := regionOf(inst.zone)
 
-	if !s.sleep(d.Pending) {
-		return
-	}
-	s.mu.Lock()
-	if !s.current(inst) {
-		s.finish(op, "", "", 0)
-		s.mu.Unlock()
+	if !s.advance(inst, op, d.Pending) {
 		return
 	}
 	s.running(op)
 	if fault == FaultQuotaAsync {
-		s.forget(inst)
-		s.finish(op, CodeQuotaExceeded, fmt.Sprintf(quotaMessageCPUs, region), 0)
-		s.mu.Unlock()
-		s.release(inst)
+		s.fail(inst, op, CodeQuotaExceeded, fmt.Sprintf(quotaMessageCPUs, region), 0)
 		return
 	}
 	inst.visible = true
 	s.mu.Unlock()
 
-	if !s.sleep(d.Provisioning) {
-		return
-	}
-	s.mu.Lock()
-	if !s.current(inst) {
-		s.finish(op, "", "", 0)
-		s.mu.Unlock()
+	if !s.advance(inst, op, d.Provisioning) {
 		return
 	}
 	if fault == FaultStockout {
-		s.forget(inst)
-		s.finish(op, CodeZoneResourcePoolExhausted, fmt.Sprintf(stockoutMessageFormat, inst.zone), http.StatusServiceUnavailable)
-		s.mu.Unlock()
-		s.release(inst)
+		s.fail(inst, op, CodeZoneResourcePoolExhausted, fmt.Sprintf(stockoutMessageFormat, inst.zone), http.StatusServiceUnavailable)
 		return
 	}
 	inst.pb.Status = proto.String(StatusStaging)
 	s.mu.Unlock()
 
-	if !s.sleep(d.Staging) {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.current(inst) {
-		s.finish(op, "", "", 0)
+	if !s.advance(inst, op, d.Staging) {
 		return
 	}
 	p, err := s.startProxy(inst.addr)
 	if err != nil {
-		s.forget(inst)
-		s.finish(op, CodeInternalError, "Internal error. Please try again or contact Google Support. ("+err.Error()+")", http.StatusInternalServerError)
-		s.free = append(s.free, inst.addr)
+		s.fail(inst, op, CodeInternalError, "Internal error. Please try again or contact Google Support. ("+err.Error()+")", http.StatusInternalServerError)
 		return
 	}
+	defer s.mu.Unlock()
 	inst.proxy = p
 	inst.pb.Status = proto.String(StatusRunning)
 	inst.pb.LastStartTimestamp = proto.String(s.timestamp())
@@ -250,6 +225,31 @@ func (s *Server) provision(inst *instance, op *operation, fault Fault) {
 		nic.AccessConfigs[0].NatIP = proto.String(inst.addr.String())
 	}
 	s.finish(op, "", "", 0)
+}
+
+// advance waits d and locks s.mu for the insert's next step. It answers false, not locked,
+// when the simulator closed or the instance was deleted meanwhile (its insert operation is
+// then DONE).
+func (s *Server) advance(inst *instance, op *operation, d time.Duration) bool {
+	if !s.sleep(d) {
+		return false
+	}
+	s.mu.Lock()
+	if !s.current(inst) {
+		s.finish(op, "", "", 0)
+		s.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// fail ends an insert whose instance never runs: gone, its operation DONE with the error, its
+// address back in the pool. Called with s.mu held; returns with it released.
+func (s *Server) fail(inst *instance, op *operation, code, message string, httpStatus int) {
+	s.forget(inst)
+	s.finish(op, code, message, httpStatus)
+	s.mu.Unlock()
+	s.release(inst)
 }
 
 // sleep waits d, false when the simulator closes first.
