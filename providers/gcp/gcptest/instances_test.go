@@ -291,3 +291,23 @@ func TestPreemption(t *testing.T) {
 		t.Error("preempting a missing instance succeeded")
 	}
 }
+
+// When the instance's proxy cannot listen (its address:port is taken), the insert fails as an
+// internal error rather than reporting a RUNNING instance nobody can reach.
+func TestProxyListenFailureFailsInsert(t *testing.T) {
+	e := newEnv(t, 1)
+	taken, err := net.Listen("tcp", proxyAddr(pool(1)[0].String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	op, err := e.ic.Insert(e.ctx, instanceReq(zoneA, "blocked", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAPIError(t, op.Wait(e.ctx), 500, "")
+	if errs := op.Proto().GetError().GetErrors(); len(errs) != 1 || errs[0].GetCode() != CodeInternalError {
+		t.Fatalf("operation errors = %v", errs)
+	}
+	e.wantGone(t, zoneA, "blocked")
+}
