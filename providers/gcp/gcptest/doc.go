@@ -1,0 +1,46 @@
+// Package gcptest is a stateful Compute Engine API simulator on net/http/httptest that the
+// real SDK client (cloud.google.com/go/compute/apiv1, REST transport) talks to, pointed at it
+// with option.WithEndpoint(srv.URL()) and option.WithoutAuthentication().
+//
+// No Compute emulator exists and no real Compute API is reachable from CI, so the gcp
+// provider is proven against this: it speaks the REST shapes of the public reference, holds
+// state like the service, moves instances and operations asynchronously, and runs every
+// RUNNING instance as a real forward proxy (Options.Serve: egressd's forwardproxy.Serve) on its own loopback address, reported as
+// the instance's natIP (and networkIP).
+//
+// Shapes and where they come from (the public API reference):
+//   - instances insert/get/delete/aggregatedList:
+//     https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert
+//     https://cloud.google.com/compute/docs/reference/rest/v1/instances/get
+//     https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete
+//     https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList
+//   - instance states (PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED):
+//     https://cloud.google.com/compute/docs/instances/instance-life-cycle
+//   - zone operations get/wait and the Operation resource (status, error.errors[],
+//     httpErrorStatusCode):
+//     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get
+//     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
+//     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations
+//   - firewalls get/insert/delete and global operations:
+//     https://cloud.google.com/compute/docs/reference/rest/v1/firewalls
+//     https://cloud.google.com/compute/docs/reference/rest/v1/globalOperations/get
+//   - the error body {"error":{"code","message","errors":[{"message","domain","reason"}]}}:
+//     https://cloud.google.com/compute/docs/api/handle-api-errors
+//   - the filter syntax (labels.KEY = "VALUE", AND):
+//     https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList#query-parameters
+//   - async failure codes QUOTA_EXCEEDED and ZONE_RESOURCE_POOL_EXHAUSTED:
+//     https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
+//     and real reports quoted in /work/shared/reference/provider-apis.md
+//   - Spot preemption (instanceTerminationAction STOP or DELETE):
+//     https://cloud.google.com/compute/docs/instances/spot
+//
+// The JSON is written with protojson from the SDK's own computepb messages, so field names
+// (natIP, networkIP, httpErrorStatusCode, ...) are the ones the client decodes.
+//
+// Not modelled: authentication and IAM, pagination (one page holds everything; maxResults and
+// pageToken are ignored), list (non-aggregated), start/stop/reset, regions and region
+// operations, filters other than label equality joined by AND, disks and images as resources
+// (sourceImage is accepted as given), firewall rules actually filtering traffic, and whether
+// the real service fails a non-partial aggregatedList with a zone down (here it answers, with
+// the zone's UNREACHABLE warning).
+package gcptest

@@ -1,0 +1,80 @@
+package gcptest
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Fault is an injected insert failure, consumed by the next insert into its zone.
+type Fault int
+
+const (
+	// FaultQuota: the insert call itself answers 403 quotaExceeded (googleapi.Error).
+	FaultQuota Fault = iota + 1
+	// FaultQuotaAsync: the insert call succeeds; its operation turns DONE carrying
+	// error.errors[{code: QUOTA_EXCEEDED}] and no httpErrorStatusCode, so the SDK's
+	// Operation.Wait returns nil and only op.Proto().GetError() tells. No instance appears.
+	FaultQuotaAsync
+	// FaultStockout: the instance appears PROVISIONING, then vanishes, and its operation turns
+	// DONE with ZONE_RESOURCE_POOL_EXHAUSTED and httpErrorStatusCode 503: Wait returns an
+	// error with Code 503.
+	FaultStockout
+)
+
+// FailInserts queues faults for the next inserts into zone, one per insert, in order.
+func (s *Server) FailInserts(zone string, faults ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insertFault[zone] = append(s.insertFault[zone], faults...)
+}
+
+// nextFault pops zone's next fault, 0 when none. Callers hold s.mu.
+func (s *Server) nextFault(zone string) Fault {
+	q := s.insertFault[zone]
+	if len(q) == 0 {
+		return 0
+	}
+	f := q[0] // before Delete, which shifts q in place
+	s.insertFault[zone] = slices.Delete(q, 0, 1)
+	return f
+}
+
+// SetUnreachable marks zone unreachable (or reachable again) for aggregatedList: its scope
+// carries an UNREACHABLE warning instead of instances and, with returnPartialSuccess, is
+// listed in unreachables. Calls naming the zone itself are still served.
+func (s *Server) SetUnreachable(zone string, down bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z, ok := s.zones[zone]
+	if !ok {
+		return fmt.Errorf("gcptest: unknown zone %q", zone)
+	}
+	z.unreachable = down
+	return nil
+}
+
+// RateLimit makes the next n API calls, whatever they are, answer 429 RESOURCE_EXHAUSTED
+// with reason rateLimitExceeded.
+func (s *Server) RateLimit(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.burst429 = n
+}
+
+// InsertCalls is how many instances.insert calls reached the simulator, 429s included: what a
+// test counts to prove the client did not retry.
+func (s *Server) InsertCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.insertCalls
+}
+
+// Instances is how many instances exist in zone, visible or still being inserted.
+func (s *Server) Instances(zone string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if z, ok := s.zones[zone]; ok {
+		return len(z.instances)
+	}
+	return 0
+}
