@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 
-	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/schemas"
 	"go.yaml.in/yaml/v3"
 )
@@ -16,20 +16,22 @@ import (
 // fileConfig is egressd's YAML config. Decoding is strict: an unknown key is an error that
 // names it and its line.
 type fileConfig struct {
-	Version   int              `yaml:"version"`
-	Providers []providerConfig `yaml:"providers"`
+	Version int `yaml:"version"`
+	// Providers is decoded through providerDoc (registry.go), not by tag.
+	Providers []providerConfig `yaml:"-"`
 	Events    *eventsConfig    `yaml:"events"`
 	LeaseHTTP *leaseHTTPConfig `yaml:"leaseHTTP"`
 	Leases    *leasesConfig    `yaml:"leases"`
 }
 
 // providerConfig declares one provider instance: a name users put in specs, a type, and the
-// block of that type.
+// block of that type (a pointer to the type's config, as the registry declares it).
 type providerConfig struct {
-	Name    string          `yaml:"name"`
-	Type    string          `yaml:"type"`
-	Local   *localConfig    `yaml:"local"`
-	Libvirt *libvirt.Config `yaml:"libvirt"`
+	Name  string
+	Type  string
+	Block any
+	// Others names blocks of other types found in the entry: an error for validate.
+	Others []string
 }
 
 // localConfig is the `local:` block (providers/local.Config).
@@ -42,7 +44,7 @@ type localConfig struct {
 
 // defaultConfig is what runs with no config file: one local provider named "local".
 func defaultConfig() fileConfig {
-	return fileConfig{Version: 1, Providers: []providerConfig{{Name: "local", Type: "local", Local: &localConfig{}}}}
+	return fileConfig{Version: 1, Providers: []providerConfig{{Name: "local", Type: "local", Block: &localConfig{}}}}
 }
 
 // loadConfig reads path, or returns the default when path is empty.
@@ -61,25 +63,32 @@ func loadConfig(path string) (fileConfig, error) {
 	return cfg, nil
 }
 
+// fileDoc is the YAML shape of the whole file: fileConfig with its providers as providerDoc.
+var fileDoc = reflect.StructOf([]reflect.StructField{
+	{Name: "Config", Type: reflect.TypeFor[fileConfig](), Tag: `yaml:",inline"`},
+	{Name: "Providers", Type: reflect.SliceOf(providerDoc), Tag: `yaml:"providers"`},
+})
+
 func parseConfig(b []byte) (fileConfig, error) {
-	var cfg fileConfig
+	doc := reflect.New(fileDoc)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
+	if err := dec.Decode(doc.Interface()); err != nil {
 		if errors.Is(err, io.EOF) {
 			return fileConfig{}, errors.New("empty config")
 		}
 		return fileConfig{}, err
+	}
+	cfg := doc.Elem().Field(0).Interface().(fileConfig)
+	docs := doc.Elem().Field(1)
+	for i := range docs.Len() {
+		cfg.Providers = append(cfg.Providers, providerFromDoc(docs.Index(i)))
 	}
 	if cfg.Version == 0 {
 		cfg.Version = 1
 	}
 	return cfg, cfg.validate()
 }
-
-// providerTypes lists the provider types this binary has; the registry in providers.go
-// builds them.
-var providerTypes = []string{"local", "libvirt"}
 
 func (c fileConfig) validate() error {
 	var errs []error
@@ -98,23 +107,7 @@ func (c fileConfig) validate() error {
 			errs = append(errs, fmt.Errorf("%s.name: duplicate provider name %q", at, p.Name))
 		}
 		seen[p.Name] = true
-		if p.Type != "local" && p.Local != nil || p.Type != "libvirt" && p.Libvirt != nil {
-			errs = append(errs, fmt.Errorf("%s: a block of another type is set (type is %q)", at, p.Type))
-		}
-		switch p.Type {
-		case "local":
-			if p.Local == nil {
-				c.Providers[i].Local = &localConfig{}
-			}
-		case "libvirt":
-			if p.Libvirt == nil {
-				errs = append(errs, fmt.Errorf("%s.libvirt: is required for type libvirt", at))
-			}
-		case "":
-			errs = append(errs, fmt.Errorf("%s.type: is required (one of %v)", at, providerTypes))
-		default:
-			errs = append(errs, fmt.Errorf("%s.type: unknown provider type %q (one of %v)", at, p.Type, providerTypes))
-		}
+		errs = append(errs, c.Providers[i].validateKind(at)...)
 	}
 	if err := c.eventLimits().Validate(); err != nil {
 		errs = append(errs, err)

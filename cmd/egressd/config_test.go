@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,6 +17,9 @@ func TestParseConfig(t *testing.T) {
 		{"bad provider name", "providers:\n  - name: Local_1\n    type: local\n", "providers[0].name:"},
 		{"duplicate name", "providers:\n  - {name: a, type: local}\n  - {name: a, type: local}\n", "providers[1].name: duplicate"},
 		{"unknown type", "providers:\n  - {name: a, type: vmware}\n", `providers[0].type: unknown provider type "vmware"`},
+		{"block of another type", "providers:\n  - name: a\n    type: local\n    libvirt: {}\n", `providers[0]: a block of another type is set ([libvirt]; type is "local")`},
+		{"required block missing", "providers:\n  - {name: a, type: libvirt}\n", "providers[0].libvirt: is required for type libvirt"},
+		{"unknown key in a registered block", "providers:\n  - name: a\n    type: libvirt\n    libvirt:\n      hostz: []\n", "line 5: field hostz not found"},
 		{"missing type", "providers:\n  - {name: a}\n", "providers[0].type: is required"},
 		{"no providers", "version: 1\n", "providers: at least one"},
 		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
@@ -58,19 +62,25 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	}
 }
 
-// The sample configs in deploy/ parse with the real loader, so they cannot drift.
+// The sample configs in deploy/ parse with the real loader, so they cannot drift. Each is
+// named for the type it shows (deploy/<type>.example.yaml) and must declare one of that type.
 func TestSampleConfigsParse(t *testing.T) {
-	for _, p := range []string{"../../deploy/libvirt.example.yaml"} {
+	paths, err := filepath.Glob("../../deploy/*.example.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no sample configs: %v", err)
+	}
+	for _, p := range paths {
+		typ := strings.TrimSuffix(filepath.Base(p), ".example.yaml")
 		cfg, err := loadConfig(p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
 		found := false
 		for _, pc := range cfg.Providers {
-			found = found || pc.Type == "libvirt" && pc.Libvirt != nil
+			found = found || pc.Type == typ && pc.Block != nil
 		}
 		if !found {
-			t.Fatalf("%s declares no libvirt provider: %+v", p, cfg.Providers)
+			t.Fatalf("%s declares no %s provider: %+v", p, typ, cfg.Providers)
 		}
 	}
 }
