@@ -2,6 +2,7 @@ package main
 
 import (
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -83,4 +84,26 @@ func TestSampleConfigsParse(t *testing.T) {
 			t.Fatalf("%s declares no %s provider: %+v", p, typ, cfg.Providers)
 		}
 	}
+}
+
+// The config file is outside input: whatever it holds, the loader returns a config or an
+// error, never a panic (the registry's reflect-built shape included), and a config it accepts
+// has every provider's block set to its registered type.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("providers:\n  - {name: a, type: local}\n"))
+	f.Add([]byte("providers:\n  - name: a\n    type: local\n    libvirt: {}\n"))
+	f.Add([]byte("providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      hosts: [{name: h, uri: 'qemu+ssh://x/system'}]\n"))
+	f.Add([]byte("version: 1\nproviders: []\nleases: {maxPerHolder: 2}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := parseConfig(b)
+		if err != nil {
+			return
+		}
+		for _, pc := range cfg.Providers {
+			k, ok := providerKinds[pc.Type]
+			if !ok || reflect.TypeOf(pc.Block) != reflect.PointerTo(k.block) {
+				t.Fatalf("accepted provider %q with block %T", pc.Type, pc.Block)
+			}
+		}
+	})
 }
