@@ -28,6 +28,10 @@ Usage:
   egressd status [-o json]       show proxies: phase, address, health, leases, reason, age
   egressd status pools           show pools: desired, ready, leased and draining members, next rotation
   egressd status providers       show provider targets: ready, reason, latency
+  egressd status probers         show the live probers: their share of the fleet and lag
+  egressd status holders         show who holds leases: leases, proxies, targets, sessions
+  egressd status leases [--holder h]
+                                 show every held lease: holder, proxy, target, session, expiry
   egressd stats [--since 1h] [--by target|proxy|provider|pool] [--json]
                                  block rates from the leasers' statistics over a window
   egressd events [-f] [--since 1h] [--kind k] [--proxy p]

@@ -21,7 +21,7 @@ import (
 )
 
 // statusViews are the views of `egressd status`; proxies is the default.
-var statusViews = []string{"proxies", "pools", "providers", "probers"}
+var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases"}
 
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
@@ -49,7 +49,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		what, args = args[0], args[1:]
 	}
 	if !slices.Contains(statusViews, what) {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers or probers)\n", what)
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders or leases)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -61,11 +61,12 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var((*listFlag)(&in.Providers), "provider", "only proxies of these providers; external proxies have provider external (repeatable, or comma-separated)")
 	fs.Var((*listFlag)(&in.Selectors), "selector", "only proxies with this attribute, key=value, matched exactly (repeatable, or comma-separated; all must match)")
 	fs.Var((*listFlag)(&in.Pools), "pool", "only members of these pools, by their spec's owner (repeatable, or comma-separated)")
+	holder := fs.String("holder", "", "leases view: only this holder's leases (\"\" for leases acquired without one, with -holder=)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers or probers, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders or leases, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -81,9 +82,21 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "egressd status %s: --phase, --provider, --selector and --pool select proxies; they do not apply here\n", what)
 		return 2
 	}
+	var holderSet *string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "holder" {
+			holderSet = holder
+		}
+	})
+	if holderSet != nil && what != "leases" {
+		fmt.Fprintf(stderr, "egressd status %s: --holder selects leases; use egressd status leases --holder %s\n", what, *holder)
+		return 2
+	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	switch what {
+	case "holders", "leases":
+		return showLeases(ctx, *natsURL, what, holderSet, *output == "json", stdout, stderr)
 	case "probers":
 		return showList(ctx, *natsURL, events.BucketProbers, fleet.Probers, *output == "json", printProbers, stdout, stderr)
 	case "providers":

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
@@ -63,14 +64,15 @@ func New(cfg Config) (*Page, error) {
 	return &Page{cfg: cfg}, nil
 }
 
-// Handler serves the page at "/", its data at "/api/status.json" and the lease statistics at
-// "/api/stats.json". All are read-only:
+// Handler serves the page at "/", its data at "/api/status.json", the lease statistics at
+// "/api/stats.json" and the held leases by holder at "/api/leases.json". All are read-only:
 // only GET and HEAD are routed.
 func (p *Page) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", p.serveHTML)
 	mux.HandleFunc("GET /api/status.json", p.serveJSON)
 	mux.HandleFunc("GET /api/stats.json", p.serveStats)
+	mux.HandleFunc("GET /api/leases.json", p.serveLeases)
 	return mux
 }
 
@@ -138,6 +140,29 @@ func (p *Page) serveStats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, p.cfg.Log, http.StatusOK, st)
+}
+
+// serveLeases answers fleet.LoadLeases: every held lease and the sums by holder; with
+// ?holder=h, only that holder's leases (and its row). A shard that cannot be read is a 503
+// with what could be read, like the page.
+func (p *Page) serveLeases(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
+	defer cancel()
+	l := fleet.LoadLeases(ctx, p.cfg.Store.Leases, time.Now())
+	if q := r.URL.Query(); q.Has("holder") {
+		h := q.Get("holder")
+		l.Rows = l.Of(h)
+		l.Holders = slices.DeleteFunc(l.Holders, func(r fleet.HolderRow) bool { return r.Holder != h })
+	}
+	code, errs := http.StatusOK, []string{}
+	for _, e := range l.Errors {
+		p.cfg.Log.Warn("status page: read failed", "err", e)
+		code, errs = http.StatusServiceUnavailable, append(errs, e.Error())
+	}
+	writeJSON(w, p.cfg.Log, code, struct {
+		*fleet.Leases
+		Errors []string `json:"errors"`
+	}{l, errs})
 }
 
 func writeJSON(w http.ResponseWriter, log *slog.Logger, code int, v any) {
