@@ -32,7 +32,7 @@ export class LeaseError extends Error {
  * - `stickyPrefix` (default "crawlee-"): sticky key = prefix + session ID.
  * - `blockedStatusCodes` (default [403, 429]): responses reported as `blocked`;
  *   `cooldownSeconds` (default: the service's) for those reports.
- * - `acquireWaitMillis` (default 30000): how long an acquire answered 503 (nothing free) or 429 (at its holder limit) is
+ * - `acquireWaitMillis` (default 30000): how long an acquire answered 503 (nothing free), 429 (at its holder limit) or 500 (retry) is
  *   retried before the request fails (Crawlee then retries it).
  * - `requestTimeoutMillis` (default 5000) for each request to the service.
  */
@@ -112,8 +112,9 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
         this.#sessions.set(key, { lease, timer });
         return lease;
       } catch (err) {
-        // 503: nothing free now; 429: this crawler holds its limit (maxPerHolder) until one is released.
-        if (!(err instanceof LeaseError && [429, 503].includes(err.code)) || Date.now() + wait > deadline) throw err;
+        // 503: nothing free now; 429: this crawler holds its limit (maxPerHolder) until one is
+        // released; 500: a failure on the service's side (a NATS election), which it says to retry.
+        if (!(err instanceof LeaseError && [429, 500, 503].includes(err.code)) || Date.now() + wait > deadline) throw err;
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }

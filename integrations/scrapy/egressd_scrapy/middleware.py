@@ -28,7 +28,7 @@ class EgressdProxyMiddleware:
     EGRESSD_BLOCK_MARKERS   strings whose presence in a body means blocked (e.g. captcha pages)
     EGRESSD_BLOCK_COOLDOWN  cooldownSeconds of a block report (default: the service's)
     EGRESSD_BLOCK_RETRIES   how often a blocked request is retried on a new lease (default 0)
-    EGRESSD_ACQUIRE_WAIT    seconds an acquire answered 503 or 429 is retried (default 30)
+    EGRESSD_ACQUIRE_WAIT    seconds an acquire answered 503, 429 or 500 is retried (default 30)
     """
 
     def __init__(self, crawler):
@@ -155,8 +155,9 @@ class EgressdProxyMiddleware:
         return body
 
     def _acquire(self, body):
-        """In a thread: acquire, retrying 503 (nothing free now) and 429 (this crawler holds
-        its limit of leases, maxPerHolder: one frees when a lease is released) until
+        """In a thread: acquire, retrying 503 (nothing free now), 429 (this crawler holds
+        its limit of leases, maxPerHolder: one frees when a lease is released) and 500 (a
+        failure on the service's side, such as a NATS election, which it says to retry) until
         EGRESSD_ACQUIRE_WAIT."""
         deadline = time.monotonic() + self.acquire_wait
         wait = 0.25
@@ -164,7 +165,7 @@ class EgressdProxyMiddleware:
             try:
                 return self.client.acquire(**body)
             except LeaseError as e:
-                if e.code not in (429, 503) or time.monotonic() + wait > deadline:
+                if e.code not in (429, 500, 503) or time.monotonic() + wait > deadline:
                     raise
             time.sleep(wait)
             wait = min(wait * 2, 4.0)
