@@ -79,42 +79,46 @@ func (f *leaseHTTPFlags) register(fs *flag.FlagSet) {
 // listener checks the flags against the config and the roles, and listens. Plain HTTP is
 // refused beyond loopback unless asked for: the requests carry bearer tokens and the replies
 // proxy credentials.
-func (f *leaseHTTPFlags) listener(cfg fileConfig, roles roleSet) (*leaser.HTTPConfig, error) {
+// The certificate, when there is one, is returned too: a reload (SIGHUP) reads its files again.
+func (f *leaseHTTPFlags) listener(cfg fileConfig, roles roleSet) (*leaser.HTTPConfig, *certFiles, error) {
 	if f.listen == "" {
 		if f.certFile != "" || f.keyFile != "" || f.plaintext {
-			return nil, errors.New("--lease-http-tls-cert, --lease-http-tls-key and --lease-http-plaintext need --lease-http-listen")
+			return nil, nil, errors.New("--lease-http-tls-cert, --lease-http-tls-key and --lease-http-plaintext need --lease-http-listen")
 		}
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !roles.leaser {
-		return nil, errors.New("--lease-http-listen: the leaser role serves it; add leaser to --roles")
+		return nil, nil, errors.New("--lease-http-listen: the leaser role serves it; add leaser to --roles")
 	}
 	if cfg.LeaseHTTP == nil {
-		return nil, errors.New("--lease-http-listen: the config has no leaseHTTP.crawlers, so no request could be let in (egressd lease token makes an entry)")
+		return nil, nil, errors.New("--lease-http-listen: the config has no leaseHTTP.crawlers, so no request could be let in (egressd lease token makes an entry)")
 	}
 	if (f.certFile == "") != (f.keyFile == "") {
-		return nil, errors.New("--lease-http-tls-cert and --lease-http-tls-key go together")
+		return nil, nil, errors.New("--lease-http-tls-cert and --lease-http-tls-key go together")
 	}
-	var tc *tls.Config
+	var (
+		tc   *tls.Config
+		cert *certFiles
+	)
 	if f.certFile != "" {
-		cert, err := tls.LoadX509KeyPair(f.certFile, f.keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("--lease-http-tls-cert: %w", err)
+		var err error
+		if cert, err = newCertFiles(f.certFile, f.keyFile); err != nil {
+			return nil, nil, err
 		}
-		tc = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		tc = cert.tlsConfig()
 	}
 	loopback, err := isLoopbackAddr(f.listen)
 	if err != nil {
-		return nil, fmt.Errorf("--lease-http-listen %q: %w", f.listen, err)
+		return nil, nil, fmt.Errorf("--lease-http-listen %q: %w", f.listen, err)
 	}
 	if !loopback && tc == nil && !f.plaintext {
-		return nil, fmt.Errorf("--lease-http-listen %q: not a loopback address, so give it TLS (--lease-http-tls-cert/--lease-http-tls-key) or say --lease-http-plaintext", f.listen)
+		return nil, nil, fmt.Errorf("--lease-http-listen %q: not a loopback address, so give it TLS (--lease-http-tls-cert/--lease-http-tls-key) or say --lease-http-plaintext", f.listen)
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
-		return nil, fmt.Errorf("--lease-http-listen: %w", err)
+		return nil, nil, fmt.Errorf("--lease-http-listen: %w", err)
 	}
-	return &leaser.HTTPConfig{Listener: ln, TLS: tc, Crawlers: cfg.LeaseHTTP.crawlers()}, nil
+	return &leaser.HTTPConfig{Listener: ln, TLS: tc, Crawlers: cfg.LeaseHTTP.crawlers()}, cert, nil
 }
 
 // leaseTokenCmd is `egressd lease token NAME`: a new random token for a crawler and the config

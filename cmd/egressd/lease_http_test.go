@@ -35,7 +35,7 @@ func TestLeaseHTTPFlags(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			hc, err := tc.f.listener(tc.cfg, tc.roles)
+			hc, _, err := tc.f.listener(tc.cfg, tc.roles)
 			if hc != nil {
 				defer hc.Listener.Close()
 			}

@@ -149,6 +149,8 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	reload, stopReload := newReloader(f.configPath, cfg, log)
+	defer stopReload()
 	roles, err := parseRoles(f.roles)
 	if err != nil {
 		return err
@@ -333,7 +335,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		g.Go(func() error { return p.Run(gctx) })
 	}
 	if roles.leaser {
-		lh, err := f.leaseHTTP.listener(cfg, roles)
+		lh, cert, err := f.leaseHTTP.listener(cfg, roles)
 		if err != nil {
 			return err
 		}
@@ -343,8 +345,13 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		if err != nil {
 			return err
 		}
+		if lh != nil {
+			reload.leaser, reload.cert = l, cert
+		}
 		g.Go(func() error { return l.Run(gctx) })
 	}
+	// Started once what it reloads exists.
+	g.Go(func() error { return reload.watch(gctx) })
 	if roles.reconciler {
 		r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
 			LeaderTTL: f.leaderTTL, Log: log})

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -56,8 +57,18 @@ func (c *HTTPConfig) check() error {
 	if len(c.Crawlers) == 0 {
 		return errors.New("leaser: HTTP: at least one crawler token is required")
 	}
+	if err := checkCrawlers(c.Crawlers); err != nil {
+		return err
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultHTTPMaxBody
+	}
+	return nil
+}
+
+func checkCrawlers(crawlers []Crawler) error {
 	names, hashes := map[string]bool{}, map[[32]byte]bool{}
-	for i, cr := range c.Crawlers {
+	for i, cr := range crawlers {
 		switch {
 		case cr.Name == "" || len(cr.Name) > maxStringLen:
 			return fmt.Errorf("leaser: HTTP: crawler %d: the name must be 1 to %d bytes", i, maxStringLen)
@@ -70,9 +81,22 @@ func (c *HTTPConfig) check() error {
 		}
 		names[cr.Name], hashes[cr.TokenSHA256] = true, true
 	}
-	if c.MaxBodyBytes == 0 {
-		c.MaxBodyBytes = DefaultHTTPMaxBody
+	return nil
+}
+
+// SetHTTPCrawlers replaces the crawlers the HTTP face lets in, from the next request on:
+// `egressd run` calls it when its config is reloaded (SIGHUP), so a crawler is added, or a
+// leaked token revoked, without a restart. An empty list lets nobody in. Leases already
+// granted are not touched: they are renewed and released by ID, and the ID is the holder's.
+func (l *Leaser) SetHTTPCrawlers(crawlers []Crawler) error {
+	if l.cfg.HTTP == nil {
+		return errors.New("leaser: HTTP: the face is not configured")
 	}
+	if err := checkCrawlers(crawlers); err != nil {
+		return err
+	}
+	cs := slices.Clone(crawlers)
+	l.crawlers.Store(&cs)
 	return nil
 }
 
@@ -216,7 +240,8 @@ func (f *httpFace) authenticate(r *http.Request) (string, *authError) {
 	}
 	sum := TokenHash(token)
 	found := -1
-	for i, c := range f.l.cfg.HTTP.Crawlers {
+	crawlers := *f.l.crawlers.Load()
+	for i, c := range crawlers {
 		if subtle.ConstantTimeCompare(sum[:], c.TokenSHA256[:]) == 1 {
 			found = i
 		}
@@ -225,7 +250,7 @@ func (f *httpFace) authenticate(r *http.Request) (string, *authError) {
 		return "", &authError{&apiError{code: events.CodeUnauthorized, msg: "the bearer token is not one this leaser knows"},
 			realm + `, error="invalid_token"`}
 	}
-	return f.l.cfg.HTTP.Crawlers[found].Name, nil
+	return crawlers[found].Name, nil
 }
 
 // withHolder makes the token's crawler the holder of an acquire: a request may leave holder

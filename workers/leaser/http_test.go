@@ -367,3 +367,53 @@ func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	pool.AddCert(leaf)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
 }
+
+// SetHTTPCrawlers takes effect from the next request: a new crawler gets in, a revoked token
+// gets 401, and a lease acquired before the change stays its holder's to release.
+func TestHTTPCrawlersSwapWithoutRestart(t *testing.T) {
+	hr := newHTTPRig(t, nil)
+	hr.seed(proxy{name: "px-a", maxLeases: 2})
+	hr.startLeasers(1)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	rep, _ := hr.post(hc, "http", 0, "acquire", "Bearer "+httpToken, []byte(`{"ttlSeconds":30}`))
+	if rep.code != 0 {
+		t.Fatalf("acquire: %d %s", rep.code, rep.body)
+	}
+	var granted events.LeaseReply
+	if err := json.Unmarshal(rep.body, &granted); err != nil {
+		t.Fatal(err)
+	}
+	const newToken = "new-token-of-crawler-c-00000000000000"
+	if err := hr.ls[0].SetHTTPCrawlers([]leaser.Crawler{{Name: "crawler-c", TokenSHA256: leaser.TokenHash(newToken)}}); err != nil {
+		t.Fatal(err)
+	}
+	if rep, _ := hr.post(hc, "http", 0, "acquire", "Bearer "+httpToken, []byte(`{"ttlSeconds":30}`)); rep.code != events.CodeUnauthorized {
+		t.Fatalf("a revoked token: %d %s, want 401", rep.code, rep.body)
+	}
+	rep, _ = hr.post(hc, "http", 0, "acquire", "Bearer "+newToken, []byte(`{"ttlSeconds":30}`))
+	if rep.code != 0 {
+		t.Fatalf("the new crawler: %d %s", rep.code, rep.body)
+	}
+	// Over NATS the old lease is still there, released by its ID.
+	if r := hr.call(events.LeaseReleaseSubject, events.ReleaseRequest{ID: granted.Lease.ID}); r.code != 0 {
+		t.Fatalf("release of the lease from before: %d %s", r.code, r.body)
+	}
+	for _, bad := range [][]leaser.Crawler{
+		{{Name: "x", TokenSHA256: leaser.TokenHash("a")}, {Name: "x", TokenSHA256: leaser.TokenHash("b")}},
+		{{Name: "y"}},
+	} {
+		if err := hr.ls[0].SetHTTPCrawlers(bad); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+	// A refused list changed nothing.
+	if rep, _ := hr.post(hc, "http", 0, "acquire", "Bearer "+newToken, []byte(`{"ttlSeconds":30}`)); rep.code != 0 {
+		t.Fatalf("after a refused swap: %d %s", rep.code, rep.body)
+	}
+	if err := hr.ls[0].SetHTTPCrawlers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep, _ := hr.post(hc, "http", 0, "acquire", "Bearer "+newToken, []byte(`{"ttlSeconds":30}`)); rep.code != events.CodeUnauthorized {
+		t.Fatalf("with no crawlers: %d %s, want 401", rep.code, rep.body)
+	}
+}

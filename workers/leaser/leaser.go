@@ -105,6 +105,7 @@ type Leaser struct {
 	inflight atomic.Int64
 	ready    chan struct{}
 	tracer   trace.Tracer
+	crawlers atomic.Pointer[[]Crawler] // of the HTTP face; SetHTTPCrawlers swaps them
 }
 
 // New checks the config and applies defaults; it does no I/O.
@@ -170,9 +171,14 @@ func New(cfg Config) (*Leaser, error) {
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	v := newView()
 	v.defaultCap = cfg.MaxPerHolder
-	return &Leaser{cfg: cfg, log: log, view: v, shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
+	l := &Leaser{cfg: cfg, log: log, view: v, shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
-		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}, nil
+		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}
+	if cfg.HTTP != nil {
+		cs := slices.Clone(cfg.HTTP.Crawlers)
+		l.crawlers.Store(&cs)
+	}
+	return l, nil
 }
 
 // Ready is closed once the replica serves requests (its view is complete); for health checks

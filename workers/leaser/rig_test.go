@@ -37,6 +37,7 @@ type rig struct {
 	events [][]byte // everything published on egress.events.>
 	probes []probe
 	stops  []func()
+	ls     []*leaser.Leaser // the started replicas, in order
 }
 
 func newRig(t *testing.T, cfg func(*leaser.Config)) *rig {
@@ -107,6 +108,7 @@ func (r *rig) startLeasers(n int) {
 		if err != nil {
 			r.t.Fatal(err)
 		}
+		r.ls = append(r.ls, l)
 		done := make(chan error, 1)
 		go func() { done <- l.Run(ctx) }()
 		select {
