@@ -85,9 +85,9 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Errorf("banner does not name the error, or the page lost its frame:\n%s", visibleText(body))
 	}
 	// Sections a failed read left empty say so, rather than "nothing yet".
-	if n := strings.Count(body, "Not available: NATS could not be read."); n != 5 || strings.Contains(body, "No proxies yet") ||
+	if n := strings.Count(body, "Not available: NATS could not be read."); n != 6 || strings.Contains(body, "No proxies yet") ||
 		strings.Contains(body, "No lease statistics") {
-		t.Errorf("%d sections marked unavailable, want 5 (pools, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
+		t.Errorf("%d sections marked unavailable, want 6 (pools, lease holders, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
 	}
 	res, body = get(t, h, "/api/status.json")
 	var s Snapshot

@@ -32,8 +32,12 @@ type Snapshot struct {
 	// /api/stats.json serves on its own; nil when they could not be read.
 	Stats *fleet.Stats `json:"-"`
 	Since string       `json:"-"` // the page's since parameter, for its form
+	// Holders is who holds the most leases now (at most pageHolders), and HoldersMore how many
+	// other holders there are; /api/leases.json serves all of them, with every lease.
+	Holders     []fleet.HolderRow `json:"-"`
+	HoldersMore int               `json:"-"`
 
-	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats") a failed read left
+	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats", "holders") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
@@ -87,6 +91,9 @@ type EventRow struct {
 	Summary string    `json:"summary"`
 }
 
+// pageHolders is how many holders the page lists.
+const pageHolders = 10
+
 // load reads the fleet, the provider checks, the event stream and (withStats) the lease statistics in parallel (one slow read
 // should not add to another's latency) and builds the snapshot for q. A failed read is
 // recorded in Errors and leaves its part empty; the rest is still shown.
@@ -104,8 +111,10 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	wg.Go(func() { fl = fleet.Load(ctx, fleet.FromStore(cfg.Store), now) })
 	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
 	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
+	var leases *fleet.Leases
 	if withStats {
 		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
+		wg.Go(func() { leases = fleet.LoadLeases(ctx, cfg.Store.Leases, now) })
 	}
 	wg.Wait()
 
@@ -141,6 +150,16 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	if sErr != nil {
 		s.Errors = append(s.Errors, sErr.Error())
 		s.incomplete["stats"] = true
+	}
+	if leases != nil {
+		s.Holders = leases.Holders[:min(len(leases.Holders), pageHolders)]
+		s.HoldersMore = len(leases.Holders) - len(s.Holders)
+		for _, e := range leases.Errors {
+			if !slices.Contains(s.Errors, e.Error()) { // the fleet's read of the same shards may have failed alike
+				s.Errors = append(s.Errors, e.Error())
+			}
+			s.incomplete["holders"] = true
+		}
 	}
 	slices.Sort(s.Errors) // the reads finish in any order; the banner should not reshuffle
 	s.Counts = count(fl.Totals, s.Providers)

@@ -159,6 +159,26 @@ func (v view) PoolRows() []poolView {
 	return out
 }
 
+// holderView is a holder's row with its name and times as the page prints them.
+type holderView struct {
+	fleet.HolderRow
+	Name, OldestText, NextText string
+}
+
+// HolderRows are the page's holders, for the template; "(none)" for leases without one, as
+// egressd status holders prints them.
+func (v view) HolderRows() []holderView {
+	out := make([]holderView, 0, len(v.Holders))
+	for _, h := range v.Holders {
+		hv := holderView{HolderRow: h, Name: cmp.Or(h.Holder, "(none)"), OldestText: "-", NextText: fleet.Until(v.GeneratedAt, h.NextExpiry)}
+		if !h.Oldest.IsZero() {
+			hv.OldestText = events.Age(v.GeneratedAt, h.Oldest)
+		}
+		out = append(out, hv)
+	}
+	return out
+}
+
 // Targets pairs each provider row with its ages, for the template.
 func (v view) Targets() []agedTarget {
 	out := make([]agedTarget, 0, len(v.Providers))
