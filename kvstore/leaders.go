@@ -15,22 +15,25 @@ import (
 // not permitted in placement"). What it does take is a preferred leader in a leader step-down
 // request ($JS.API.STREAM.LEADER.STEPDOWN.<stream> with {"placement":{"preferred":"<server>"}},
 // server/jetstream_api.go getStepDownPreferredPlacement). So setup spreads the shards'
-// leaders after declaring them; after a node restarts, running setup again spreads them anew.
+// leaders after declaring them, and the leading reconciler spreads them again whenever a
+// crash left one server leading several (workers/reconciler, spread.go).
 
 // stepDownBudget bounds the wait for one shard's new leader.
 const stepDownBudget = 10 * time.Second
 
 // SpreadLeaseLeaders moves the stream leaders of the lease shards onto different servers
 // where the peers allow, fewest moves first (a shard keeps a leader no other shard before it
-// has), and returns each shard's leader afterwards. On a single server it moves nothing.
-func SpreadLeaseLeaders(ctx context.Context, js jetstream.JetStream, s LeaseShards) ([]string, error) {
-	leaders := make([]string, s.Len())
+// has), and returns each shard's leader afterwards and how many it moved. On a single
+// server it moves nothing. Only a peer that is current and online takes a leader, so a server
+// that has just come back is given one once it has caught up.
+func SpreadLeaseLeaders(ctx context.Context, js jetstream.JetStream, s LeaseShards) (leaders []string, moved int, err error) {
+	leaders = make([]string, s.Len())
 	used := map[string]int{}
 	for i, kv := range s.All() {
 		stream := "KV_" + kv.Bucket()
 		ci, err := clusterInfo(ctx, js, stream)
 		if err != nil {
-			return nil, err
+			return nil, moved, err
 		}
 		if ci == nil || ci.Leader == "" || len(ci.Replicas) == 0 {
 			continue // one server, or no leader right now: nothing to choose
@@ -43,13 +46,14 @@ func SpreadLeaseLeaders(ctx context.Context, js jetstream.JetStream, s LeaseShar
 		}
 		if best != ci.Leader {
 			if err := stepDown(ctx, js, stream, best); err != nil {
-				return nil, err
+				return nil, moved, err
 			}
+			moved++
 		}
 		leaders[i] = best
 		used[best]++
 	}
-	return leaders, nil
+	return leaders, moved, nil
 }
 
 func clusterInfo(ctx context.Context, js jetstream.JetStream, stream string) (*jetstream.ClusterInfo, error) {

@@ -192,7 +192,7 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 			args := []string{"--roles", r.role}
 			switch r.role {
 			case "reconciler":
-				args = append(args, "--leader-ttl", leaderTTL)
+				args = append(args, "--leader-ttl", leaderTTL, "--lease-leader-spread", "2s")
 			case "provisioner":
 				args = append(append(args, "--provision", "local", "--config", c.cfg), o.extra...)
 			}

@@ -37,6 +37,7 @@ type runFlags struct {
 	replicas   int
 	logLevel   string
 	leaderTTL  time.Duration
+	spread     time.Duration
 	gc         provisioner.GC
 	checks     provisioner.Checks
 	probe      string
@@ -64,6 +65,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.leaderTTL, "leader-ttl", 10*time.Second, "reconciler leader lease; a standby takes over within it")
+	fs.DurationVar(&f.spread, "lease-leader-spread", reconciler.DefaultLeaseSpreadInterval, "how often the leading reconciler spreads the lease shards' stream leaders over the NATS servers again after a crash (0 never)")
 	fs.DurationVar(&f.gc.Interval, "gc-interval", provisioner.DefaultGC().Interval, "how often orphans are collected per host (0 disables)")
 	fs.DurationVar(&f.gc.MinAge, "gc-min-age", provisioner.DefaultGC().MinAge, "an orphan younger than this is left alone")
 	fs.StringVar(&f.probe, "probe", "", "providers or provider.host pairs this prober serves (comma list; default all)")
@@ -354,7 +356,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	g.Go(func() error { return reload.watch(gctx) })
 	if roles.reconciler {
 		r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
-			LeaderTTL: f.leaderTTL, Log: log})
+			LeaderTTL: f.leaderTTL, LeaseSpreadInterval: spreadInterval(f.spread), Log: log})
 		if err != nil {
 			return err
 		}
@@ -447,4 +449,12 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// spreadInterval maps the flag (0 never) onto reconciler.Config (0 the default, negative never).
+func spreadInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }

@@ -66,7 +66,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	}
 	fmt.Fprintln(stdout, "buckets, "+events.StreamEvents+", "+events.StreamLeaseEvents+" and "+events.StreamLeaseStats+" declared")
 	fmt.Fprintln(stdout, eventStreamsLine(o))
-	leaders, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases)
+	leaders, _, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases)
 	if err != nil {
 		return err
 	}

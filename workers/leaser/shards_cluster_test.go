@@ -41,7 +41,7 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 	if store.Leases.Len() != 3 {
 		t.Fatalf("%d lease shards with --replicas 3, want 3", store.Leases.Len())
 	}
-	leaders, err := kvstore.SpreadLeaseLeaders(ctx, adminJS, store.Leases)
+	leaders, _, err := kvstore.SpreadLeaseLeaders(ctx, adminJS, store.Leases)
 	if err != nil {
 		t.Fatal(err)
 	}

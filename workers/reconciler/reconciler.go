@@ -31,8 +31,11 @@ type Config struct {
 	Policy       Policy
 	LeaderTTL    time.Duration
 	Tick         time.Duration // how often due proxies are looked at
-	Log          *slog.Logger
-	Tracing      trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
+	// LeaseSpreadInterval is how often the leader spreads the lease shards' stream leaders
+	// over the servers (spread.go); 0 is DefaultLeaseSpreadInterval, negative never.
+	LeaseSpreadInterval time.Duration
+	Log                 *slog.Logger
+	Tracing             trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
 }
 
 // Reconciler decides for every proxy while it holds the leader lease.
@@ -54,6 +57,9 @@ func New(cfg Config) (*Reconciler, error) {
 	}
 	if cfg.Tick == 0 {
 		cfg.Tick = time.Second
+	}
+	if cfg.LeaseSpreadInterval == 0 {
+		cfg.LeaseSpreadInterval = DefaultLeaseSpreadInterval
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -154,6 +160,9 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Go(func() { l.events.Run(cctx) })
+	if every := r.cfg.LeaseSpreadInterval; every > 0 && s.Leases.Len() > 1 {
+		wg.Go(func() { l.spreadLeaseLeaders(cctx, every) })
+	}
 	defer l.events.Close() // runs first: the loop publishes no more events
 	resultsEnded, err := l.consumeResults(cctx, &wg, results)
 	if err != nil {
