@@ -600,7 +600,7 @@ func TestPermissions(t *testing.T) {
 		}
 	})
 
-	t.Run("the lease master: provisioner, prober and leaser read it, nobody but admin writes it, viewer and crawler cannot read it", func(t *testing.T) {
+	t.Run("the lease master: provisioner, prober and leaser read it, nobody but admin writes it, viewer, crawler and reconciler cannot read it", func(t *testing.T) {
 		const subject = "$JS.API.DIRECT.GET.KV_egress_locks.$KV.egress_locks." + events.KeyLeaseMaster
 		for _, user := range []string{"provisioner-local", "prober", "leaser"} {
 			c := ts.connect(t, user)
@@ -614,7 +614,7 @@ func TestPermissions(t *testing.T) {
 			})
 			c.mustDeny(t, "overwrite the lease master", "$KV.egress_locks."+events.KeyLeaseMaster, kvPut(c, events.BucketLocks, events.KeyLeaseMaster))
 		}
-		for _, user := range []string{"viewer", "crawler"} {
+		for _, user := range []string{"viewer", "crawler", "reconciler"} {
 			c := ts.connect(t, user)
 			c.mustDeny(t, "read the lease master", subject, func(ctx context.Context) error {
 				_, err := c.nc.RequestWithContext(ctx, subject, nil)
