@@ -37,4 +37,14 @@ func BenchmarkLoad10k(b *testing.B) {
 			}
 		}
 	})
+	// What the status page adds for its holders table, and egressd status holders costs:
+	// every held slot decoded (a third of the fleet leased here).
+	b.Run("fleet.LoadLeases", func(b *testing.B) {
+		for b.Loop() {
+			l := fleet.LoadLeases(ctx, st.Leases, now)
+			if len(l.Errors) != 0 || len(l.Rows) != (n+2)/3 {
+				b.Fatalf("%d leases, %v", len(l.Rows), l.Errors)
+			}
+		}
+	})
 }

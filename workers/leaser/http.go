@@ -240,7 +240,10 @@ func (f *httpFace) authenticate(r *http.Request) (string, *authError) {
 	}
 	sum := TokenHash(token)
 	found := -1
-	crawlers := *f.l.crawlers.Load()
+	var crawlers []Crawler
+	if cs := f.l.crawlers.Load(); cs != nil {
+		crawlers = *cs
+	}
 	for i, c := range crawlers {
 		if subtle.ConstantTimeCompare(sum[:], c.TokenSHA256[:]) == 1 {
 			found = i

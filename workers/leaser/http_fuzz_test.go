@@ -22,9 +22,12 @@ func FuzzHTTPFaceInput(f *testing.F) {
 	} {
 		f.Add(s[0], []byte(s[1]))
 	}
-	face := &httpFace{l: &Leaser{cfg: Config{HTTP: &HTTPConfig{Crawlers: []Crawler{
+	face := &httpFace{l: &Leaser{cfg: Config{HTTP: &HTTPConfig{}}}}
+	if err := face.l.SetHTTPCrawlers([]Crawler{
 		{Name: "crawler-a", TokenSHA256: TokenHash(token)}, {Name: "crawler-b", TokenSHA256: TokenHash("other")},
-	}}}}}
+	}); err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, auth string, body []byte) {
 		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1"+HTTPPathPrefix+"acquire", nil)
 		if err != nil {
