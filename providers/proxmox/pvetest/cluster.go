@@ -106,7 +106,7 @@ func (s *Server) clusterResources(w http.ResponseWriter, r *http.Request) {
 				out = append(out, map[string]any{"id": "storage/" + n + "/" + def.ID, "type": "storage",
 					"storage": def.ID, "node": n, "status": status, "plugintype": def.Type,
 					"content": strings.Join(slices.Sorted(maps.Keys(st.content)), ","),
-					"shared": boolInt(def.Shared), "maxdisk": total, "disk": st.used()})
+					"shared":  boolInt(def.Shared), "maxdisk": total, "disk": st.used()})
 			}
 		}
 	}
