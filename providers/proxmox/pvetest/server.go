@@ -3,6 +3,7 @@ package pvetest
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -182,7 +183,17 @@ func New(opts Options) (*Server, error) {
 	s.http = httptest.NewUnstartedServer(s.routes())
 	s.http.Listener.Close()
 	s.http.Listener = ln
+	// The standard library's error log would print client noise (TLS probes, resets).
+	s.http.Config.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug)
 	if opts.TLS {
+		cert, err := selfSigned(ln.Addr().(*net.TCPAddr).IP)
+		if err != nil {
+			stop()
+			ln.Close()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("pvetest: certificate: %w", err)
+		}
+		s.http.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"http/1.1"}}
 		s.http.EnableHTTP2 = false // F18: HTTP/1.1 only
 		s.http.StartTLS()
 	} else {
