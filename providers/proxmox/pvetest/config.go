@@ -117,7 +117,7 @@ func (s *Server) putConfig(w http.ResponseWriter, r *http.Request) {
 			}
 			val = n.String()
 		case deviceRE.MatchString(k):
-			if _, had := conf[k]; !had {
+			if _, had := conf[k]; !had && params["boot"] == "" {
 				conf["boot"] = appendBoot(conf["boot"], k)
 			}
 		}
