@@ -2,8 +2,8 @@ package pvetest
 
 import (
 	"net/netip"
-	"os"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
