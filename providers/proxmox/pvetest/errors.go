@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -87,9 +89,25 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if err != nil {
 		return
 	}
-	defer conn.Close()
 	writeRaw(rw.Writer, e.status, reasonPhrase(e.message), body)
 	_ = rw.Flush()
+	lingeringClose(conn)
+}
+
+// lingerBudget bounds how long an error answer waits for the client to finish sending.
+const lingerBudget = 2 * time.Second
+
+// lingeringClose half-closes conn and reads what the client still sends (a request body the
+// handler did not read, e.g. an upload refused at authentication) before closing: closing
+// with unread data would reset the connection and could destroy the answer before the
+// client reads it.
+func lingeringClose(conn net.Conn) {
+	defer conn.Close()
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(lingerBudget))
+	_, _ = io.Copy(io.Discard, io.LimitReader(conn, 2*maxUpload))
 }
 
 func writeRaw(bw *bufio.Writer, status int, reason string, body []byte) {

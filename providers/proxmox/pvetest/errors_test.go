@@ -146,3 +146,16 @@ func TestTLSIsHTTP11(t *testing.T) {
 	e.c.do("GET", vmPath(999999)+"/config", nil).wantError(t, 500,
 		"Configuration file 'nodes/pv1-1/qemu-server/999999.conf' does not exist")
 }
+
+// An error answered before the request body was read (an upload with a wrong token) still
+// reaches the client intact, not as a connection reset.
+func TestErrorBeforeBodyIsRead(t *testing.T) {
+	e := newEnv(t, nil)
+	bad := &client{t: t, base: e.c.base, token: "egressd@pve!prov=wrong", hc: e.c.hc}
+	req := bad.uploadRequest(node, "local", "iso", "big.iso", make([]byte, 8<<20))
+	r := bad.send(req)
+	if r.resp.Status != "401 Authentication failed!" {
+		t.Fatalf("status %q", r.resp.Status)
+	}
+	e.c.data("GET", "/version", nil, nil) // the client's connections are still usable
+}
