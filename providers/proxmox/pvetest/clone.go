@@ -76,6 +76,9 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case contended:
 			exit = fmt.Sprintf(msgLockTimeout, src)
+		case hasFault && fault.Kind == FaultAbandoned:
+			nv.abandoned = true
+			return exitUnexpected, nil
 		case hasFault:
 			exit = fault.taskExit(src)
 		}

@@ -239,3 +239,38 @@ func TestCloneConcurrency(t *testing.T) {
 		t.Errorf("%d VMs, want the template and 2 clones", n)
 	}
 }
+
+// An abandoned clone (the worker died) leaves the VM locked, nameless and unknown, its task
+// "unexpected status"; config writes, destroy and starts wait or fail until Unlock.
+func TestAbandonedClone(t *testing.T) {
+	e := newEnv(t, nil)
+	const id = 100450
+	e.sim.FailNext(OpClone, node, Fault{Kind: FaultAbandoned})
+	if exit := e.c.wait(e.c.upid("POST", vmPath(tmplID)+"/clone", cloneReq(id, "proxy-stuck"))); exit != "unexpected status" {
+		t.Fatalf("exit %q", exit)
+	}
+	if got := resourceStatus(t, e, id); got != "unknown" {
+		t.Errorf("status %q, want unknown", got)
+	}
+	e.c.do("PUT", vmPath(id)+"/config", url.Values{"cores": {"2"}}).wantError(t, 500, "VM is locked (clone)")
+	e.c.do("DELETE", vmPath(id), nil).wantError(t, 500, "VM is locked (clone)")
+	start := e.c.upid("POST", vmPath(id)+"/status/start", nil)
+	if n := e.sim.ClonesInFlight(node, "local-lvm"); n != 0 {
+		t.Errorf("in flight %d after the task ended", n)
+	}
+	if err := e.sim.Unlock(id); err != nil {
+		t.Fatal(err)
+	}
+	// The queued start goes on with the now empty config; the simulator does not refuse a
+	// VM without disks.
+	if exit := e.c.wait(start); exit != ExitOK {
+		t.Fatalf("queued start after Unlock: %q", exit)
+	}
+	if err := e.sim.Unlock(id); err == nil {
+		t.Error("Unlock of an unlocked VM succeeded")
+	}
+	v, _ := e.sim.VM(id)
+	if v.Name != "" || v.Lock != "" || v.Status != "running" {
+		t.Errorf("after Unlock %+v", v)
+	}
+}

@@ -21,7 +21,7 @@
 // vztmpl, backup, import) on every node; one template, 9001 as in F19 (scsi0
 // local-lvm:base-9001-disk-0,size=3G, efidisk0, boot order=scsi0, agent 1, OVMF, q35,
 // net0 virtio=<MAC>,bridge=vmbr0, ide2 free); one token egressd@pve!egressd with a random
-// secret; Timing clone 100ms, other tasks 20ms, boot 100ms; the API on 127.0.0.1:0, plain
+// secret; Timing clone 100ms, other tasks 20ms, boot 100ms (CapturedTiming is PVE's pace); the API on 127.0.0.1:0, plain
 // http (Options.TLS for https with CACertPEM/CertPool). Everything is under /api2/json.
 //
 // # The guest
@@ -116,7 +116,9 @@
 //     "can't lock file '/var/lock/qemu-server/lock-<vmid>.conf' - got timeout", the clone
 //     source's VMID for a clone, and nothing changes: no VM is left), FaultLockTimeoutSync (the
 //     call answers that as a 500), FaultTaskFailed (the task ends with Fault.Exit),
-//     FaultHTTP (any status and text; 595/596 bodiless). Ops: OpClone, OpConfig, OpResize,
+//     FaultHTTP (any status and text; 595/596 bodiless), FaultAbandoned (clone only: the
+//     worker dies, the task ends "unexpected status", the VM stays locked, nameless and
+//     unknown until Unlock(vmid), as `qm unlock`). Ops: OpClone, OpConfig, OpResize,
 //     OpStart, OpStop, OpDestroy, OpAgent, OpUpload, OpDeleteVolume.
 //   - Options.CloneContention = N: a clone that starts while N clones are in flight on the
 //     same node and storage fails in its task with that lock timeout, as PVE under parallel

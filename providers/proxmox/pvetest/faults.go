@@ -37,7 +37,15 @@ const (
 	// FaultHTTP: the call answers Fault.Status with Fault.Message in the F1 style (595 and 596
 	// with no body, as pveproxy sends them).
 	FaultHTTP
+	// FaultAbandoned (clone only): the clone's worker dies mid-clone (a node crash, a kill):
+	// its task ends "unexpected status" and the new VM stays as qmclone left it, locked
+	// (clone), nameless, status unknown, until Unlock — the stuck lock of seed-spec §4.5's
+	// risks ("qm unlock").
+	FaultAbandoned
 )
+
+// exitUnexpected is what PVE reports for a task whose worker vanished.
+const exitUnexpected = "unexpected status"
 
 // Fault is one injected failure. For OpConfig and OpAgent, which run no task, the task kinds
 // answer 500 with their text instead.
@@ -95,19 +103,43 @@ func (f Fault) syncError(vmid int) *apiError {
 		return &apiError{status: status, message: f.Message}
 	case FaultTaskFailed:
 		return errorf(500, "%s", f.Exit)
+	case FaultAbandoned:
+		return errorf(500, exitUnexpected)
 	}
 	return errorf(500, msgLockTimeout, vmid)
 }
 
 // taskExit is the exitstatus of a fault that fails the task.
 func (f Fault) taskExit(vmid int) string {
-	if f.Kind == FaultTaskFailed {
+	switch f.Kind {
+	case FaultTaskFailed:
 		if f.Exit == "" {
 			return "task failed (injected)"
 		}
 		return f.Exit
+	case FaultAbandoned:
+		return exitUnexpected
 	}
 	return fmt.Sprintf(msgLockTimeout, vmid)
+}
+
+// Unlock clears a VM's lock as `qm unlock` does. A VM an abandoned clone left becomes an
+// empty, stopped config (qmclone's temporary file without its lock line); queued workers
+// go on.
+func (s *Server) Unlock(vmid int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.vms[vmid]
+	if !ok || v.locked() == "" {
+		return fmt.Errorf("pvetest: VM %d is not locked", vmid)
+	}
+	if v.cloning && !v.abandoned {
+		return fmt.Errorf("pvetest: VM %d is still being cloned", vmid)
+	}
+	delete(v.conf, "lock")
+	v.cloning, v.abandoned = false, false
+	close(v.unlocked)
+	return nil
 }
 
 // SetNodeDown makes every call proxied to node (/nodes/{node}/…) answer status, 595 or 596,

@@ -19,7 +19,8 @@ type vm struct {
 	node string
 	conf map[string]string // the config's keys, as GET config answers them (lock included)
 
-	cloning  bool          // mid-clone: the config is qmclone's temporary file (F8)
+	cloning   bool          // mid-clone: the config is qmclone's temporary file (F8)
+	abandoned bool          // its clone's worker died; only Unlock clears it
 	unlocked chan struct{} // closed when the clone lock clears: queued workers go on (F3)
 
 	running   bool
