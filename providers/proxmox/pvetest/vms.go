@@ -21,7 +21,7 @@ type vm struct {
 
 	cloning   bool          // mid-clone: the config is qmclone's temporary file (F8)
 	abandoned bool          // its clone's worker died; only Unlock clears it
-	unlocked chan struct{} // closed when the clone lock clears: queued workers go on (F3)
+	unlocked  chan struct{} // closed when the clone lock clears: queued workers go on (F3)
 
 	running   bool
 	paused    bool // running with qmpstatus paused (F14)
