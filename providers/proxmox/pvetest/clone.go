@@ -126,7 +126,7 @@ func (s *Server) checkClone(node string, src, newid int, params map[string]strin
 		if !s.knownNode(tg) {
 			return errorf(500, "no such cluster node '%s'", tg)
 		}
-		if !s.sharedDisks(source) {
+		if !s.sharedDisks(source, params["storage"]) {
 			return errorf(500, "can't clone VM to node '%s' (VM uses local storage)", tg)
 		}
 	}
@@ -140,8 +140,9 @@ func (s *Server) checkClone(node string, src, newid int, params map[string]strin
 	return nil
 }
 
-// sharedDisks reports whether every disk of v is on shared storage. Callers hold s.mu.
-func (s *Server) sharedDisks(v *vm) bool {
+// sharedDisks reports whether every disk of v is, or is cloned onto (target storage, when
+// given), shared storage, as check_storage_access_clone decides. Callers hold s.mu.
+func (s *Server) sharedDisks(v *vm, target string) bool {
 	for k, val := range v.conf {
 		if !deviceRE.MatchString(k) || strings.HasPrefix(k, "net") {
 			continue
@@ -150,7 +151,11 @@ func (s *Server) sharedDisks(v *vm) bool {
 		if err != nil || d.Media == "cdrom" {
 			continue
 		}
-		if st := s.storages[v.node+"/"+d.storage()]; st == nil || !st.def.Shared {
+		sid := d.storage()
+		if target != "" {
+			sid = target
+		}
+		if st := s.storages[v.node+"/"+sid]; st == nil || !st.def.Shared {
 			return false
 		}
 	}

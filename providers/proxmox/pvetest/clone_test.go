@@ -91,13 +91,15 @@ func TestCloneModes(t *testing.T) {
 	withStorages := func(o *Options) {
 		o.Nodes = []string{node, "pv1-2"}
 		o.Templates = []Template{DefaultTemplate(), plain}
-		o.Storages = append(DefaultStorages(), Storage{ID: "fast", Type: "lvmthin", Content: []string{"images"}})
+		o.Storages = append(DefaultStorages(), Storage{ID: "fast", Type: "lvmthin", Content: []string{"images"}},
+			Storage{ID: "ceph", Type: "rbd", Content: []string{"images"}, Shared: true})
 	}
 	tests := []struct {
 		name  string
 		src   int
 		extra []string
 		scsi0 string // want, on success
+		node  string // where the clone lands; default pv1-1
 		code  int
 		msg   string
 		keys  []string
@@ -106,6 +108,8 @@ func TestCloneModes(t *testing.T) {
 		{name: "template full", src: tmplID, extra: []string{"full", "1"}, scsi0: "local-lvm:vm-100200-disk-0,size=3G"},
 		{name: "template full onto another storage", src: tmplID, extra: []string{"full", "1", "storage", "fast"},
 			scsi0: "fast:vm-100200-disk-0,size=3G"},
+		{name: "full onto shared storage on another node", src: tmplID, extra: []string{"full", "1", "storage", "ceph", "target", "pv1-2"},
+			scsi0: "ceph:vm-100200-disk-0,size=3G", node: "pv1-2"},
 		{name: "plain VM default is full", src: 9100, scsi0: "local-lvm:vm-100200-disk-0,size=3G"},
 		{name: "plain VM linked refused", src: 9100, extra: []string{"full", "0"}, code: 500,
 			msg: "Linked clone feature is not supported for 'local-lvm:vm-9100-disk-0' (scsi0)"},
@@ -137,7 +141,11 @@ func TestCloneModes(t *testing.T) {
 			}
 			e.c.ok("POST", vmPath(tt.src)+"/clone", form)
 			v, _ := e.sim.VM(100200)
-			if v.Config["scsi0"] != tt.scsi0 || v.Template || v.Lock != "" {
+			want := tt.node
+			if want == "" {
+				want = node
+			}
+			if v.Config["scsi0"] != tt.scsi0 || v.Template || v.Lock != "" || v.Node != want {
 				t.Errorf("clone %+v, want scsi0 %s", v, tt.scsi0)
 			}
 			if tt.src == 9100 && v.Name != "proxy-mode" {
@@ -273,4 +281,42 @@ func TestAbandonedClone(t *testing.T) {
 	if v.Name != "" || v.Lock != "" || v.Status != "running" {
 		t.Errorf("after Unlock %+v", v)
 	}
+}
+
+// A lock other than clone (a foreign VM's backup lock, via PutVM) refuses config writes and
+// fails queued starts in the task; Unlock clears it.
+func TestOtherLock(t *testing.T) {
+	e := newEnv(t, nil)
+	if err := e.sim.PutVM(node, 100460, map[string]string{"name": "someone-else", "lock": "backup"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.sim.PutVM(node, 100460, nil); err == nil {
+		t.Error("PutVM onto a taken VMID succeeded")
+	}
+	e.c.do("PUT", vmPath(100460)+"/config", url.Values{"cores": {"2"}}).wantError(t, 500, "VM is locked (backup)")
+	if exit := e.c.wait(e.c.upid("POST", vmPath(100460)+"/status/start", nil)); exit != "VM is locked (backup)" {
+		t.Errorf("start exit %q", exit)
+	}
+	if got := resourceLock(t, e, 100460); got != "backup" {
+		t.Errorf("resources lock %q", got)
+	}
+	if err := e.sim.Unlock(100460); err != nil {
+		t.Fatal(err)
+	}
+	e.c.data("PUT", vmPath(100460)+"/config", url.Values{"cores": {"2"}}, nil)
+	e.c.do("POST", vmPath(tmplID)+"/clone", cloneReq(100460, "proxy-x")).
+		wantError(t, 500, "unable to create VM 100460: config file already exists")
+}
+
+func resourceLock(t *testing.T, e *env, vmid int) string {
+	t.Helper()
+	var res []map[string]any
+	e.c.data("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &res)
+	for _, x := range res {
+		if x["vmid"] == float64(vmid) {
+			s, _ := x["lock"].(string)
+			return s
+		}
+	}
+	return ""
 }

@@ -54,7 +54,8 @@ func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) {
 
 func numericKey(k string) bool {
 	switch k {
-	case "cores", "sockets", "memory", "balloon", "template", "onboot", "protection", "numa", "kvm", "tablet":
+	// memory is a property string since PVE 8.1 ("current=…"), so it stays a string.
+	case "cores", "sockets", "balloon", "template", "onboot", "protection", "numa", "kvm", "tablet":
 		return true
 	}
 	return false

@@ -138,7 +138,11 @@ func (s *Server) Unlock(vmid int) error {
 	}
 	delete(v.conf, "lock")
 	v.cloning, v.abandoned = false, false
-	close(v.unlocked)
+	select {
+	case <-v.unlocked: // a lock not taken by a clone (PutVM): nothing waits on it
+	default:
+		close(v.unlocked)
+	}
 	return nil
 }
 
