@@ -16,31 +16,16 @@ var dnsNameRE = regexp.MustCompile(`^(?i:[a-z0-9]([a-z0-9-]*[a-z0-9])?)(\.(?i:[a
 // Synchronous checks as qemu-server's load_and_check (F4, F15), then a qmclone task whose id is
 // the source VMID; the new VM holds lock clone (F7, F8) for Timing.Clone.
 func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
-	node := r.PathValue("node")
-	src, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	c, ok := readVMCall(w, r, checkCloneParams, []string{"newid"}, "name", "description", "full", "target",
+		"storage", "pool", "snapname", "format", "bwlimit")
+	if !ok {
 		return
 	}
-	params, e := form(r)
-	if e == nil {
-		e = schema(params, []string{"newid"}, "name", "description", "full", "target", "storage",
-			"pool", "snapname", "format", "bwlimit")
-	}
-	var newid int64
-	if e == nil {
-		newid, e = intParam(params, "newid", 100, 999999999)
-	}
-	if e == nil && params["name"] != "" && !dnsNameRE.MatchString(params["name"]) {
-		e = param("name", "invalid format - value does not look like a valid DNS name")
-	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	node, src, params := c.node, c.vmid, c.params
+	newid, _ := strconv.Atoi(params["newid"])
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e := s.checkClone(node, src, int(newid), params); e != nil {
+	if e := s.checkClone(node, src, newid, params); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -65,7 +50,7 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	s.cloning[key]++
 	s.maxCloning[key] = max(s.maxCloning[key], s.cloning[key])
 
-	nv := &vm{vmid: int(newid), node: target, cloning: true, unlocked: make(chan struct{}),
+	nv := &vm{vmid: newid, node: target, cloning: true, unlocked: make(chan struct{}),
 		conf: map[string]string{"lock": "clone"}}
 	s.vms[nv.vmid] = nv
 	conf := s.clonedConfig(source, nv.vmid, full, params)
@@ -94,6 +79,17 @@ func (s *Server) clone(w http.ResponseWriter, r *http.Request) {
 	writeData(w, t.upid.String())
 }
 
+func checkCloneParams(params map[string]string) *apiError {
+	if _, e := intParam(params, "newid", 100, 999999999); e != nil {
+		return e
+	}
+	if params["name"] != "" && !dnsNameRE.MatchString(params["name"]) {
+		return param("name", "invalid format - value does not look like a valid DNS name")
+	}
+	_, e := boolParam(params, "full", false)
+	return e
+}
+
 // checkClone is load_and_check's synchronous part. Callers hold s.mu.
 func (s *Server) checkClone(node string, src, newid int, params map[string]string) *apiError {
 	source, e := s.lookupVM(node, src)
@@ -105,9 +101,6 @@ func (s *Server) checkClone(node string, src, newid int, params map[string]strin
 	}
 	if source.cloning {
 		return errorf(500, msgLocked, "clone")
-	}
-	if _, e := boolParam(params, "full", false); e != nil {
-		return e
 	}
 	full, _ := boolParam(params, "full", !source.template())
 	if st := params["storage"]; st != "" {

@@ -23,16 +23,9 @@ func TestMidClone(t *testing.T) {
 	const id = 100100
 	upid := c.upid("POST", vmPath(tmplID)+"/clone", cloneReq(id, "proxy-mid"))
 
-	var res []map[string]any
-	c.data("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &res)
-	var entry map[string]any
-	for _, x := range res {
-		if x["vmid"] == float64(id) {
-			entry = x
-		}
-	}
+	entry := resourceEntry(t, e, id)
 	if entry == nil {
-		t.Fatalf("no entry for %d in %v", id, res)
+		t.Fatalf("no cluster/resources entry for %d", id)
 	}
 	if _, named := entry["name"]; named || entry["status"] != "unknown" || entry["lock"] != "clone" ||
 		entry["id"] != fmt.Sprintf("qemu/%d", id) || entry["type"] != "qemu" || entry["node"] != node {
@@ -297,7 +290,7 @@ func TestOtherLock(t *testing.T) {
 	if exit := e.c.wait(e.c.upid("POST", vmPath(100460)+"/status/start", nil)); exit != "VM is locked (backup)" {
 		t.Errorf("start exit %q", exit)
 	}
-	if got := resourceLock(t, e, 100460); got != "backup" {
+	if got := resourceEntry(t, e, 100460)["lock"]; got != "backup" {
 		t.Errorf("resources lock %q", got)
 	}
 	if err := e.sim.Unlock(100460); err != nil {
@@ -306,17 +299,4 @@ func TestOtherLock(t *testing.T) {
 	e.c.data("PUT", vmPath(100460)+"/config", url.Values{"cores": {"2"}}, nil)
 	e.c.do("POST", vmPath(tmplID)+"/clone", cloneReq(100460, "proxy-x")).
 		wantError(t, 500, "unable to create VM 100460: config file already exists")
-}
-
-func resourceLock(t *testing.T, e *env, vmid int) string {
-	t.Helper()
-	var res []map[string]any
-	e.c.data("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &res)
-	for _, x := range res {
-		if x["vmid"] == float64(vmid) {
-			s, _ := x["lock"].(string)
-			return s
-		}
-	}
-	return ""
 }

@@ -28,16 +28,8 @@ var tagRE = regexp.MustCompile(`^[a-z0-9_][a-z0-9_\-+.]*$`)
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/qemu/{vmid}/config): the keys
 // plus digest; mid-clone only lock: clone (qmclone's temporary file); F2 when absent.
 func (s *Server) getConfig(w http.ResponseWriter, r *http.Request) {
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	s.mu.Lock()
-	v, e := s.lookupVM(r.PathValue("node"), vmid)
-	if e != nil {
-		s.mu.Unlock()
-		writeError(w, e)
+	v, ok := s.lockedVM(w, r)
+	if !ok {
 		return
 	}
 	doc := map[string]any{"digest": v.digest()}
@@ -64,30 +56,12 @@ func numericKey(k string) bool {
 // putConfig: PUT /nodes/{node}/qemu/{vmid}/config, synchronous (returns null): F2; F7 while
 // locked; values checked; tags folded (F9); a new cdrom or disk appended to boot order (F19).
 func (s *Server) putConfig(w http.ResponseWriter, r *http.Request) {
-	node := r.PathValue("node")
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	c, v, ok := s.lockedVMCall(w, r, checkConfigValues, nil, configKeys...)
+	if !ok {
 		return
 	}
-	params, e := form(r)
-	if e == nil {
-		e = schema(params, nil, configKeys...)
-	}
-	if e == nil {
-		e = checkConfigValues(params)
-	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, e := s.lookupVM(node, vmid)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	node, vmid, params := c.node, c.vmid, c.params
 	if l := v.locked(); l != "" {
 		writeError(w, errorf(500, msgLocked, l)) // F7
 		return
@@ -218,43 +192,13 @@ func appendBoot(boot, device string) string {
 // resize task that queues behind a clone lock (lock_config in the worker) and fails in the
 // task on a missing disk, a cdrom or a shrink; the same size is an OK no-op.
 func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
-	node := r.PathValue("node")
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	c, v, ok := s.lockedVMCall(w, r, checkResize, []string{"disk", "size"}, "digest", "skiplock")
+	if !ok {
 		return
 	}
-	params, e := form(r)
-	if e == nil {
-		e = schema(params, []string{"disk", "size"}, "digest", "skiplock")
-	}
-	if e == nil && !regexp.MustCompile(`^\+?\d+(\.\d+)?[KMGT]?$`).MatchString(params["size"]) {
-		e = param("size", "value does not match the regex pattern")
-	}
-	if e == nil && !deviceRE.MatchString(params["disk"]) {
-		e = param("disk", "value '"+params["disk"]+"' does not have a value in the enumeration")
-	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, e := s.lookupVM(node, vmid)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	fault, hasFault := s.nextFault(OpResize, node)
-	if hasFault && fault.sync() {
-		writeError(w, fault.syncError(vmid))
-		return
-	}
-	t := s.newTask(r, node, "resize", strconv.Itoa(vmid))
-	s.spawnAfter(t, v.unlocked, s.timing.Task, func() (string, func()) {
-		if hasFault {
-			return fault.taskExit(vmid), nil
-		}
+	node, vmid, params := c.node, c.vmid, c.params
+	s.accept(w, r, OpResize, node, vmid, "resize", strconv.Itoa(vmid), v.unlocked, s.timing.Task, func() (string, func()) {
 		if s.vms[vmid] != v {
 			return fmt.Sprintf(msgNoConfig, node, vmid), nil
 		}
@@ -290,7 +234,18 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 		v.conf[disk] = d.String()
 		return ExitOK, nil
 	})
-	writeData(w, t.upid.String())
+}
+
+var resizeSizeRE = regexp.MustCompile(`^\+?\d+(\.\d+)?[KMGT]?$`)
+
+func checkResize(params map[string]string) *apiError {
+	if !resizeSizeRE.MatchString(params["size"]) {
+		return param("size", "value does not match the regex pattern")
+	}
+	if !deviceRE.MatchString(params["disk"]) {
+		return param("disk", "value '"+params["disk"]+"' does not have a value in the enumeration")
+	}
+	return nil
 }
 
 // destroy: DELETE /nodes/{node}/qemu/{vmid}
@@ -298,33 +253,12 @@ func (s *Server) resize(w http.ResponseWriter, r *http.Request) {
 // locked refused synchronously (provider-apis.md), then a qmdestroy task. The seed ISO on ISO
 // storage is not the VM's and stays.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
-	node := r.PathValue("node")
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	c, v, ok := s.lockedVMCall(w, r, checkDestroy, nil, "purge", "destroy-unreferenced-disks", "skiplock")
+	if !ok {
 		return
 	}
-	params, e := form(r)
-	if e == nil {
-		e = schema(params, nil, "purge", "destroy-unreferenced-disks", "skiplock")
-	}
-	if e == nil {
-		_, e = boolParam(params, "purge", false)
-	}
-	if e == nil {
-		_, e = boolParam(params, "destroy-unreferenced-disks", false)
-	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, e := s.lookupVM(node, vmid)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
+	node, vmid := c.node, c.vmid
 	switch {
 	case v.running:
 		writeError(w, errorf(500, msgDestroyRunning, vmid))
@@ -333,16 +267,7 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(500, msgLocked, v.locked()))
 		return
 	}
-	fault, hasFault := s.nextFault(OpDestroy, node)
-	if hasFault && fault.sync() {
-		writeError(w, fault.syncError(vmid))
-		return
-	}
-	t := s.newTask(r, node, "qmdestroy", strconv.Itoa(vmid))
-	s.spawn(t, s.timing.Task, func() (string, func()) {
-		if hasFault {
-			return fault.taskExit(vmid), nil
-		}
+	s.accept(w, r, OpDestroy, node, vmid, "qmdestroy", strconv.Itoa(vmid), nil, s.timing.Task, func() (string, func()) {
 		switch {
 		case s.vms[vmid] != v:
 			return fmt.Sprintf(msgNoConfig, node, vmid), nil
@@ -354,5 +279,12 @@ func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 		delete(s.vms, vmid)
 		return ExitOK, nil
 	})
-	writeData(w, t.upid.String())
+}
+
+func checkDestroy(params map[string]string) *apiError {
+	if _, e := boolParam(params, "purge", false); e != nil {
+		return e
+	}
+	_, e := boolParam(params, "destroy-unreferenced-disks", false)
+	return e
 }

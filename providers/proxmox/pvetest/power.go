@@ -27,38 +27,15 @@ func (s *Server) stopVM(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) power(w http.ResponseWriter, r *http.Request, op Op, typ string) {
-	node := r.PathValue("node")
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	c, v, ok := s.lockedVMCall(w, r, nil, nil, "skiplock", "timeout", "machine", "keepActive", "overrule-shutdown",
+		"migratedfrom", "migration_network", "migration_type", "stateuri", "targetstorage", "force-cpu")
+	if !ok {
 		return
 	}
-	params, e := form(r)
-	if e == nil {
-		e = schema(params, nil, "skiplock", "timeout", "machine", "keepActive", "overrule-shutdown",
-			"migratedfrom", "migration_network", "migration_type", "stateuri", "targetstorage", "force-cpu")
-	}
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, e := s.lookupVM(node, vmid)
-	if e != nil {
-		writeError(w, e)
-		return
-	}
-	fault, hasFault := s.nextFault(op, node)
-	if hasFault && fault.sync() {
-		writeError(w, fault.syncError(vmid))
-		return
-	}
-	t := s.newTask(r, node, typ, strconv.Itoa(vmid))
-	s.spawnAfter(t, v.unlocked, s.timing.Task, func() (string, func()) {
+	node, vmid := c.node, c.vmid
+	s.accept(w, r, op, node, vmid, typ, strconv.Itoa(vmid), v.unlocked, s.timing.Task, func() (string, func()) {
 		switch {
-		case hasFault:
-			return fault.taskExit(vmid), nil
 		case s.vms[vmid] != v:
 			return fmt.Sprintf(msgNoConfig, node, vmid), nil
 		case v.locked() != "":
@@ -69,7 +46,6 @@ func (s *Server) power(w http.ResponseWriter, r *http.Request, op Op, typ string
 		}
 		return s.powerOn(v), nil
 	})
-	writeData(w, t.upid.String())
 }
 
 // powerOn starts v, answering the task's exit. Callers hold s.mu.
@@ -186,18 +162,11 @@ func (s *Server) powerOff(v *vm) func() {
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/qemu/{vmid}/status/current;
 // F14: paused is status running, qmpstatus paused).
 func (s *Server) statusCurrent(w http.ResponseWriter, r *http.Request) {
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	v, ok := s.lockedVM(w, r)
+	if !ok {
 		return
 	}
-	s.mu.Lock()
-	v, e := s.lookupVM(r.PathValue("node"), vmid)
-	if e != nil {
-		s.mu.Unlock()
-		writeError(w, e)
-		return
-	}
+	vmid := v.vmid
 	status, qmp := "stopped", "stopped"
 	if v.running {
 		status, qmp = "running", "running"
@@ -241,16 +210,13 @@ func (s *Server) statusCurrent(w http.ResponseWriter, r *http.Request) {
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces;
 // shape F21, errors F5): lo and eth0 with the VM's pool address and a link-local IPv6.
 func (s *Server) agentInterfaces(w http.ResponseWriter, r *http.Request) {
-	node := r.PathValue("node")
-	vmid, e := vmidParam(r, "vmid")
-	if e != nil {
-		writeError(w, e)
+	v, ok := s.lockedVM(w, r)
+	if !ok {
 		return
 	}
-	s.mu.Lock()
-	v, e := s.lookupVM(node, vmid)
+	vmid := v.vmid
+	var e *apiError
 	switch {
-	case e != nil:
 	case !v.running:
 		e = errorf(500, msgVMNotRunning, vmid)
 	case !v.agentEnabled():
@@ -261,7 +227,7 @@ func (s *Server) agentInterfaces(w http.ResponseWriter, r *http.Request) {
 		e = errorf(500, msgAgentNotRunning)
 	}
 	if e == nil {
-		if f, ok := s.nextFault(OpAgent, node); ok {
+		if f, ok := s.nextFault(OpAgent, v.node); ok {
 			e = f.syncError(vmid)
 		}
 	}

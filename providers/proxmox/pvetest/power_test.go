@@ -59,15 +59,21 @@ func TestPausedVM(t *testing.T) {
 
 func resourceStatus(t *testing.T, e *env, vmid int) string {
 	t.Helper()
+	s, _ := resourceEntry(t, e, vmid)["status"].(string)
+	return s
+}
+
+// resourceEntry is vmid's cluster/resources entry, nil when absent.
+func resourceEntry(t *testing.T, e *env, vmid int) map[string]any {
+	t.Helper()
 	var res []map[string]any
 	e.c.data("GET", "/cluster/resources", url.Values{"type": {"vm"}}, &res)
 	for _, x := range res {
 		if x["vmid"] == float64(vmid) {
-			s, _ := x["status"].(string)
-			return s
+			return x
 		}
 	}
-	return ""
+	return nil
 }
 
 // F5: the agent's three errors, each in its state.

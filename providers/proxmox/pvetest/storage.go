@@ -116,20 +116,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errorf(500, "storage '%s' does not support '%s' content", sid, content))
 		return
 	}
-	fault, hasFault := s.nextFault(OpUpload, node)
-	if hasFault && fault.sync() {
-		writeError(w, fault.syncError(0))
-		return
-	}
-	t := s.newTask(r, node, "imgcopy", "")
-	s.spawn(t, s.timing.Task, func() (string, func()) {
-		if hasFault {
-			return fault.taskExit(0), nil
-		}
+	s.accept(w, r, OpUpload, node, 0, "imgcopy", "", nil, s.timing.Task, func() (string, func()) {
 		st.files[dir+"/"+name] = file{data: data, ctime: s.now()}
 		return ExitOK, nil
 	})
-	writeData(w, t.upid.String())
 }
 
 // readUpload reads the multipart body: content, and the file part "filename".
@@ -197,20 +187,10 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 		writeError(w, param("volume", "no volume name"))
 		return
 	}
-	fault, hasFault := s.nextFault(OpDeleteVolume, node)
-	if hasFault && fault.sync() {
-		writeError(w, fault.syncError(0))
-		return
-	}
-	t := s.newTask(r, node, "imgdel", sid)
-	s.spawn(t, s.timing.Task, func() (string, func()) {
-		if hasFault {
-			return fault.taskExit(0), nil
-		}
+	s.accept(w, r, OpDeleteVolume, node, 0, "imgdel", sid, nil, s.timing.Task, func() (string, func()) {
 		delete(st.files, volname)
 		return ExitOK, nil
 	})
-	writeData(w, t.upid.String())
 }
 
 // storageStatus: GET /nodes/{node}/storage/{storage}/status
