@@ -116,7 +116,8 @@
 //     "can't lock file '/var/lock/qemu-server/lock-<vmid>.conf' - got timeout", the clone
 //     source's VMID for a clone, and nothing changes: no VM is left), FaultLockTimeoutSync (the
 //     call answers that as a 500), FaultTaskFailed (the task ends with Fault.Exit),
-//     FaultHTTP (any status and text; 595/596 bodiless), FaultAbandoned (clone only: the
+//     FaultHTTP (any status and text; 595/596 bodiless; PermissionDenied(path, priv) builds
+//     PVE's 403 "Permission check failed (path, priv)"), FaultAbandoned (clone only: the
 //     worker dies, the task ends "unexpected status", the VM stays locked, nameless and
 //     unknown until Unlock(vmid), as `qm unlock`). Ops: OpClone, OpConfig, OpResize,
 //     OpStart, OpStop, OpDestroy, OpAgent, OpUpload, OpDeleteVolume.

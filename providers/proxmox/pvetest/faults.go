@@ -56,6 +56,13 @@ type Fault struct {
 	Message string // FaultHTTP, without the trailing "\n"
 }
 
+// PermissionDenied is the 403 PVE answers when the token lacks priv on path, e.g.
+// PermissionDenied("/storage/proxy-seeds", "Datastore.Allocate") for F13's seed delete
+// without that privilege. The simulator checks no permissions itself: inject this.
+func PermissionDenied(path, priv string) Fault {
+	return Fault{Kind: FaultHTTP, Status: http.StatusForbidden, Message: fmt.Sprintf("Permission check failed (%s, %s)", path, priv)}
+}
+
 type faultKey struct {
 	op   Op
 	node string

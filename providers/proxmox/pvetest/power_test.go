@@ -1,8 +1,16 @@
 package pvetest
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
 	"net/netip"
 	"net/url"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -269,5 +277,55 @@ func TestPowerOff(t *testing.T) {
 	e.c.ok("POST", vmPath(101000)+"/status/start", nil) // the one address is free again
 	if got := e.c.agentAddr(101000); got != ip {
 		t.Errorf("address %s, want %s again", got, ip)
+	}
+}
+
+// The seed's credential never reaches the simulator's log, VM.ProxyErr or the proxy's
+// arguments other than its auth file (sentinel).
+func TestSeedCredentialStaysPrivate(t *testing.T) {
+	const sentinel = "SENTINEL-7f3a9c"
+	var logs bytes.Buffer
+	var seen []Proxy
+	var mu sync.Mutex
+	e := newEnv(t, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		serve := o.Serve
+		o.Serve = func(ctx context.Context, ln net.Listener, p Proxy) error {
+			mu.Lock()
+			seen = append(seen, p)
+			mu.Unlock()
+			return serve(ctx, ln, p)
+		}
+	})
+	// One VM whose seed is unusable (bad port) and one that serves, both carrying the sentinel.
+	e.cloned(t, 101800, "proxy-bad")
+	e.c.wait(e.c.upload(node, "local", "bad.iso", buildSeed(t, seedFiles{name: "bad", port: 0, auth: "u:lease:" + sentinel})))
+	e.c.data("PUT", vmPath(101800)+"/config", url.Values{"ide2": {"local:iso/bad.iso,media=cdrom"}}, nil)
+	e.c.ok("POST", vmPath(101800)+"/status/start", nil)
+	e.c.agentAddr(101800)
+	e.booted(t, 101801, "proxy-good", "u:lease:"+sentinel)
+	for _, v := range e.sim.VMs() {
+		if strings.Contains(v.ProxyErr, sentinel) {
+			t.Errorf("ProxyErr %q holds the credential", v.ProxyErr)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 1 || seen[0].AuthFile == "" || strings.Contains(fmt.Sprint(seen[0]), sentinel) {
+		t.Errorf("Serve saw %+v", seen)
+	}
+	b, err := os.ReadFile(seen[0].AuthFile)
+	if err != nil || string(b) != "u:lease:"+sentinel+"\n" {
+		t.Errorf("auth file %q, %v", b, err)
+	}
+	if info, err := os.Stat(seen[0].AuthFile); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("auth file mode %v, %v", info.Mode(), err)
+	}
+	e.sim.Close()
+	if strings.Contains(logs.String(), sentinel) {
+		t.Errorf("log holds the credential:\n%s", logs.String())
+	}
+	if logs.Len() == 0 {
+		t.Error("nothing logged: the test proves nothing")
 	}
 }

@@ -110,3 +110,11 @@ func TestStorageStatus(t *testing.T) {
 	}
 	e.c.do("GET", "/nodes/"+node+"/storage/nope/status", nil).wantError(t, 400, "Parameter verification failed.", "storage")
 }
+
+// F13 without Datastore.Allocate: the 403 a provider must classify Permanent, injected.
+func TestPermissionDenied(t *testing.T) {
+	e := newEnv(t, nil)
+	e.sim.FailNext(OpDeleteVolume, node, PermissionDenied("/storage/local", "Datastore.Allocate"))
+	e.c.do("DELETE", "/nodes/"+node+"/storage/local/content/local:iso/a.iso", nil).
+		wantError(t, 403, "Permission check failed (/storage/local, Datastore.Allocate)")
+}
