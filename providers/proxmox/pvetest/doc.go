@@ -38,8 +38,8 @@
 //
 // The agent reports lo (127.0.0.1, ::1) and eth0 (the pool address, prefix 24, and a
 // link-local fe80:: IPv6), the F21 shape. The pool addresses are themselves 127/8 (traffic
-// stays on this machine): a provider that skips every loopback address (netip.Addr.
-// IsLoopback) finds none here. Skip the interface named lo and link-local addresses instead,
+// stays on this machine): a provider that skips every loopback address
+// (netip.Addr.IsLoopback) finds none here. Skip the interface named lo and link-local addresses instead,
 // which is also right on a real guest.
 //
 // # Endpoints and shapes (each with its source)
@@ -135,7 +135,8 @@
 //     /nodes/{node}/qemu/{vmid}/clone").
 //   - VMs(), VM(vmid): VMs with status, lock, address, whether a proxy runs, config copy.
 //     Volumes(node, storage), Volume(node, volid): uploaded files and their bytes.
-//     TaskDone(upid): a task's end as the simulator sees it.
+//     TaskDone(upid): a task's end as the simulator sees it. ParseUPID and UPID: the task
+//     ID's parts.
 //
 // # Not modelled
 //

@@ -39,9 +39,9 @@ type Options struct {
 	Serve ServeFunc
 	// Timing of the asynchronous steps; zero fields take the short defaults.
 	Timing Timing
-	// CloneContention, when > 0, makes a clone fail in its task with the lock timeout of
-	// F-fact reports (bpg/terraform-provider-proxmox #995, #1521) whenever it starts while that
-	// many clones are already in flight on the same node and target storage.
+	// CloneContention, when > 0, makes a clone fail in its task with the lock timeout users
+	// of parallel clones report (bpg/terraform-provider-proxmox #995, #1521) whenever it
+	// starts while that many clones are already in flight on the same node and storage.
 	CloneContention int
 	// Listen is the API's address; default 127.0.0.1:0.
 	Listen string
@@ -104,7 +104,8 @@ func DefaultStorages() []Storage {
 	}
 }
 
-// Node-down answers (F-fact list: 595/596 are pveproxy failing to reach another node).
+// Node-down answers: pveproxy failing to reach the node a call is proxied to
+// (provider-apis.md, "595/596").
 const (
 	StatusNoRoute  = 595 // "595 No route to host"
 	StatusTimedOut = 596 // "596 Connection timed out"
