@@ -1,8 +1,11 @@
 package pvetest
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -173,4 +176,27 @@ func TestDestroy(t *testing.T) {
 		t.Errorf("volumes %v: the seed ISO is not the VM's and stays", got)
 	}
 	e.c.do("DELETE", vmPath(tmplID), url.Values{"purge": {"yes please"}}).wantError(t, 400, "Parameter verification failed.", "purge")
+}
+
+// pve-http-server also takes JSON bodies (numbers and booleans as their PVE forms).
+func TestJSONBody(t *testing.T) {
+	e := newEnv(t, nil)
+	req, _ := http.NewRequest("POST", e.c.base+vmPath(tmplID)+"/clone",
+		strings.NewReader(`{"newid": 101900, "name": "proxy-json", "full": true}`))
+	req.Header.Set("Content-Type", "application/json")
+	r := e.c.send(req)
+	if r.resp.StatusCode != 200 {
+		t.Fatalf("%s %s", r.resp.Status, r.body)
+	}
+	var env struct{ Data string }
+	json.Unmarshal(r.body, &env)
+	if exit := e.c.wait(env.Data); exit != ExitOK {
+		t.Fatal(exit)
+	}
+	if v, _ := e.sim.VM(101900); v.Config["scsi0"] != "local-lvm:vm-101900-disk-0,size=3G" {
+		t.Errorf("full clone from JSON: %v", v.Config["scsi0"])
+	}
+	req, _ = http.NewRequest("PUT", e.c.base+vmPath(101900)+"/config", strings.NewReader(`{"cores": [2]}`))
+	req.Header.Set("Content-Type", "application/json")
+	e.c.send(req).wantError(t, 400, "Parameter verification failed.", "cores")
 }
