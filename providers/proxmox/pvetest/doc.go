@@ -143,7 +143,7 @@
 // Tickets (POST /access/ticket) and CSRF; permissions and roles (every valid token may do
 // everything; F13/F17's 403s are not produced); pools, snapshots, HA, replication,
 // migration (target= only moves a clone when its disks are on shared storage); POST config
-// (asynchronous); task logs and task lists; disk images as storage content (the images
+// (asynchronous); pending changes (a PUT config on a running VM applies at once); task logs and task lists; disk images as storage content (the images
 // storages hold no volumes; destroy-unreferenced-disks is accepted and does nothing more);
 // disk allocation by config ("local-lvm:4"); space accounting and no-space errors (F6: not
 // produced); storage content checks of uploads (an upload is stored as sent; a seed that
