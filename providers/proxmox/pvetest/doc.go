@@ -141,17 +141,18 @@
 // # Not modelled
 //
 // Tickets (POST /access/ticket) and CSRF; permissions and roles (every valid token may do
-// everything; F13/F17's 403s are not produced); pools, snapshots, HA, replication,
-// migration (target= only moves a clone when its disks are on shared storage); POST config
-// (asynchronous); pending changes (a PUT config on a running VM applies at once); task logs and task lists; disk images as storage content (the images
+// everything; F13/F17's 403s come only injected, PermissionDenied); pools, snapshots, HA,
+// replication, migration (target= only moves a clone when its disks are on shared
+// storage); POST config (asynchronous); pending changes (a PUT config on a running VM
+// applies at once); task logs and task lists; disk images as storage content (the images
 // storages hold no volumes; destroy-unreferenced-disks is accepted and does nothing more);
 // disk allocation by config ("local-lvm:4"); space accounting and no-space errors (F6: not
-// produced); storage content checks of uploads (an upload is stored as sent; a seed that
-// is not ISO 9660 only means the guest runs no proxy); checksum verification of uploads;
-// LXC; the guest's network (the VLAN tag and bridge are stored, not enforced); the flock
-// wait of PVE's workers (a queued task waits for the clone however long it takes, where
-// PVE would time out after 10 s); a paused guest's TCP stack (its proxy stops listening,
-// where a real one would leave connections hanging); exact texts of errors no fact
-// captured (parameter errors, storage errors, hostname lookup) — a provider must not match
-// on those.
+// produced); storage content checks of uploads (an upload is stored as sent; a seed that is
+// not ISO 9660 only means the guest runs no proxy); checksum verification of uploads; LXC;
+// the guest's network (the VLAN tag and bridge are stored, not enforced); the flock wait of
+// PVE's workers (a queued task waits for the clone however long it takes, where PVE would
+// time out after 10 s); a paused guest's TCP stack (its proxy stops listening, where a real
+// one would leave connections hanging); exact texts of errors no fact captured (parameter
+// errors, storage errors, hostname lookup, unknown paths) — a provider must not match on
+// those.
 package pvetest
