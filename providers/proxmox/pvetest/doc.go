@@ -122,8 +122,8 @@
 //     unknown until Unlock(vmid), as `qm unlock`). Ops: OpClone, OpConfig, OpResize,
 //     OpStart, OpStop, OpDestroy, OpAgent, OpUpload, OpDeleteVolume.
 //   - Options.CloneContention = N: a clone that starts while N clones are in flight on the
-//     same node and storage fails in its task with that lock timeout, as PVE under parallel
-//     clones does (bpg/terraform-provider-proxmox #995, #1521).
+//     same node and storage fails in its task with that lock timeout, as users of parallel
+//     clones report (bpg/terraform-provider-proxmox #995, #1521).
 //   - SetNodeDown(node, 595|596): every /nodes/{node}/… call answers "595 No route to host" or
 //     "596 Connection timed out" (pveproxy failing to reach the node); 0 restores it.
 //   - Pause(vmid) / Resume(vmid): F14's paused VM (agent times out, proxy stops listening);
