@@ -78,3 +78,11 @@ func (s *Server) Instances(zone string) int {
 	}
 	return 0
 }
+
+// Inserted is how many instances inserts made: neither requestId replays, nor refused
+// inserts (409, quota, 429), count. What a test counts to prove one instance per attempt.
+func (s *Server) Inserted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inserted
+}

@@ -92,6 +92,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 
 	inst := &instance{pb: s.instanceResource(z.name, &in, addr), zone: z.name, addr: addr}
 	z.instances[name] = inst
+	s.inserted++
 	op := s.newOperation(z.name, "insert", inst.pb.GetSelfLink(), inst.pb.GetId())
 	if reqID != "" {
 		s.requestIDs[z.name+"/"+reqID] = op
@@ -212,7 +213,7 @@ func (s *Server) provision(inst *instance, op *operation, fault Fault) {
 	if !s.advance(inst, op, d.Staging) {
 		return
 	}
-	p, err := s.startProxy(inst.addr)
+	p, err := s.startProxy(inst)
 	if err != nil {
 		s.fail(inst, op, CodeInternalError, "Internal error. Please try again or contact Google Support. ("+err.Error()+")", http.StatusInternalServerError)
 		return
