@@ -3,7 +3,9 @@ package gcp
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -85,16 +87,34 @@ func (cp *clientPool) credential() ([]byte, []option.ClientOption, error) {
 		return nil, nil, fmt.Errorf("%w: %s %s: %w", errNoCredentials, key, file, errors.Unwrap(err))
 	}
 	var head struct {
-		Type string `json:"type"`
+		Type       string `json:"type"`
+		PrivateKey string `json:"private_key"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
 		return nil, nil, fmt.Errorf("%w: %s %s is not JSON", errBadCredentials, key, file)
+	}
+	if head.Type == "service_account" && !parsesAsKey(head.PrivateKey) {
+		// The SDK would say so only when it signs, as a transport error.
+		return nil, nil, fmt.Errorf("%w: %s %s: private_key is not a PEM private key", errBadCredentials, key, file)
 	}
 	t, ok := credentialTypes[head.Type]
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %s %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account, external_account_authorized_user", errBadCredentials, key, file, head.Type)
 	}
 	return b, []option.ClientOption{option.WithAuthCredentialsJSON(t, b)}, nil
+}
+
+// parsesAsKey reports whether s is a PEM PKCS #8 or PKCS #1 private key.
+func parsesAsKey(s string) bool {
+	block, _ := pem.Decode([]byte(s))
+	if block == nil {
+		return false
+	}
+	if _, err := x509.ParsePKCS8PrivateKey(block.Bytes); err == nil {
+		return true
+	}
+	_, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+	return err == nil
 }
 
 // get returns clients for the credential as it is now, and a release to call when the call

@@ -174,3 +174,5 @@ func idFor(zone string, req providers.CreateRequest) string {
 }
 
 func gcptestOptions() gcptest.Options { return gcptest.Options{} }
+
+func sleep(ms int) { time.Sleep(time.Duration(ms) * time.Millisecond) }
