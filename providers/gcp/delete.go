@@ -82,12 +82,14 @@ func (p *Provider) awaitVisible(ctx context.Context, c *clients, zone, name stri
 		if !isCode(err, http.StatusNotFound) {
 			return nil, err
 		}
-		op, err := p.lastInsert(ctx, c, zone, name)
+		ops, err := p.insertOps(ctx, c, zone, name)
 		switch {
 		case err != nil:
 			return nil, err
-		case op == nil || op.GetStatus() == computepb.Operation_DONE:
+		case len(ops) == 0:
 			return nil, nil
+		case ops[len(ops)-1].GetStatus() == computepb.Operation_DONE:
+			return nil, p.forgetFailedInserts(ctx, c, zone, ops)
 		case !time.Now().Before(deadline):
 			return nil, fmt.Errorf("%w: %s in zone %s is still being inserted", errInserting, name, zone)
 		}
@@ -97,6 +99,24 @@ func (p *Provider) awaitVisible(ctx context.Context, c *clients, zone, name stri
 		case <-time.After(pendingPoll):
 		}
 	}
+}
+
+// forgetFailedInserts deletes the failed insert operations of an instance that is not there
+// (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/delete): Get reports
+// such a failure until then, and after a Delete it must report NotFound.
+func (p *Provider) forgetFailedInserts(ctx context.Context, c *clients, zone string, ops []*computepb.Operation) error {
+	for _, op := range ops {
+		if op.GetStatus() != computepb.Operation_DONE || opErrorOf(op) == nil {
+			continue
+		}
+		cctx, cancel := p.call(ctx)
+		_, err := c.zops.Delete(cctx, &computepb.DeleteZoneOperationRequest{Project: p.cfg.Project, Zone: zone, Operation: op.GetName()})
+		cancel()
+		if err != nil && !isCode(err, http.StatusNotFound) {
+			return fmt.Errorf("forget failed insert %s: %w", op.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // awaitDone waits for a zone operation with zoneOperations.wait (the service holds each call

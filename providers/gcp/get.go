@@ -1,10 +1,12 @@
 package gcp
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -80,26 +82,37 @@ func (p *Provider) read(ctx context.Context, c *clients, zone, name string) (*co
 }
 
 // lastInsert is the newest insert operation of the instance's URL, nil when the zone keeps
-// none (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/list, filter).
+// none.
 func (p *Provider) lastInsert(ctx context.Context, c *clients, zone, name string) (*computepb.Operation, error) {
+	ops, err := p.insertOps(ctx, c, zone, name)
+	if err != nil || len(ops) == 0 {
+		return nil, err
+	}
+	return ops[len(ops)-1], nil
+}
+
+// insertOps are the insert operations of the instance's URL the zone keeps, oldest first
+// (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/list, filter).
+func (p *Provider) insertOps(ctx context.Context, c *clients, zone, name string) ([]*computepb.Operation, error) {
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	filter := fmt.Sprintf(`(targetLink = "%s") AND (operationType = "insert")`, p.instanceURL(zone, name))
 	it := c.zops.List(cctx, &computepb.ListZoneOperationsRequest{Project: p.cfg.Project, Zone: zone, Filter: proto.String(filter)})
-	var last *computepb.Operation
+	var ops []*computepb.Operation
 	for {
 		op, err := it.Next()
 		if err == iterator.Done {
-			return last, nil
+			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		if last == nil || op.GetInsertTime() > last.GetInsertTime() ||
-			op.GetInsertTime() == last.GetInsertTime() && op.GetId() > last.GetId() {
-			last = op
-		}
+		ops = append(ops, op)
 	}
+	slices.SortStableFunc(ops, func(a, b *computepb.Operation) int {
+		return cmp.Or(cmp.Compare(a.GetInsertTime(), b.GetInsertTime()), cmp.Compare(a.GetId(), b.GetId()))
+	})
+	return ops, nil
 }
 
 // describe turns an instance resource into the contract's Instance, with the ID asked for.

@@ -192,3 +192,19 @@ func (s *Server) listZoneOperations(w http.ResponseWriter, r *http.Request) {
 	slices.SortFunc(out.Items, func(a, b *computepb.Operation) int { return cmp.Compare(a.GetId(), b.GetId()) })
 	writeJSON(w, out)
 }
+
+// deleteZoneOperation: https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/delete.
+// The answer is empty; the operation is no longer listed or found. A wait in flight on it
+// still returns.
+func (s *Server) deleteZoneOperation(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.lookupZoneOp(w, r)
+	if !ok {
+		return
+	}
+	z := s.zones[r.PathValue("zone")]
+	delete(z.ops, o.pb.GetName())
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_, _ = w.Write([]byte("{}"))
+}
