@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -16,6 +17,9 @@ import (
 // instance of that name without egressd's mark is refused, not deleted: an ID is only a
 // string, and it must not be enough to delete someone else's VM.
 func (p *Provider) Delete(ctx context.Context, id string) error {
+	if rule, ok := strings.CutPrefix(id, idFirewalls+"/"); ok {
+		return p.deleteRule(ctx, id, rule)
+	}
 	zone, name, err := p.parseID(id)
 	if err != nil {
 		return p.classify(opDelete, id, err)

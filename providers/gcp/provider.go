@@ -33,9 +33,10 @@ type Provider struct {
 }
 
 var (
-	_ providers.Provider  = (*Provider)(nil)
-	_ providers.Cataloger = (*Provider)(nil)
-	_ providers.Checker   = (*Provider)(nil)
+	_ providers.Provider       = (*Provider)(nil)
+	_ providers.Cataloger      = (*Provider)(nil)
+	_ providers.Checker        = (*Provider)(nil)
+	_ providers.LeftoverLister = (*Provider)(nil)
 )
 
 // New builds a provider named name (a DNS label: it reaches labels and rule names). It

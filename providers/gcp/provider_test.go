@@ -281,3 +281,47 @@ func TestInternalAddressOnly(t *testing.T) {
 		t.Errorf("instance %+v, want the networkIP and no egress IP", inst)
 	}
 }
+
+// A rule no instance uses (its only instance's insert failed) is a leftover, under the first
+// zone; Delete of its ID removes it, and refuses while an instance uses it again.
+func TestLeftoverFirewallRules(t *testing.T) {
+	w := newWorld(t, gcptest.Options{})
+	p := w.provider(t, nil)
+	ctx := context.Background()
+	w.sim.FailInserts(zoneA, gcptest.FaultQuota)
+	if _, err := p.Create(ctx, w.request("lo-a")); !errors.Is(err, providers.ErrQuota) {
+		t.Fatalf("Create: %v, want the quota refusal", err)
+	}
+	list, err := p.Leftovers(ctx)
+	rule := ruleName(testInstallation, DefaultNetwork, w.port)
+	if err != nil || len(list) != 1 || list[0].ID != "firewalls/"+rule || list[0].Host != zoneA || list[0].Name != rule || list[0].ModifiedAt.IsZero() {
+		t.Fatalf("Leftovers = %+v, %v; want the unused rule %s", list, err, rule)
+	}
+	// Used again: not a leftover, and Delete of its ID keeps it.
+	inst := mustCreate(t, p, w.request("lo-b"))
+	if list, err := p.Leftovers(ctx); err != nil || len(list) != 0 {
+		t.Errorf("Leftovers with the rule in use = %+v, %v", list, err)
+	}
+	if err := p.Delete(ctx, "firewalls/"+rule); err != nil {
+		t.Fatal(err)
+	}
+	c, release, _ := p.clients.get(ctx)
+	defer release()
+	if _, err := c.fw.Get(ctx, &computepb.GetFirewallRequest{Project: testProject, Firewall: rule}); err != nil {
+		t.Fatalf("the rule in use was deleted: %v", err)
+	}
+	if err := p.Delete(ctx, inst.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.fw.Get(ctx, &computepb.GetFirewallRequest{Project: testProject, Firewall: rule}); !isCode(err, http.StatusNotFound) {
+		t.Errorf("the rule outlived its instance: %v", err)
+	}
+	for _, id := range []string{"firewalls/", "firewalls/Bad", "firewalls/default-allow-ssh"} {
+		if err := p.Delete(ctx, id); !errors.Is(err, providers.ErrPermanent) {
+			t.Errorf("Delete(%q) = %v, want Permanent", id, err)
+		}
+	}
+	if _, err := p.Get(ctx, "firewalls/"+rule); !errors.Is(err, providers.ErrPermanent) {
+		t.Errorf("Get of a rule's ID = %v, want Permanent", err)
+	}
+}

@@ -146,6 +146,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST "+p+"/zones/{zone}/operations/{op}/wait", s.waitZoneOperation)
 	mux.HandleFunc("DELETE "+p+"/zones/{zone}/operations/{op}", s.deleteZoneOperation)
 	mux.HandleFunc("POST "+p+"/global/firewalls", s.insertFirewall)
+	mux.HandleFunc("GET "+p+"/global/firewalls", s.listFirewalls)
 	mux.HandleFunc("GET "+p+"/global/firewalls/{name}", s.getFirewall)
 	mux.HandleFunc("DELETE "+p+"/global/firewalls/{name}", s.deleteFirewall)
 	mux.HandleFunc("GET "+p+"/global/operations/{op}", s.getGlobalOperation)
