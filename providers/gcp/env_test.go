@@ -48,9 +48,11 @@ func pool(n int) []netip.Addr {
 	return out
 }
 
-// serveProxy is egressd's own forward proxy, the one the guide's image runs.
+// serveProxy is egressd's own forward proxy, the one the guide's image runs; it dials out
+// from the VM's own address, as a VM does.
 func serveProxy(ctx context.Context, ln net.Listener, authFile string) error {
-	return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String(), AuthFile: authFile})
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String(), Source: host, AuthFile: authFile})
 }
 
 // world is one simulator with a service-account key file it accepts.
