@@ -89,7 +89,7 @@ func newGCPWorld(t *testing.T, dir string) *gcpWorld {
 func gcpSpec(port int) string {
 	return fmt.Sprintf(`{"provider":"gce","placement":{"zone":%q,"machineType":"small","image":"debian"},"port":%d,`+
 		`"attributes":{"e2e":"gcp"},"auth":{"username":%q,"password":%q},`+
-		`"healthCheck":{"intervalSeconds":1,"timeoutSeconds":2,"failureThreshold":2,"successThreshold":1}}`, gcpZone, port, gcpUser, gcpPass)
+		`"healthCheck":{"intervalSeconds":2,"timeoutSeconds":2,"failureThreshold":2,"successThreshold":1}}`, gcpZone, port, gcpUser, gcpPass)
 }
 
 // TestGCPEndToEnd: kv put → insert → RUNNING → probed through the VM's proxy → Ready →
