@@ -1,8 +1,13 @@
 package gcp
 
 import (
+	"bytes"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/egressd/egressd/providers"
 )
@@ -147,4 +152,48 @@ func FuzzParseID(f *testing.F) {
 			t.Fatalf("ParseID(%q) = %q, %q, which make %q", id, zone, name, got)
 		}
 	})
+}
+
+// The sample config in deploy/ is a valid gcp block, key for key.
+func TestSampleConfig(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/gcp.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Providers []struct {
+			Name string    `yaml:"name"`
+			Type string    `yaml:"type"`
+			GCP  yaml.Node `yaml:"gcp"`
+		} `yaml:"providers"`
+	}
+	if err := yaml.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, p := range file.Providers {
+		if p.Type != "gcp" {
+			continue
+		}
+		found++
+		b, err := yaml.Marshal(&p.GCP)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		var cfg Config
+		if err := dec.Decode(&cfg); err != nil {
+			t.Fatalf("the sample's gcp block: %v", err)
+		}
+		if _, err := New(p.Name, cfg, nil); err != nil {
+			t.Fatalf("the sample's gcp block: %v", err)
+		}
+		if cfg.Budgets.Call != Duration(30*time.Second) || cfg.Spot == nil || len(cfg.Zones) != 2 {
+			t.Errorf("decoded %+v", cfg)
+		}
+	}
+	if found == 0 {
+		t.Fatal("the sample declares no gcp provider")
+	}
 }
