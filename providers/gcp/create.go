@@ -156,10 +156,15 @@ func (p *Provider) create(ctx context.Context, pl plan) (providers.Instance, err
 		if err != nil {
 			return providers.Instance{}, fmt.Errorf("%w: firewall rule %s: %w", errBusy, key, err)
 		}
-		defer unlockRule()
-		if rule, err = p.ensureFirewall(ctx, c, pl.req.Installation, pl.req.Port); err != nil {
+		rule, err = p.ensureFirewall(ctx, c, pl.req.Installation, pl.req.Port)
+		if err != nil {
+			unlockRule()
 			return providers.Instance{}, err
 		}
+		// Until this Create is done its VM may not be listed yet, so a Delete in this
+		// process must not collect the rule meanwhile; other Creates go on.
+		defer p.ruleUsers.hold(rule)()
+		unlockRule()
 	}
 	resource, err := p.resource(pl, rule)
 	if err != nil {

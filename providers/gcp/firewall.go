@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	compute "cloud.google.com/go/compute/apiv1"
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -38,8 +39,9 @@ func ruleName(installation, network string, port int) string {
 func (p *Provider) networkURL() string { return "global/networks/" + p.cfg.Network }
 
 // ensureFirewall makes sure the rule for port exists, and returns its name. Callers hold its
-// lock (p.firewalls) until their insert is sent, so that a Delete collecting the rule in
-// this process cannot remove it under them.
+// lock (p.firewalls), and before they release it register as its users (p.ruleUsers) until
+// their VM is listed, so that a Delete collecting the rule in this process cannot remove it
+// under them.
 func (p *Provider) ensureFirewall(ctx context.Context, c *clients, installation string, port int) (string, error) {
 	name := ruleName(installation, p.cfg.Network, port)
 	want := firewallMarks{Managed: true, Installation: installation, Provider: p.name, Network: p.cfg.Network, Port: port}
@@ -98,6 +100,9 @@ func (p *Provider) collectFirewall(ctx context.Context, c *clients, name, instal
 		return err
 	}
 	defer unlock()
+	if p.ruleUsers.busy(name) {
+		return nil // a Create of this process is inserting a VM that needs it
+	}
 	users, err := p.listInstances(ctx, c, labelFirewall+` = "`+name+`"`)
 	if err != nil {
 		return err
@@ -155,4 +160,33 @@ func opErrorOf(op *computepb.Operation) *opError {
 		return nil
 	}
 	return &opError{Op: op.GetName(), Code: errs[0].GetCode(), Message: errs[0].GetMessage(), HTTPStatus: int(op.GetHttpErrorStatusCode())}
+}
+
+// ruleUsers counts the Creates in flight per firewall rule.
+type ruleUsers struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// hold counts one more user of rule until the returned func is called.
+func (r *ruleUsers) hold(rule string) func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int{}
+	}
+	r.n[rule]++
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.n[rule]--; r.n[rule] == 0 {
+			delete(r.n, rule)
+		}
+	}
+}
+
+func (r *ruleUsers) busy(rule string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[rule] > 0
 }

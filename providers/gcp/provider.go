@@ -30,6 +30,7 @@ type Provider struct {
 
 	names     providers.KeyedMutex // Create and Delete of one instance
 	firewalls providers.KeyedMutex // ensuring and collecting one firewall rule
+	ruleUsers ruleUsers            // Creates in flight per rule
 }
 
 var (

@@ -325,3 +325,24 @@ func TestLeftoverFirewallRules(t *testing.T) {
 		t.Errorf("Get of a rule's ID = %v, want Permanent", err)
 	}
 }
+
+// A Delete does not collect the rule while a Create of this process that needs it is in
+// flight (its VM may not be listed yet); the rule is then a leftover for the collector.
+func TestRuleKeptForACreateInFlight(t *testing.T) {
+	w := newWorld(t, gcptest.Options{})
+	p := w.provider(t, nil)
+	ctx := context.Background()
+	a := mustCreate(t, p, w.request("inflight"))
+	rule := ruleName(testInstallation, DefaultNetwork, w.port)
+	done := p.ruleUsers.hold(rule) // as a Create between its insert and its VM being listed
+	if err := p.Delete(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.sim.Firewalls(); len(got) != 1 || got[0] != rule {
+		t.Fatalf("rules %v: the rule was collected under a Create in flight", got)
+	}
+	done()
+	if list, err := p.Leftovers(ctx); err != nil || len(list) != 1 || list[0].Name != rule {
+		t.Fatalf("Leftovers = %+v, %v; want the rule", list, err)
+	}
+}
