@@ -72,36 +72,42 @@ func adcFile() string {
 	return f
 }
 
-// credential reads the credential JSON of this call and the options that use it. Errors
+// credential reads the credential JSON of this call; nil for the metadata server. Errors
 // name the file, never its content.
-func (cp *clientPool) credential() ([]byte, []option.ClientOption, error) {
+func (cp *clientPool) credential() ([]byte, string, error) {
 	file, key := cp.cfg.CredentialsFile, "credentialsFile"
 	if file == "" {
 		file, key = adcFile(), "application default credentials"
 		if file == "" {
-			return nil, nil, nil // the metadata server: the SDK finds it
+			return nil, "", nil // the metadata server: the SDK finds it
 		}
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s %s: %w", errNoCredentials, key, file, errors.Unwrap(err))
+		return nil, "", fmt.Errorf("%w: %s %s: %w", errNoCredentials, key, file, errors.Unwrap(err))
 	}
+	return b, key + " " + file, nil
+}
+
+// credentialOptions checks a credential JSON (only when it changed: parsing a key is not
+// free) and returns the options that use it.
+func credentialOptions(b []byte, where string) ([]option.ClientOption, error) {
 	var head struct {
 		Type       string `json:"type"`
 		PrivateKey string `json:"private_key"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s %s is not JSON", errBadCredentials, key, file)
-	}
-	if head.Type == "service_account" && !parsesAsKey(head.PrivateKey) {
-		// The SDK would say so only when it signs, as a transport error.
-		return nil, nil, fmt.Errorf("%w: %s %s: private_key is not a PEM private key", errBadCredentials, key, file)
+		return nil, fmt.Errorf("%w: %s is not JSON", errBadCredentials, where)
 	}
 	t, ok := credentialTypes[head.Type]
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account, external_account_authorized_user", errBadCredentials, key, file, head.Type)
+		return nil, fmt.Errorf("%w: %s: credential type %q is not one of service_account, authorized_user, external_account, impersonated_service_account, external_account_authorized_user", errBadCredentials, where, head.Type)
 	}
-	return b, []option.ClientOption{option.WithAuthCredentialsJSON(t, b)}, nil
+	if head.Type == "service_account" && !parsesAsKey(head.PrivateKey) {
+		// The SDK would say so only when it signs, as a transport error.
+		return nil, fmt.Errorf("%w: %s: private_key is not a PEM private key", errBadCredentials, where)
+	}
+	return []option.ClientOption{option.WithAuthCredentialsJSON(t, b)}, nil
 }
 
 // parsesAsKey reports whether s is a PEM PKCS #8 or PKCS #1 private key.
@@ -120,7 +126,7 @@ func parsesAsKey(s string) bool {
 // get returns clients for the credential as it is now, and a release to call when the call
 // is done.
 func (cp *clientPool) get(ctx context.Context) (*clients, func(), error) {
-	raw, credOpts, err := cp.credential()
+	raw, where, err := cp.credential()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,6 +140,12 @@ func (cp *clientPool) get(ctx context.Context) (*clients, func(), error) {
 		return nil, nil, errors.New("provider closed")
 	}
 	if cp.cur == nil || cp.cur.key != key {
+		var credOpts []option.ClientOption
+		if raw != nil {
+			if credOpts, err = credentialOptions(raw, where); err != nil {
+				return nil, nil, err
+			}
+		}
 		c, err := cp.build(ctx, key, credOpts)
 		if err != nil {
 			return nil, nil, err
