@@ -151,7 +151,7 @@ func (p *Provider) create(ctx context.Context, pl plan) (providers.Instance, err
 
 	rule := ""
 	if p.cfg.manageFirewall {
-		key := ruleName(pl.req.Installation, p.cfg.Network, pl.req.Port)
+		key := p.ruleName(pl.req.Installation, pl.req.Port)
 		unlockRule, err := p.firewalls.Lock(ctx, key)
 		if err != nil {
 			return providers.Instance{}, fmt.Errorf("%w: firewall rule %s: %w", errBusy, key, err)

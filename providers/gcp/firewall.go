@@ -16,8 +16,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The ingress rule that opens a proxy port: one per installation, network and port, named
-// and tagged egressd-<16 base32 of sha256(installation/network/port)>. Instances that need it
+// The ingress rule that opens a proxy port: one per installation, provider entry, network and
+// port, named and tagged egressd-<16 base32 of sha256(installation/provider/network/port)>:
+// each provider entry lists (and so counts the users of) only its own VMs. Instances that need it
 // carry the name as a network tag (what the rule targets) and as their egressd-firewall
 // label (how Delete finds the instances that still use it). Its description holds its marks,
 // since firewall rules have no labels.
@@ -31,8 +32,8 @@ type firewallMarks struct {
 
 var ruleEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-func ruleName(installation, network string, port int) string {
-	sum := sha256.Sum256([]byte(installation + "/" + network + "/" + strconv.Itoa(port)))
+func (p *Provider) ruleName(installation string, port int) string {
+	sum := sha256.Sum256([]byte(installation + "/" + p.name + "/" + p.cfg.Network + "/" + strconv.Itoa(port)))
 	return "egressd-" + strings.ToLower(ruleEncoding.EncodeToString(sum[:]))[:16]
 }
 
@@ -43,7 +44,7 @@ func (p *Provider) networkURL() string { return "global/networks/" + p.cfg.Netwo
 // their VM is listed, so that a Delete collecting the rule in this process cannot remove it
 // under them.
 func (p *Provider) ensureFirewall(ctx context.Context, c *clients, installation string, port int) (string, error) {
-	name := ruleName(installation, p.cfg.Network, port)
+	name := p.ruleName(installation, port)
 	want := firewallMarks{Managed: true, Installation: installation, Provider: p.name, Network: p.cfg.Network, Port: port}
 	if err := p.checkRule(ctx, c, name, want); err == nil {
 		return name, nil
@@ -86,8 +87,8 @@ func (p *Provider) checkRule(ctx context.Context, c *clients, name string, want 
 		return err
 	}
 	var got firewallMarks
-	if json.Unmarshal([]byte(fw.GetDescription()), &got) != nil || got.Installation != want.Installation || !got.Managed {
-		return fmt.Errorf("%w: firewall rule %s exists without this installation's marks; egressd does not use or change it", errForeignFirewall, name)
+	if json.Unmarshal([]byte(fw.GetDescription()), &got) != nil || got.Installation != want.Installation || got.Provider != p.name || !got.Managed {
+		return fmt.Errorf("%w: firewall rule %s exists without the marks of this installation and provider; egressd does not use or change it", errForeignFirewall, name)
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func TestFirewallRuleFollowsItsInstances(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer release()
-	rule := ruleName(testInstallation, DefaultNetwork, w.port)
+	rule := p.ruleName(testInstallation, w.port)
 	ruleExists := func() bool {
 		_, err := c.fw.Get(ctx, &computepb.GetFirewallRequest{Project: testProject, Firewall: rule})
 		if err != nil && !isCode(err, http.StatusNotFound) {
@@ -155,7 +155,7 @@ func TestUnmanagedFirewall(t *testing.T) {
 		t.Errorf("tags %v, labels %v", tags, got.GetLabels())
 	}
 	if _, err := c.fw.Get(context.Background(), &computepb.GetFirewallRequest{Project: testProject,
-		Firewall: ruleName(testInstallation, DefaultNetwork, w.port)}); !isCode(err, http.StatusNotFound) {
+		Firewall: p.ruleName(testInstallation, w.port)}); !isCode(err, http.StatusNotFound) {
 		t.Errorf("a rule exists: %v", err)
 	}
 }
@@ -293,7 +293,7 @@ func TestLeftoverFirewallRules(t *testing.T) {
 		t.Fatalf("Create: %v, want the quota refusal", err)
 	}
 	list, err := p.Leftovers(ctx)
-	rule := ruleName(testInstallation, DefaultNetwork, w.port)
+	rule := p.ruleName(testInstallation, w.port)
 	if err != nil || len(list) != 1 || list[0].ID != "firewalls/"+rule || list[0].Host != zoneA || list[0].Name != rule || list[0].ModifiedAt.IsZero() {
 		t.Fatalf("Leftovers = %+v, %v; want the unused rule %s", list, err, rule)
 	}
@@ -333,7 +333,7 @@ func TestRuleKeptForACreateInFlight(t *testing.T) {
 	p := w.provider(t, nil)
 	ctx := context.Background()
 	a := mustCreate(t, p, w.request("inflight"))
-	rule := ruleName(testInstallation, DefaultNetwork, w.port)
+	rule := p.ruleName(testInstallation, w.port)
 	done := p.ruleUsers.hold(rule) // as a Create between its insert and its VM being listed
 	if err := p.Delete(ctx, a.ID); err != nil {
 		t.Fatal(err)
