@@ -20,13 +20,14 @@
 //     https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList
 //   - instance states (PROVISIONING, STAGING, RUNNING, STOPPING, TERMINATED):
 //     https://cloud.google.com/compute/docs/instances/instance-life-cycle
-//   - zone operations get/wait/list (filter on targetLink, operationType, status) and the
+//   - zone operations get/wait/list/delete (list filters on targetLink, operationType, status) and the
 //     Operation resource (status, error.errors[], httpErrorStatusCode):
 //     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get
 //     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/wait
 //     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/list
+//     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/delete
 //     https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations
-//   - firewalls get/insert/delete and global operations:
+//   - firewalls get/insert/list/delete and global operations:
 //     https://cloud.google.com/compute/docs/reference/rest/v1/firewalls
 //     https://cloud.google.com/compute/docs/reference/rest/v1/globalOperations/get
 //   - the error body {"error":{"code","message","errors":[{"message","domain","reason"}]}}:
@@ -44,9 +45,11 @@
 // The JSON is written with protojson from the SDK's own computepb messages, so field names
 // (natIP, networkIP, httpErrorStatusCode, ...) are the ones the client decodes.
 //
-// Not modelled: IAM (any valid token may do anything), other credential types, pagination (one page holds everything; maxResults and
-// pageToken are ignored), list (non-aggregated), start/stop/reset, regions and region
-// operations, filters other than label equality joined by AND, disks and images as resources
+// Not modelled: IAM (any valid token may do anything), other credential types, pagination
+// (one page holds everything; maxResults and pageToken are ignored), instances list
+// (non-aggregated), start/stop/reset, regions and region operations, filters other than label
+// equality (instances) and targetLink/operationType/status equality (zone operations) joined
+// by AND, firewalls list filters, operations ageing out, disks and images as resources
 // (sourceImage is accepted as given), firewall rules actually filtering traffic, and whether
 // the real service fails a non-partial aggregatedList with a zone down (here it answers, with
 // the zone's UNREACHABLE warning).
