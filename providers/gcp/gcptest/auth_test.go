@@ -122,6 +122,19 @@ func TestListOperationsAndInserted(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d operations listed, want the one insert", n)
 	}
-	_, err := e.zo.List(e.ctx, &computepb.ListZoneOperationsRequest{Project: project, Zone: zoneA, Filter: proto.String("name = x")}).Next()
+	// zoneOperations.delete: the operation is gone from get and list.
+	first, err := e.zo.List(e.ctx, &computepb.ListZoneOperationsRequest{Project: project, Zone: zoneA, Filter: proto.String(filter)}).Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.zo.Delete(e.ctx, &computepb.DeleteZoneOperationRequest{Project: project, Zone: zoneA, Operation: first.GetName()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.zo.Get(e.ctx, &computepb.GetZoneOperationRequest{Project: project, Zone: zoneA, Operation: first.GetName()})
+	wantAPIError(t, err, 404, ReasonNotFound)
+	if _, err := e.zo.List(e.ctx, &computepb.ListZoneOperationsRequest{Project: project, Zone: zoneA, Filter: proto.String(filter)}).Next(); err != iterator.Done {
+		t.Errorf("a deleted operation is still listed: %v", err)
+	}
+	_, err = e.zo.List(e.ctx, &computepb.ListZoneOperationsRequest{Project: project, Zone: zoneA, Filter: proto.String("name = x")}).Next()
 	wantAPIError(t, err, 400, ReasonInvalid)
 }
