@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,11 +32,14 @@ const (
 	gcpZone    = "us-central1-a"
 	gcpUser    = "crawler"
 	gcpPass    = "gce-p4ss:w@rd"
+	gcpKeyID   = "sentinel-e2e-key-id-7c41"
+	gcpToken   = "ya29.sentinel-e2e-token-5b90"
 )
 
 type gcpWorld struct {
-	sim *gcptest.Server
-	cfg string
+	sim     *gcptest.Server
+	cfg     string
+	secrets []string // of the credential: its key ID, a line of its key, the token
 }
 
 func newGCPWorld(t *testing.T, dir string) *gcpWorld {
@@ -56,8 +60,14 @@ func newGCPWorld(t *testing.T, dir string) *gcpWorld {
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
-	key, auth, err := gcptest.ServiceAccount(sim.URL(), gcpProject, "e2e-key", "ya29.e2e-token")
+	key, auth, err := gcptest.ServiceAccount(sim.URL(), gcpProject, gcpKeyID, gcpToken)
 	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		PrivateKey string `json:"private_key"`
+	}
+	if err := json.Unmarshal(key, &parsed); err != nil {
 		t.Fatal(err)
 	}
 	sim.SetAuth(auth)
@@ -83,7 +93,7 @@ func newGCPWorld(t *testing.T, dir string) *gcpWorld {
       endpoint: %s
       credentialsFile: %s
 `, gcpProject, gcpZone, sim.URL(), keyFile))
-	return &gcpWorld{sim: sim, cfg: cfg}
+	return &gcpWorld{sim: sim, cfg: cfg, secrets: []string{gcpKeyID, gcpToken, strings.Split(parsed.PrivateKey, "\n")[1]}}
 }
 
 func gcpSpec(port int) string {
@@ -210,7 +220,19 @@ func TestGCPEndToEnd(t *testing.T) {
 		st, fw := w.sim.Statuses(gcpZone), w.sim.Firewalls()
 		return len(st) == 0 && len(fw) == 0, fmt.Sprintf("instances %v, rules %v", st, fw)
 	})
+	// The credential the provider read on every call reached no log line (at debug level),
+	// no status and no event.
+	if w.sim.TokensIssued() == 0 {
+		t.Fatal("the simulator issued no token: egressd did not use the key file")
+	}
+	seen := n.egressd("status", "-o", "json") + n.egressd("events", "-f=false", "--since", "1h", "--json")
 	if code := n.stop(); code != 0 {
 		t.Fatalf("egressd exited %d after SIGTERM, want 0", code)
+	}
+	seen += n.logs()
+	for _, s := range w.secrets {
+		if strings.Contains(seen, s) {
+			t.Errorf("the credential (%.12s...) leaked into egressd's log, status or events", s)
+		}
 	}
 }
