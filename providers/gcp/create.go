@@ -247,11 +247,16 @@ func (p *Provider) awaitInsert(ctx context.Context, c *clients, pl plan, op *com
 	}
 }
 
-// operation reads a zone operation.
+// operation reads a zone operation. One that is gone (deleted, aged out) while an insert is
+// followed is Transient: the next Create or Get finds the instance or its newest insert.
 func (p *Provider) operation(ctx context.Context, c *clients, zone, name string) (*computepb.Operation, error) {
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	return c.zops.Get(cctx, &computepb.GetZoneOperationRequest{Project: p.cfg.Project, Zone: zone, Operation: name})
+	op, err := c.zops.Get(cctx, &computepb.GetZoneOperationRequest{Project: p.cfg.Project, Zone: zone, Operation: name})
+	if isCode(err, http.StatusNotFound) {
+		return nil, fmt.Errorf("%w: operation %s is gone: %w", errInserting, name, err)
+	}
+	return op, err
 }
 
 // adopt returns the instance that holds the name, if its marks are this request's.

@@ -100,6 +100,9 @@ func classOf(op string, err error) error {
 			return providers.ErrNotFound
 		}
 		return providers.ErrTransient
+	case errors.Is(err, errBusy), errors.Is(err, errInserting):
+		// Whatever the service said on the way (an operation gone from under a poll).
+		return providers.ErrTransient
 	case errors.Is(err, errNoCredentials), errors.Is(err, os.ErrNotExist):
 		// A credentials file not there yet may be a secret still being mounted.
 		return providers.ErrTransient

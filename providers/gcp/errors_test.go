@@ -83,6 +83,7 @@ func TestClassify(t *testing.T) {
 		{opCreate, fmt.Errorf("%w: %w", errNoCredentials, os.ErrNotExist), providers.ErrTransient},
 		{opCreate, errBusy, providers.ErrTransient},
 		{opCreate, errInserting, providers.ErrTransient},
+		{opCreate, fmt.Errorf("%w: operation gone: %w", errInserting, apiErr(404, reasonNotFound)), providers.ErrTransient},
 		{opList, errPartialList, providers.ErrTransient},
 		{opGet, errGone, providers.ErrNotFound},
 		{opCreate, errGone, providers.ErrTransient},
