@@ -7,8 +7,4 @@ import (
 )
 
 // Every simulator transition, forward proxy and SDK client must be gone after the tests.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
