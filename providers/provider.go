@@ -75,6 +75,11 @@ type CreateRequest struct {
 	Port         int
 	UserData     UserData // resolved user-data, delivered byte for byte; never logged
 	Auth         *Auth    // optional basic auth the proxy enforces
+	// Attempt names the create op this call carries out: the same for every delivery of one
+	// op (a provisioner that crashed mid-call gets the op again), another for the next create
+	// the reconciler issues. A provider may derive an idempotency key from it (gcp's insert
+	// requestId). Empty when the caller has no ops (tests).
+	Attempt string
 }
 
 // Auth is a forward proxy's basic-auth credential: a static username and password, or a

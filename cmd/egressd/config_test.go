@@ -94,6 +94,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("providers:\n  - name: a\n    type: local\n    libvirt: {}\n"))
 	f.Add([]byte("providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      hosts: [{name: h, uri: 'qemu+ssh://x/system'}]\n"))
 	f.Add([]byte("version: 1\nproviders: []\nleases: {maxPerHolder: 2}\n"))
+	f.Add([]byte("providers:\n  - name: g\n    type: gcp\n    gcp: {project: p-123456, zones: [{name: us-east1-b}], budgets: {call: 5s}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := parseConfig(b)
 		if err != nil {

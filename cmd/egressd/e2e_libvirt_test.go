@@ -449,7 +449,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
         tiny: {vcpus: 1, memoryMiB: 256}
 `, provider, e.sshKey, e.knownHosts, zone, e.sshAddress, e.sshUser, orDefaultStr(e.socket, "/var/run/libvirt/libvirt-sock"),
 		e.pool, e.network, imageKey, imageURL, digest))
-	requireLibvirtProvider(t, cfg)
+	requireProvider(t, cfg, "libvirt")
 
 	// The prober's echo endpoint on the bridge address, so probes go through the VM and back.
 	n := startNode(t, dir, "--config", cfg, "--echo-listen", e.bridgeIP+":0")
@@ -781,10 +781,10 @@ func checkVolumes(t *testing.T, e libvirtEnv, instances []string) {
 	}
 }
 
-// requireLibvirtProvider fails at once, and says why, when this egressd does not know the
-// libvirt provider type or refuses the config: egressd builds its providers before anything
-// else, so a config error shows within a moment.
-func requireLibvirtProvider(t *testing.T, cfg string) {
+// requireProvider fails at once, and says why, when this egressd does not know the provider
+// type typ or refuses the config: egressd builds its providers before anything else, so a
+// config error shows within a moment.
+func requireProvider(t *testing.T, cfg, typ string) {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -795,7 +795,7 @@ func requireLibvirtProvider(t *testing.T, cfg string) {
 	cmd.WaitDelay = 20 * time.Second
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() == nil && err != nil {
-		t.Fatalf("egressd run refuses the libvirt config (is the libvirt provider wired into egressd run?): %v\n%s", err, out)
+		t.Fatalf("egressd run refuses the %s config (is the %s provider wired into egressd run?): %v\n%s", typ, typ, err, out)
 	}
 }
 

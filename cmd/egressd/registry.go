@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"sort"
 
+	"github.com/egressd/egressd/providers/gcp"
 	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/providers/local"
 )
@@ -30,6 +31,13 @@ var providerKinds = map[string]providerKind{
 				}}
 			}
 			return libvirt.New(pc.Name, *blockOf[libvirt.Config](pc), env.log, h)
+		},
+	},
+	"gcp": {
+		block:    reflect.TypeFor[gcp.Config](),
+		required: true,
+		build: func(pc providerConfig, env buildEnv) (backend, error) {
+			return gcp.New(pc.Name, *blockOf[gcp.Config](pc), env.log)
 		},
 	},
 }

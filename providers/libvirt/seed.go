@@ -2,9 +2,6 @@ package libvirt
 
 import (
 	"bytes"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"mime/multipart"
@@ -88,19 +85,7 @@ func proxyConfig(s seedSpec) ([]byte, error) {
 		Name string `json:"name"`
 		Port int    `json:"port"`
 		Auth string `json:"auth,omitempty"`
-	}{V: 1, Name: s.Name, Port: s.Port}
-	switch {
-	case s.Auth.Lease():
-		// A lease key goes as it is: the proxy needs the key to check token signatures.
-		doc.Auth = strings.TrimRight(s.Auth.LeaseKey.Reveal(), "\r\n")
-	case s.Auth != nil:
-		salt := make([]byte, 16)
-		rand.Read(salt)
-		h := sha256.New()
-		h.Write(salt)
-		h.Write([]byte(s.Auth.Password.Reveal()))
-		doc.Auth = s.Auth.Username + ":sha256:" + hex.EncodeToString(salt) + ":" + hex.EncodeToString(h.Sum(nil))
-	}
+	}{V: 1, Name: s.Name, Port: s.Port, Auth: providers.AuthFileLine(s.Auth)}
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errLocal, proxyFile, err)

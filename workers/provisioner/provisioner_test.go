@@ -118,7 +118,7 @@ func TestCreateDeliversTheSpec(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	req, ok := r.fake.Request(op.InstanceName)
-	if !ok || string(req.UserData) != "#!/bin/sh\necho hi\n" || req.Port != 8080 || req.Auth == nil || req.Auth.Password.Reveal() != "pw" || req.Installation != "inst" {
+	if !ok || string(req.UserData) != "#!/bin/sh\necho hi\n" || req.Port != 8080 || req.Auth == nil || req.Auth.Password.Reveal() != "pw" || req.Installation != "inst" || req.Attempt != op.ID {
 		t.Fatalf("the provider got %+v", req)
 	}
 }

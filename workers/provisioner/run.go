@@ -95,7 +95,7 @@ func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.Crea
 	}
 	req := providers.CreateRequest{
 		Name: op.InstanceName, UID: op.UID, Installation: p.cfg.Installation, Proxy: op.Proxy, Host: op.Host,
-		Placement: providers.Placement(spec.Placement), Port: spec.Port, UserData: userData,
+		Placement: providers.Placement(spec.Placement), Port: spec.Port, UserData: userData, Attempt: op.ID,
 	}
 	if req.Auth, err = p.credentials(op, spec.Auth); err != nil {
 		return providers.CreateRequest{}, hash, err

@@ -398,6 +398,12 @@ func (d *decider) fold(r *events.OpResult) {
 	case events.ClassStale:
 		// The spec moved on under the op; deciding again issues one for the current spec.
 	case events.ClassQuota:
+		if r.Kind == events.OpGet {
+			// The instance could not be made for lack of room (an asynchronous create
+			// failed after the create op succeeded, as gcp's inserts do): there is none, and
+			// after the wait the next op is a create, not another get of the same failure.
+			d.gone()
+		}
 		st.RetryAt = d.now.Add(d.p.QuotaRetry)
 		st.Reason, st.Message = events.ReasonQuota, r.Error
 	case events.ClassPermanent:

@@ -201,6 +201,21 @@ func TestDecide(t *testing.T) {
 				t.Errorf("retryAt %v lastError %+v", d.Status.RetryAt, d.Status.LastError)
 			}
 		}}},
+		{"quota on a get (an asynchronous create failed) waits, then creates again", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.IP, st.Phase, st.ProvisionAt = "", events.PhaseProvisioning, t0.Add(-time.Minute)
+			in := input(t, spec(t, base), withOp(st, events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, events.ClassQuota, nil)
+			return in
+		}, want{phase: events.PhaseWaiting, reason: events.ReasonQuota, check: func(t *testing.T, d Decision) {
+			if !d.Status.RetryAt.Equal(t0.Add(5*time.Minute)) || d.Status.InstanceID != "" || !d.Status.ProvisionAt.IsZero() {
+				t.Errorf("retryAt %v instanceID %q provisionAt %v: want the wait and no instance", d.Status.RetryAt, d.Status.InstanceID, d.Status.ProvisionAt)
+			}
+			after := Decide(p, input(t, spec(t, base), d.Status, t0.Add(5*time.Minute)))
+			if len(after.Ops) != 1 || after.Ops[0].Kind != events.OpCreate {
+				t.Errorf("after the wait: ops %+v, want a create", after.Ops)
+			}
+		}}},
 		{"quota retries after the wait", func(t *testing.T) Input {
 			st := &events.ProxyStatus{V: 1, Phase: events.PhaseWaiting, UID: "u1", Provider: "local", Host: "h1",
 				ProvisionAt: t0, Reason: events.ReasonQuota, RetryAt: t0.Add(5 * time.Minute)}

@@ -41,6 +41,7 @@ const (
 	ReasonRateLimitExceeded = "rateLimitExceeded"
 	ReasonInvalid           = "invalid"
 	ReasonBackendError      = "backendError"
+	ReasonAuthError         = "authError"
 )
 
 // Operation error codes (Operation.error.errors[].code) used by the simulator.

@@ -2,6 +2,7 @@ package gcptest
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -77,4 +78,51 @@ func (s *Server) Instances(zone string) int {
 		return len(z.instances)
 	}
 	return 0
+}
+
+// Inserted is how many instances inserts made: neither requestId replays, nor refused
+// inserts (409, quota, 429), count. What a test counts to prove one instance per attempt.
+func (s *Server) Inserted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.inserted
+}
+
+// SetDelays changes the asynchronous steps of inserts and deletes that start from now on (a
+// test holds an instance in PROVISIONING while it kills its client).
+func (s *Server) SetDelays(d Delays) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.Delays = d
+}
+
+func (s *Server) delays() Delays {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.Delays
+}
+
+// Statuses are the zone's instances by name, each with its status: visible ones as get
+// answers them, and "PENDING" for those whose insert has not started.
+func (s *Server) Statuses(zone string) map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]string{}
+	if z, ok := s.zones[zone]; ok {
+		for name, inst := range z.instances {
+			if inst.visible {
+				out[name] = inst.pb.GetStatus()
+			} else {
+				out[name] = "PENDING"
+			}
+		}
+	}
+	return out
+}
+
+// Firewalls are the names of the firewall rules, sorted.
+func (s *Server) Firewalls() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.firewalls))
 }

@@ -14,6 +14,10 @@ type labelTerm struct{ key, value string }
 // (https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList, filter).
 var termRE = regexp.MustCompile(`^labels\.([a-z][a-z0-9_-]{0,62})\s*=\s*(?:"([^"]*)"|([^\s"()]+))$`)
 
+// opTermRE is the comparison zoneOperations.list filters are modelled with: equality on
+// targetLink, operationType or status.
+var opTermRE = regexp.MustCompile(`^(targetLink|operationType|status)\s*=\s*(?:"([^"]*)"|([^\s"()]+))$`)
+
 // maxFilter bounds a filter's length; the service's own bound is not documented.
 const maxFilter = 4096
 
@@ -23,7 +27,12 @@ const maxFilter = 4096
 //	(labels.a = "x") AND (labels.b = "y")
 //
 // "" matches everything. Anything else is an error naming the filter.
-func parseFilter(filter string) ([]labelTerm, error) {
+func parseFilter(filter string) ([]labelTerm, error) { return parseTerms(filter, termRE) }
+
+// parseOpFilter reads an operations filter: `targetLink = "URL" AND operationType = insert`.
+func parseOpFilter(filter string) ([]labelTerm, error) { return parseTerms(filter, opTermRE) }
+
+func parseTerms(filter string, re *regexp.Regexp) ([]labelTerm, error) {
 	f := strings.TrimSpace(filter)
 	if f == "" {
 		return nil, nil
@@ -37,7 +46,7 @@ func parseFilter(filter string) ([]labelTerm, error) {
 		for strings.HasPrefix(p, "(") && strings.HasSuffix(p, ")") {
 			p = strings.TrimSpace(p[1 : len(p)-1])
 		}
-		m := termRE.FindStringSubmatch(p)
+		m := re.FindStringSubmatch(p)
 		if m == nil {
 			return nil, fmt.Errorf("unsupported filter term %q", p)
 		}

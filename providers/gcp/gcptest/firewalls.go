@@ -2,7 +2,9 @@ package gcptest
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -95,4 +97,24 @@ func (s *Server) deleteFirewall(w http.ResponseWriter, r *http.Request) {
 	s.running(op)
 	s.finish(op, "", "", 0)
 	writeJSON(w, proto.Clone(op.pb))
+}
+
+// listFirewalls: https://cloud.google.com/compute/docs/reference/rest/v1/firewalls/list, by
+// name, one page, no filter.
+func (s *Server) listFirewalls(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.project(w, r); !ok {
+		return
+	}
+	if r.URL.Query().Get("filter") != "" {
+		writeError(w, invalid("Invalid value for field 'filter': the simulator lists firewalls unfiltered."))
+		return
+	}
+	out := &computepb.FirewallList{Kind: proto.String("compute#firewallList"),
+		Id: proto.String("projects/" + s.opts.Project + "/global/firewalls"), SelfLink: proto.String(selfLinkBase + "projects/" + s.opts.Project + "/global/firewalls")}
+	for _, name := range slices.Sorted(maps.Keys(s.firewalls)) {
+		out.Items = append(out.Items, proto.Clone(s.firewalls[name]).(*computepb.Firewall))
+	}
+	writeJSON(w, out)
 }

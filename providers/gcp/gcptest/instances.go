@@ -92,6 +92,7 @@ func (s *Server) insertInstance(w http.ResponseWriter, r *http.Request) {
 
 	inst := &instance{pb: s.instanceResource(z.name, &in, addr), zone: z.name, addr: addr}
 	z.instances[name] = inst
+	s.inserted++
 	op := s.newOperation(z.name, "insert", inst.pb.GetSelfLink(), inst.pb.GetId())
 	if reqID != "" {
 		s.requestIDs[z.name+"/"+reqID] = op
@@ -185,7 +186,7 @@ func (s *Server) instanceResource(zone string, in *computepb.Instance, addr neti
 // set, operation DONE; or the fault's failure on the way.
 func (s *Server) provision(inst *instance, op *operation, fault Fault) {
 	defer s.wg.Done()
-	d := s.opts.Delays
+	d := s.delays()
 	region := regionOf(inst.zone)
 
 	if !s.advance(inst, op, d.Pending) {
@@ -212,7 +213,7 @@ func (s *Server) provision(inst *instance, op *operation, fault Fault) {
 	if !s.advance(inst, op, d.Staging) {
 		return
 	}
-	p, err := s.startProxy(inst.addr)
+	p, err := s.startProxy(inst)
 	if err != nil {
 		s.fail(inst, op, CodeInternalError, "Internal error. Please try again or contact Google Support. ("+err.Error()+")", http.StatusInternalServerError)
 		return
@@ -345,14 +346,15 @@ func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) remove(inst *instance, op *operation) {
 	defer s.wg.Done()
-	if !s.sleep(s.opts.Delays.Pending) {
+	d := s.delays()
+	if !s.sleep(d.Pending) {
 		return
 	}
 	s.mu.Lock()
 	s.running(op)
 	inst.pb.Status = proto.String(StatusStopping)
 	s.mu.Unlock()
-	if !s.sleep(s.opts.Delays.Stopping) {
+	if !s.sleep(d.Stopping) {
 		return
 	}
 	s.mu.Lock()

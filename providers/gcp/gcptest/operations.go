@@ -1,8 +1,10 @@
 package gcptest
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/compute/apiv1/computepb"
@@ -159,4 +161,50 @@ func (s *Server) getGlobalOperation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, proto.Clone(o.pb))
+}
+
+// listZoneOperations: https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/list,
+// with the filter modelled on targetLink, operationType and status (equality, AND), oldest
+// first, all on one page.
+func (s *Server) listZoneOperations(w http.ResponseWriter, r *http.Request) {
+	terms, err := parseOpFilter(r.URL.Query().Get("filter"))
+	if err != nil {
+		writeError(w, invalid(fmt.Sprintf("Invalid value for field 'filter': '%s'. Invalid list filter expression: %v.", r.URL.Query().Get("filter"), err)))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	z, ok := s.project(w, r)
+	if !ok {
+		return
+	}
+	out := &computepb.OperationList{
+		Kind:     proto.String("compute#operationList"),
+		Id:       proto.String("projects/" + s.opts.Project + "/zones/" + z.name + "/operations"),
+		SelfLink: proto.String(s.zoneURL(z.name) + "/operations"),
+	}
+	for _, o := range z.ops {
+		fields := map[string]string{"targetLink": o.pb.GetTargetLink(), "operationType": o.pb.GetOperationType(), "status": o.pb.GetStatus().String()}
+		if matches(fields, terms) {
+			out.Items = append(out.Items, proto.Clone(o.pb).(*computepb.Operation))
+		}
+	}
+	slices.SortFunc(out.Items, func(a, b *computepb.Operation) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	writeJSON(w, out)
+}
+
+// deleteZoneOperation: https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/delete.
+// The answer is empty; the operation is no longer listed or found. A wait in flight on it
+// still returns.
+func (s *Server) deleteZoneOperation(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.lookupZoneOp(w, r)
+	if !ok {
+		return
+	}
+	z := s.zones[r.PathValue("zone")]
+	delete(z.ops, o.pb.GetName())
+	w.Header().Set("Content-Type", "application/json; charset=UTF-8")
+	_, _ = w.Write([]byte("{}"))
 }

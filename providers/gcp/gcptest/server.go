@@ -22,14 +22,22 @@ const selfLinkBase = "https://www.googleapis.com/compute/v1/"
 
 // Options configures a simulator.
 type Options struct {
-	Project   string           // the only project served; others answer 404
-	Zones     []string         // zones served, e.g. "us-central1-a"
-	Addresses []netip.Addr     // loopback pool: one per instance, its natIP and networkIP
-	ProxyPort int              // port every instance's forward proxy listens on
-	Serve     ServeFunc        // runs each RUNNING instance's proxy: forwardproxy.Serve, wrapped
-	Logger    *slog.Logger     // nil discards
-	Delays    Delays           // asynchronous transitions; zero values are immediate
-	Now       func() time.Time // nil: time.Now; only for timestamps
+	Project   string       // the only project served; others answer 404
+	Zones     []string     // zones served, e.g. "us-central1-a"
+	Addresses []netip.Addr // loopback pool: one per instance, its natIP and networkIP
+	ProxyPort int          // port every instance's forward proxy listens on, unless Boot
+	Serve     ServeFunc    // runs each RUNNING instance's proxy: forwardproxy.Serve, wrapped
+	// Boot, when set, replaces ProxyPort and Serve: it reads a RUNNING instance's metadata as a
+	// real image's startup would and says which port its proxy listens on and how it serves
+	// (port and auth as the provider delivered them). An error leaves the instance RUNNING
+	// with nothing listening, as a VM whose proxy did not start.
+	Boot BootFunc
+	// Auth, when set, makes the API require its access token and serves the OAuth token
+	// endpoint (TokenPath) that issues it for a service-account JWT signed with its key.
+	Auth   *Auth
+	Logger *slog.Logger     // nil discards
+	Delays Delays           // asynchronous transitions; zero values are immediate
+	Now    func() time.Time // nil: time.Now; only for timestamps
 }
 
 // Delays are the asynchronous steps of an insert (and delete):
@@ -61,6 +69,9 @@ type Server struct {
 	insertFault map[string][]Fault // zone → faults for the next inserts, in order
 	burst429    int
 	insertCalls int
+	inserted    int // instances made: inserts that were not requestId replays or refused
+	token       string
+	issued      int
 }
 
 type zoneState struct {
@@ -77,10 +88,10 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("gcptest: Options.Project is empty")
 	case len(opts.Zones) == 0:
 		return nil, errors.New("gcptest: Options.Zones is empty")
-	case opts.ProxyPort <= 0 || opts.ProxyPort > 65535:
+	case opts.Boot == nil && (opts.ProxyPort <= 0 || opts.ProxyPort > 65535):
 		return nil, fmt.Errorf("gcptest: Options.ProxyPort %d is not a port", opts.ProxyPort)
-	case opts.Serve == nil:
-		return nil, errors.New("gcptest: Options.Serve is nil")
+	case opts.Boot == nil && opts.Serve == nil:
+		return nil, errors.New("gcptest: Options.Serve and Options.Boot are nil")
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
@@ -100,6 +111,9 @@ func New(opts Options) (*Server, error) {
 		requestIDs:  make(map[string]*operation),
 		free:        append([]netip.Addr(nil), opts.Addresses...),
 		insertFault: make(map[string][]Fault),
+	}
+	if opts.Auth != nil {
+		s.token = opts.Auth.Token
 	}
 	for _, z := range opts.Zones {
 		s.zones[z] = &zoneState{name: z, instances: map[string]*instance{}, ops: map[string]*operation{}}
@@ -127,21 +141,31 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+p+"/zones/{zone}/instances/{name}", s.getInstance)
 	mux.HandleFunc("DELETE "+p+"/zones/{zone}/instances/{name}", s.deleteInstance)
 	mux.HandleFunc("GET "+p+"/aggregated/instances", s.aggregatedList)
+	mux.HandleFunc("GET "+p+"/zones/{zone}/operations", s.listZoneOperations)
 	mux.HandleFunc("GET "+p+"/zones/{zone}/operations/{op}", s.getZoneOperation)
 	mux.HandleFunc("POST "+p+"/zones/{zone}/operations/{op}/wait", s.waitZoneOperation)
+	mux.HandleFunc("DELETE "+p+"/zones/{zone}/operations/{op}", s.deleteZoneOperation)
 	mux.HandleFunc("POST "+p+"/global/firewalls", s.insertFirewall)
+	mux.HandleFunc("GET "+p+"/global/firewalls", s.listFirewalls)
 	mux.HandleFunc("GET "+p+"/global/firewalls/{name}", s.getFirewall)
 	mux.HandleFunc("DELETE "+p+"/global/firewalls/{name}", s.deleteFirewall)
 	mux.HandleFunc("GET "+p+"/global/operations/{op}", s.getGlobalOperation)
+	mux.HandleFunc("POST "+TokenPath, s.issueToken)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound(r.URL.Path))
 	})
 	return s.gate(mux)
 }
 
-// gate answers the injected 429 burst and unknown projects before any handler.
+// gate answers a missing or wrong access token, the injected 429 burst and unknown projects
+// before any handler.
 func (s *Server) gate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != TokenPath && !s.authorized(r) {
+			writeError(w, apiError{code: http.StatusUnauthorized, reason: ReasonAuthError, status: "UNAUTHENTICATED",
+				message: "Request had invalid authentication credentials. Expected OAuth 2 access token, login cookie or other valid authentication credential."})
+			return
+		}
 		s.mu.Lock()
 		limited := s.burst429 > 0
 		if limited {
