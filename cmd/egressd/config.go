@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 
 	"github.com/egressd/egressd/schemas"
 	"go.yaml.in/yaml/v3"
@@ -69,6 +70,12 @@ var fileDoc = reflect.StructOf([]reflect.StructField{
 	{Name: "Providers", Type: reflect.SliceOf(providerDoc), Tag: `yaml:"providers"`},
 })
 
+// docTypeNames renames the reflect-built shapes in yaml's messages ("field lokal not found in
+// type ..."): yaml.v3 spells an anonymous struct out, every field and tag of every registered
+// type, in one line; the messages name them as the types they stand for. fileDoc first: its
+// spelling holds providerDoc's.
+var docTypeNames = strings.NewReplacer(fileDoc.String(), "main.fileConfig", providerDoc.String(), "main.providerConfig")
+
 func parseConfig(b []byte) (fileConfig, error) {
 	doc := reflect.New(fileDoc)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -76,6 +83,12 @@ func parseConfig(b []byte) (fileConfig, error) {
 	if err := dec.Decode(doc.Interface()); err != nil {
 		if errors.Is(err, io.EOF) {
 			return fileConfig{}, errors.New("empty config")
+		}
+		var te *yaml.TypeError
+		if errors.As(err, &te) {
+			for i, msg := range te.Errors {
+				te.Errors[i] = docTypeNames.Replace(msg)
+			}
 		}
 		return fileConfig{}, err
 	}

@@ -14,6 +14,11 @@ func TestParseConfig(t *testing.T) {
 		{"minimal", "providers:\n  - name: local\n    type: local\n", ""},
 		{"full local block", "version: 1\nproviders:\n  - name: home\n    type: local\n    local:\n      stateDir: /tmp/x\n      addresses: [127.0.0.2-127.0.0.9]\n      bindSource: false\n      maxConcurrentOps: 4\n", ""},
 		{"unknown top-level key", "provider: []\n", "field provider not found"},
+		// The registry's reflect-built shapes are named as the types they stand for, not
+		// spelt out field by field (docs/configuration.md quotes this message).
+		{"unknown top-level key names the file's type", "provider: []\n", "line 1: field provider not found in type main.fileConfig"},
+		{"unknown key of a provider entry names its type", "providers:\n  - name: local\n    type: local\n    lokal: {}\n", "line 4: field lokal not found in type main.providerConfig"},
+		{"a provider list of the wrong kind names its type", "providers: 5\n", "into []main.providerConfig"},
 		{"unknown nested key names it and its line", "providers:\n  - name: local\n    type: local\n    local:\n      stateDirr: /x\n", "line 5: field stateDirr not found"},
 		{"bad provider name", "providers:\n  - name: Local_1\n    type: local\n", "providers[0].name:"},
 		{"duplicate name", "providers:\n  - {name: a, type: local}\n  - {name: a, type: local}\n", "providers[1].name: duplicate"},

@@ -74,8 +74,13 @@ func (p *Provider) probe(ctx context.Context) (map[string]bool, error) {
 	}
 	down := map[string]bool{}
 	for _, pair := range pairs {
-		if pair.Value.GetWarning().GetCode() == unreachable {
+		if incomplete(pair.Value.GetWarning()) {
 			down[zoneOf(pair.Key)] = true
+		}
+	}
+	if page, ok := it.Response.(*computepb.InstanceAggregatedList); ok {
+		for _, scope := range page.GetUnreachables() { // the partial-success shape (list.go)
+			down[zoneOf(scope)] = true
 		}
 	}
 	return down, nil

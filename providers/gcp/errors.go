@@ -116,9 +116,14 @@ func classOf(op string, err error) error {
 
 // classOfAPI maps a googleapi error by HTTP code and reason. NotFound only for Get: Create
 // never says NotFound (a 404 there is a missing image, network or project), and Delete of a
-// missing instance succeeds before this is reached.
+// missing instance succeeds before this is reached. Quota never for Get: a Get answering
+// Quota tells the reconciler the instance could not be made and is gone (an insert's
+// operation failed), while a refused read (instances.get, zoneOperations.list) says nothing
+// about the instance, which may well be running.
 func classOfAPI(op string, ge *googleapi.Error) error {
 	switch {
+	case hasReason(ge, reasonQuotaExceeded) && op == opGet:
+		return providers.ErrTransient
 	case hasReason(ge, reasonQuotaExceeded):
 		return providers.ErrQuota
 	case hasReason(ge, reasonRateLimitExceeded), hasReason(ge, reasonUserRateLimit):

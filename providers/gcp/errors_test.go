@@ -35,7 +35,10 @@ func TestClassify(t *testing.T) {
 		{opList, apiErr(404, reasonNotFound), providers.ErrPermanent},
 		{opDelete, apiErr(404, reasonNotFound), providers.ErrTransient}, // Delete never says NotFound
 		{opCreate, apiErr(403, reasonQuotaExceeded), providers.ErrQuota},
-		{opGet, apiErr(403, reasonQuotaExceeded), providers.ErrQuota},
+		// A refused read is not an instance that could not be made: Quota from Get ends the
+		// instance in the reconciler's eyes (decision 68), and it may be running.
+		{opGet, apiErr(403, reasonQuotaExceeded), providers.ErrTransient},
+		{opDelete, apiErr(403, reasonQuotaExceeded), providers.ErrQuota},
 		{opCreate, apiErr(403, reasonRateLimitExceeded), providers.ErrTransient},
 		{opCreate, apiErr(403, reasonUserRateLimit), providers.ErrTransient},
 		{opCreate, apiErr(429, reasonRateLimitExceeded), providers.ErrTransient},

@@ -63,6 +63,22 @@ func TestListFailsWhenAZoneIsUnreachable(t *testing.T) {
 	if len(verdicts) != 2 || !verdicts[0].Ready || verdicts[1].Ready || verdicts[1].Reason != ReasonZoneUnreachable {
 		t.Errorf("Check = %+v, want %s ready and %s ZoneUnreachable", verdicts, zoneA, zoneB)
 	}
+	// The partial-success shape: the zone left out of the items and named only in the
+	// answer's unreachables, under its PARTIAL_SUCCESS warning. Still a failure, and the
+	// collector's users of a firewall rule are not counted from it either.
+	w.sim.SetUnreachableShape(gcptest.UnreachableOmitted)
+	for what, call := range map[string]func() error{
+		"List":      func() error { _, err := p.List(context.Background()); return err },
+		"Leftovers": func() error { _, err := p.Leftovers(context.Background()); return err },
+	} {
+		if err := call(); !errors.Is(err, errPartialList) || !strings.Contains(err.Error(), "zones/"+zoneB) {
+			t.Errorf("%s with %s only in unreachables = %v; want an error naming the zone", what, zoneB, err)
+		}
+	}
+	verdicts = p.Check(context.Background())
+	if len(verdicts) != 2 || !verdicts[0].Ready || verdicts[1].Ready || verdicts[1].Reason != ReasonZoneUnreachable {
+		t.Errorf("Check with %s only in unreachables = %+v, want it ZoneUnreachable", zoneB, verdicts)
+	}
 }
 
 // The proxy port is opened by one rule per network and port that egressd owns: made with the

@@ -51,6 +51,7 @@ const (
 	CodeInternalError             = "INTERNAL_ERROR"
 	unreachableWarning            = "UNREACHABLE"
 	noResultsWarning              = "NO_RESULTS_ON_PAGE"
+	partialSuccessWarning         = "PARTIAL_SUCCESS"
 	statusResourceExhausted       = "RESOURCE_EXHAUSTED"
 	stockoutMessageFormat         = "The zone '%s' does not have enough resources available to fulfill the request.  Try a different zone, or try again later."
 	quotaMessageCPUs              = "Quota 'CPUS' exceeded.  Limit: 24.0 in region %s."

@@ -54,6 +54,27 @@ func (s *Server) SetUnreachable(zone string, down bool) error {
 	return nil
 }
 
+// UnreachableShape is how aggregatedList reports an unreachable zone.
+type UnreachableShape int
+
+const (
+	// UnreachableWarning: the zone's scope carries an UNREACHABLE warning instead of its
+	// instances (and, with returnPartialSuccess, the zone is in unreachables). The default.
+	UnreachableWarning UnreachableShape = iota
+	// UnreachableOmitted: the zone's scope is left out of items and named only in the
+	// answer's unreachables, under a PARTIAL_SUCCESS warning on the answer: the documented
+	// partial-success shape. Whether the service answers so to a request without
+	// returnPartialSuccess (the SDK's cannot set it) is not known, so a client must read both.
+	UnreachableOmitted
+)
+
+// SetUnreachableShape chooses how aggregatedList reports the zones SetUnreachable marks.
+func (s *Server) SetUnreachableShape(shape UnreachableShape) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unreachableShape = shape
+}
+
 // RateLimit makes the next n API calls, whatever they are, answer 429 RESOURCE_EXHAUSTED
 // with reason rateLimitExceeded.
 func (s *Server) RateLimit(n int) {

@@ -46,6 +46,11 @@ func (s *Server) aggregatedList(w http.ResponseWriter, r *http.Request) {
 	for _, zn := range s.opts.Zones {
 		z := s.zones[zn]
 		scope := "zones/" + zn
+		if z.unreachable && s.unreachableShape == UnreachableOmitted {
+			out.Unreachables = append(out.Unreachables, scope)
+			out.Warning = warning(partialSuccessWarning, "Some results may be missing: a scope is unreachable.", scope)
+			continue
+		}
 		if z.unreachable {
 			// The scope's UNREACHABLE warning is there either way; returnPartialSuccess adds
 			// the zone to unreachables.

@@ -72,6 +72,8 @@ type Server struct {
 	inserted    int // instances made: inserts that were not requestId replays or refused
 	token       string
 	issued      int
+
+	unreachableShape UnreachableShape // how aggregatedList reports an unreachable zone
 }
 
 type zoneState struct {
