@@ -29,8 +29,8 @@ type reloader struct {
 }
 
 // newReloader catches SIGHUP from now on; stop releases it.
-func newReloader(path string, running fileConfig, log *slog.Logger) (r *reloader, stop func()) {
-	r = &reloader{hup: make(chan os.Signal, 1), path: path, running: running, log: log}
+func newReloader(path string, log *slog.Logger) (r *reloader, stop func()) {
+	r = &reloader{hup: make(chan os.Signal, 1), path: path, log: log}
 	signal.Notify(r.hup, syscall.SIGHUP)
 	return r, func() { signal.Stop(r.hup) }
 }

@@ -147,12 +147,14 @@ func parseRoles(s string) (roleSet, error) {
 
 func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	setGCPercent(log)
+	// SIGHUP is caught before anything else, so one sent while egressd starts cannot end it.
+	reload, stopReload := newReloader(f.configPath, log)
+	defer stopReload()
 	cfg, err := loadConfig(f.configPath)
 	if err != nil {
 		return err
 	}
-	reload, stopReload := newReloader(f.configPath, cfg, log)
-	defer stopReload()
+	reload.running = cfg
 	roles, err := parseRoles(f.roles)
 	if err != nil {
 		return err

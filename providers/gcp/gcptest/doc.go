@@ -36,7 +36,8 @@
 //     https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList#query-parameters
 //   - async failure codes QUOTA_EXCEEDED and ZONE_RESOURCE_POOL_EXHAUSTED:
 //     https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
-//     and real reports quoted in /work/shared/reference/provider-apis.md
+//     and real reports: CCExtractor/sample-platform#901, kubernetes/kubernetes#87003 (quota),
+//     scylla-cluster-tests#12477 (stockout)
 //   - the service-account token exchange (jwt-bearer grant, RS256 assertion) and the 401 body:
 //     https://developers.google.com/identity/protocols/oauth2/service-account#httprest
 //   - Spot preemption (instanceTerminationAction STOP or DELETE):

@@ -1,9 +1,9 @@
 // Package pvetest is a stateful Proxmox VE API simulator on net/http/httptest, for proving
 // the proxmox provider without a PVE: it holds VMs, templates, tasks and ISO storage as PVE
-// does, answers with the shapes captured on PVE 9.2.20 (F1–F23 in
-// /work/shared/reference/seed-spec.md §4.5) and the checked ones of
-// /work/shared/reference/provider-apis.md ("Proxmox VE"), and runs every started VM as a
-// real forward proxy on its own loopback address.
+// does, answers with the shapes captured on a real PVE 9.2.20 (facts F1–F23, listed in
+// docs/providers/proxmox.md) and those of the public API viewer
+// (https://pve.proxmox.com/pve-docs/api-viewer/), and runs every started VM as a real
+// forward proxy on its own loopback address.
 //
 // # Use
 //
