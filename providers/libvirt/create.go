@@ -14,6 +14,7 @@ import (
 
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/nocloud"
 )
 
 // plan is a request checked and resolved against the config, before any dial.
@@ -265,12 +266,12 @@ func (p *Provider) makeOverlay(ctx context.Context, c conn, pool golibvirt.Stora
 // writeSeed builds and uploads the seed ISO, replacing any earlier one: an earlier attempt may
 // have been cut off mid-upload, and a truncated seed boots a guest without its user-data.
 func (p *Provider) writeSeed(ctx context.Context, c conn, pool golibvirt.StoragePool, pl plan) (string, error) {
-	iso, err := buildSeed(seedSpec{
+	iso, err := nocloud.Build(nocloud.Spec{
 		Name: pl.req.Name, UserData: pl.req.UserData, VendorData: p.cfg.VendorData,
 		Agent: p.cfg.installAgent, Port: pl.req.Port, Auth: pl.req.Auth,
 	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", errLocal, err)
 	}
 	vname := seedVolume(pl.req.Name)
 	if err := discard(ctx, c, pool, vname); err != nil {
