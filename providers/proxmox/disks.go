@@ -93,12 +93,14 @@ func rewriteNet(net0, bridge string, vlan int) (string, error) {
 	return strings.Join(opts, ","), nil
 }
 
-// macOf is the MAC of a net0 value ("virtio=BC:24:11:…,bridge=vmbr0"), lowercased.
+// macOf is the MAC of a net0 value, lowercased: "virtio=BC:24:11:…,bridge=vmbr0" as PVE
+// writes it, or "model=virtio,macaddr=BC:24:11:…" as it also accepts.
 func macOf(net0 string) string {
-	first, _, _ := strings.Cut(net0, ",")
-	_, mac, ok := strings.Cut(first, "=")
-	if !ok || strings.Count(mac, ":") != 5 {
-		return ""
+	for _, opt := range strings.Split(net0, ",") {
+		k, v, ok := strings.Cut(opt, "=")
+		if ok && k != "bridge" && k != "tag" && strings.Count(v, ":") == 5 && len(v) == 17 {
+			return strings.ToLower(v)
+		}
 	}
-	return strings.ToLower(mac)
+	return ""
 }

@@ -52,8 +52,10 @@ func TestRewriteNet(t *testing.T) {
 	if _, err := rewriteNet("", "vmbr0", 0); err == nil {
 		t.Error("a missing net0 was rewritten")
 	}
-	if got := macOf("virtio=BC:24:11:AA:BB:CC,bridge=vmbr0"); got != "bc:24:11:aa:bb:cc" {
-		t.Errorf("macOf = %q", got)
+	for _, n := range []string{"virtio=BC:24:11:AA:BB:CC,bridge=vmbr0", "model=virtio,macaddr=BC:24:11:AA:BB:CC,bridge=vmbr0"} {
+		if got := macOf(n); got != "bc:24:11:aa:bb:cc" {
+			t.Errorf("macOf(%q) = %q", n, got)
+		}
 	}
 }
 
