@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/providers"
-	"github.com/egressd/egressd/providers/proxmox/pvetest"
 	"github.com/egressd/egressd/providers/providertest"
+	"github.com/egressd/egressd/providers/proxmox/pvetest"
 )
 
 func TestConformance(t *testing.T) {
