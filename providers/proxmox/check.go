@@ -74,7 +74,9 @@ func (p *Provider) probeNode(ctx context.Context, node string, details map[strin
 	}
 	details["kernel"] = clip(ns.KVersion)
 	st, err := p.api.storageStatus(ctx, node, p.cfg.ISOStorage)
-	if ae, ok := apiErr(err); ok && ae.Status == http.StatusInternalServerError {
+	// A storage not defined is a parameter error on "storage" (400); one defined but not on
+	// this node or not active, a 500.
+	if ae, ok := apiErr(err); ok && (ae.Status == http.StatusInternalServerError || (ae.Status == http.StatusBadRequest && ae.Errors["storage"] != "")) {
 		return fmt.Errorf("%w: %s on %s: %w", errNoISOStorage, p.cfg.ISOStorage, node, err)
 	}
 	if err != nil {
