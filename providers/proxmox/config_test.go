@@ -1,10 +1,14 @@
 package proxmox
 
 import (
+	"bytes"
 	"encoding/json"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func discardLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -85,5 +89,46 @@ func TestConfigKeys(t *testing.T) {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("%s missing from %s", k, b)
 		}
+	}
+}
+
+// The sample in deploy/ is a valid config, decoded strictly as egressd's loader does.
+func TestSampleConfigValidates(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/proxmox.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Providers []struct {
+			Type    string    `yaml:"type"`
+			Proxmox yaml.Node `yaml:"proxmox"`
+		} `yaml:"providers"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, pc := range doc.Providers {
+		if pc.Type != "proxmox" {
+			continue
+		}
+		found++
+		var raw bytes.Buffer
+		enc := yaml.NewEncoder(&raw)
+		if err := enc.Encode(&pc.Proxmox); err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(&raw)
+		dec.KnownFields(true)
+		var cfg Config
+		if err := dec.Decode(&cfg); err != nil {
+			t.Fatalf("the sample's proxmox block: %v", err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("the sample's proxmox block: %v", err)
+		}
+	}
+	if found != 1 {
+		t.Errorf("%d proxmox providers in the sample", found)
 	}
 }
