@@ -122,6 +122,12 @@ func TestTenCreatesOnOneNode(t *testing.T) {
 	if n := sim.Calls(cloneRoute); n != 10+3 {
 		t.Errorf("%d clone calls, want 13 (10 + 3 retried lock timeouts)", n)
 	}
+	if n := sim.Calls("PUT /nodes/{node}/qemu/{vmid}/config"); n != 10+2 {
+		t.Errorf("%d config writes, want 12 (10 + 2 retried lock timeouts)", n)
+	}
+	if n := sim.Calls("POST /nodes/{node}/qemu/{vmid}/status/start"); n != 10+1 {
+		t.Errorf("%d starts, want 11 (10 + 1 retried lock timeout)", n)
+	}
 	addrs := map[string]bool{}
 	for _, inst := range insts {
 		got := settle(t, p, inst.ID)
