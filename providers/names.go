@@ -15,3 +15,15 @@ func InstanceName(installation, uid string) string {
 	sum := sha256.Sum256([]byte(installation + "/" + uid))
 	return "egress-" + strings.ToLower(nameEncoding.EncodeToString(sum[:]))[:16]
 }
+
+// PickKey resolves a placement key (machine type, image) against a provider's config: an
+// empty key means the only entry, when there is exactly one.
+func PickKey[V any](key string, m map[string]V) (string, bool) {
+	if key == "" && len(m) == 1 {
+		for k := range m {
+			return k, true
+		}
+	}
+	_, ok := m[key]
+	return key, ok
+}

@@ -11,10 +11,12 @@ import (
 	"io"
 	"mime/multipart"
 	"net/textproto"
+	"regexp"
 	"strings"
 
 	"github.com/kdomanski/iso9660"
 
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 )
 
@@ -46,6 +48,31 @@ type Spec struct {
 	Port       int
 	Auth       *providers.Auth
 }
+
+// CheckRequest returns one error per field of a request that no seed could carry, each
+// naming the field: the providers that deliver their proxy's config through the seed check
+// it before any backend call.
+func CheckRequest(req providers.CreateRequest) []error {
+	var errs []error
+	if !dnsLabel.MatchString(req.Name) || len(req.Name) > 63 {
+		errs = append(errs, fmt.Errorf("name %q is not a DNS-1123 label", req.Name))
+	}
+	if req.Port < 1 || req.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port must be between 1 and 65535, got %d", req.Port))
+	}
+	switch a := req.Auth; {
+	case a.Lease():
+		if _, err := leaseauth.ParseFileLine(a.LeaseKey.Reveal()); err != nil {
+			errs = append(errs, fmt.Errorf("auth.leaseKey: %v", err))
+		}
+	case a != nil && (a.Username == "" || strings.ContainsAny(a.Username, ":\r\n")):
+		// egressd.json's auth is one line, user:sha256:salt:hash.
+		errs = append(errs, errors.New("auth.username must be non-empty and hold no ':' or line break"))
+	}
+	return errs
+}
+
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // Build returns the ISO image. The library stages files in a private temp dir (mode 0700),
 // removed before it returns.

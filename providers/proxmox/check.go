@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +93,7 @@ func (p *Provider) probeNode(ctx context.Context, node string, details map[strin
 		return err
 	}
 	found, missing := 0, []string{}
-	for _, key := range sortedKeys(p.cfg.Templates) {
+	for _, key := range slices.Sorted(maps.Keys(p.cfg.Templates)) {
 		if _, ok := findVMID(res, p.cfg.Templates[key].VMID); ok {
 			found++
 		} else {

@@ -3,6 +3,7 @@ package proxmox
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
 	"slices"
@@ -172,7 +173,7 @@ func (c Config) Validate() error {
 		bad("templates", "at least one template is required")
 	}
 	vmids := map[int]string{}
-	for _, key := range sortedKeys(c.Templates) {
+	for _, key := range slices.Sorted(maps.Keys(c.Templates)) {
 		t, at := c.Templates[key], "templates."+key
 		if !validKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
@@ -191,7 +192,7 @@ func (c Config) Validate() error {
 	if len(c.MachineTypes) == 0 {
 		bad("machineTypes", "at least one machine type is required")
 	}
-	for _, key := range sortedKeys(c.MachineTypes) {
+	for _, key := range slices.Sorted(maps.Keys(c.MachineTypes)) {
 		mt, at := c.MachineTypes[key], "machineTypes."+key
 		if !validKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
@@ -226,15 +227,6 @@ func validName(s string) bool { return len(s) <= maxNameLength && label.MatchStr
 
 func validKey(s string) bool {
 	return len(s) <= maxNameLength && identifier.MatchString(s) && !strings.Contains(s, "..")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // settings is the config with every default applied, as the provider uses it.

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/nocloud"
 )
@@ -57,25 +58,15 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...)))
 	}
-	if !validName(req.Name) {
-		bad("name %q is not a DNS-1123 label", req.Name)
+	for _, err := range nocloud.CheckRequest(req) {
+		bad("%v", err)
 	}
+	// Both go into the description, one line each.
 	if req.UID == "" || oneLine(req.UID) != req.UID {
 		bad("uid is required, on one line")
 	}
 	if req.Installation == "" || oneLine(req.Installation) != req.Installation {
 		bad("installation is required, on one line")
-	}
-	if req.Port < 1 || req.Port > 65535 {
-		bad("port must be between 1 and 65535, got %d", req.Port)
-	}
-	if req.Auth.Lease() {
-		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
-			bad("auth.leaseKey: %v", err)
-		}
-	}
-	if req.Auth != nil && !req.Auth.Lease() && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
-		bad("auth.username must be non-empty and hold no ':' or line break")
 	}
 	pl := plan{req: req}
 	node, field := req.Host, "host"
@@ -94,27 +85,16 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	}
 	pl.node = node
 	var ok bool
-	if pl.tmplKey, ok = pick(req.Placement.Image, p.cfg.Templates); !ok {
-		bad("placement.image %q is not a key of templates (%s)", req.Placement.Image, strings.Join(sortedKeys(p.cfg.Templates), ", "))
+	if pl.tmplKey, ok = providers.PickKey(req.Placement.Image, p.cfg.Templates); !ok {
+		bad("placement.image %q is not a key of templates (%s)", req.Placement.Image, strings.Join(slices.Sorted(maps.Keys(p.cfg.Templates)), ", "))
 	}
 	pl.tmpl = p.cfg.Templates[pl.tmplKey]
-	mtKey, ok := pick(req.Placement.MachineType, p.cfg.MachineTypes)
+	mtKey, ok := providers.PickKey(req.Placement.MachineType, p.cfg.MachineTypes)
 	if !ok {
-		bad("placement.machineType %q is not a key of machineTypes (%s)", req.Placement.MachineType, strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+		bad("placement.machineType %q is not a key of machineTypes (%s)", req.Placement.MachineType, strings.Join(slices.Sorted(maps.Keys(p.cfg.MachineTypes)), ", "))
 	}
 	pl.machine = p.cfg.MachineTypes[mtKey]
 	return pl, errors.Join(errs...)
-}
-
-// pick resolves a placement key; an empty key means the only entry, when there is one.
-func pick[V any](key string, m map[string]V) (string, bool) {
-	if key == "" && len(m) == 1 {
-		for k := range m {
-			return k, true
-		}
-	}
-	_, ok := m[key]
-	return key, ok
 }
 
 func (p *Provider) nodeNames() []string {

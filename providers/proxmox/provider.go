@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,7 +81,7 @@ func (p *Provider) Catalog() providers.Catalog {
 	c := providers.Catalog{
 		Type:         "proxmox",
 		MachineTypes: map[string]providers.MachineType{},
-		Images:       sortedKeys(p.cfg.Templates),
+		Images:       slices.Sorted(maps.Keys(p.cfg.Templates)),
 	}
 	for _, n := range p.cfg.Nodes {
 		c.Hosts = append(c.Hosts, providers.Host{Name: n.Name, MaxConcurrentOps: n.MaxConcurrentOps})
