@@ -94,3 +94,21 @@ func TestWrapKeepsAnInnerClass(t *testing.T) {
 		t.Fatalf("outer class %v, want the inner Quota", ClassOf(outer))
 	}
 }
+
+func TestPickKey(t *testing.T) {
+	one := map[string]int{"small": 1}
+	two := map[string]int{"small": 1, "big": 2}
+	for _, c := range []struct {
+		key  string
+		m    map[string]int
+		want string
+		ok   bool
+	}{
+		{"", one, "small", true}, {"small", one, "small", true}, {"big", one, "big", false},
+		{"", two, "", false}, {"big", two, "big", true}, {"", nil, "", false},
+	} {
+		if got, ok := PickKey(c.key, c.m); got != c.want || ok != c.ok {
+			t.Errorf("PickKey(%q, %v) = %q, %v, want %q, %v", c.key, c.m, got, ok, c.want, c.ok)
+		}
+	}
+}

@@ -123,3 +123,30 @@ func FuzzReadProxyConfig(f *testing.F) {
 		ReadProxyConfig(b) // must not panic
 	})
 }
+
+func TestCheckRequest(t *testing.T) {
+	ok := providers.CreateRequest{Name: "egress-abc", Port: 3128, Auth: &providers.Auth{Username: "u", Password: "p"}}
+	if errs := CheckRequest(ok); len(errs) != 0 {
+		t.Fatalf("a valid request: %v", errs)
+	}
+	cases := []struct {
+		edit func(*providers.CreateRequest)
+		want string
+	}{
+		{func(r *providers.CreateRequest) { r.Name = "Egress_1" }, "name"},
+		{func(r *providers.CreateRequest) { r.Name = strings.Repeat("a", 64) }, "name"},
+		{func(r *providers.CreateRequest) { r.Port = 0 }, "port"},
+		{func(r *providers.CreateRequest) { r.Port = 65536 }, "port"},
+		{func(r *providers.CreateRequest) { r.Auth = &providers.Auth{Username: "a:b", Password: "p"} }, "auth.username"},
+		{func(r *providers.CreateRequest) { r.Auth = &providers.Auth{Password: "p"} }, "auth.username"},
+		{func(r *providers.CreateRequest) { r.Auth = &providers.Auth{LeaseKey: "not a key line"} }, "auth.leaseKey"},
+	}
+	for _, c := range cases {
+		r := ok
+		c.edit(&r)
+		errs := CheckRequest(r)
+		if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), c.want) {
+			t.Errorf("%+v: %v, want one error naming %s", r, errs, c.want)
+		}
+	}
+}
