@@ -69,8 +69,9 @@ func seedVolumes(sim *pvetest.Server) []string {
 // TestProxmoxEndToEnd drives `egressd run` with a proxmox provider against the PVE API
 // simulator in this process, each started VM a real forward proxy on its own loopback
 // address: kv put → clone (egressd killed with -9 while PVE clones) → restart → one VM, adopted →
-// start → agent address → probed → Ready → leased → curl -x; a port change replaces the VM;
-// kv del leaves no VM and no seed ISO.
+// start → agent address → probed → Ready → leased → curl -x; a port change replaces the VM; a
+// paused VM is replaced; kv del leaves no VM and no seed ISO; the token's secret is in no log
+// line and no status.
 func TestProxmoxEndToEnd(t *testing.T) {
 	needNats(t)
 	var pool []netip.Addr
@@ -185,6 +186,24 @@ func TestProxmoxEndToEnd(t *testing.T) {
 		t.Errorf("seed ISOs after the replacement: %v, want the new VM's only", got)
 	}
 
+	// ------------------------------------------------ a paused VM is Stopped, and replaced
+	// F14: PVE lists a paused VM as running; the provider reads its QMP status and says
+	// Stopped, and the reconciler replaces it.
+	if err := sim.Pause(vms[0].VMID); err != nil {
+		t.Fatal(err)
+	}
+	pausedAt := time.Now()
+	waitUntil(t, "the paused VM replaced by a third clone", 2*time.Minute, func() (bool, string) {
+		vms = guestVMs(sim)
+		return sim.Calls(proxmoxClone) == 3 && len(vms) == 1 && !vms[0].Paused, fmt.Sprintf("%d clones, VMs %+v", sim.Calls(proxmoxClone), vms)
+	})
+	rows = n.waitRows("pve-1 Ready again after the pause", 2*time.Minute, readyOrFail(t, "pve-1", nil))
+	t.Logf("paused VM replaced and Ready %s after the pause", time.Since(pausedAt).Round(time.Millisecond))
+	vms = guestVMs(sim)
+	if body := curlBody(t, (&url.URL{Scheme: "http", User: url.UserPassword(proxmoxUser, proxmoxPassword), Host: rows["pve-1"].Address}).String(), webURL, false); body != "hello, "+vms[0].Address.String() {
+		t.Fatalf("through the VM that replaced the paused one: %q", body)
+	}
+
 	// ------------------------------------------------ kv del leaves no VM and no seed
 	n.nats("kv", "del", "-f", "proxies", "pve-1")
 	n.waitRows("pve-1 gone", time.Minute, func(r map[string]fleet.Row) bool { return len(r) == 0 })
@@ -192,8 +211,11 @@ func TestProxmoxEndToEnd(t *testing.T) {
 		vms, seeds := guestVMs(sim), seedVolumes(sim)
 		return len(vms) == 0 && len(seeds) == 0, fmt.Sprintf("VMs %+v, seeds %v", vms, seeds)
 	})
-	if strings.Contains(n.logs(), strings.SplitN(sim.Token(), "=", 2)[1]) {
-		t.Error("the API token's secret is in egressd's log")
+	secret := strings.SplitN(sim.Token(), "=", 2)[1]
+	if strings.Contains(n.logs(), secret) || strings.Contains(n.egressd("status", "-o", "json"), secret) ||
+		strings.Contains(n.egressd("status", "providers"), secret) ||
+		strings.Contains(n.egressd("events", "-f=false", "--since", "1h", "--json"), secret) {
+		t.Error("the API token's secret is in egressd's log, status or events")
 	}
 	if code := n.stop(); code != 0 {
 		t.Fatalf("egressd exited %d after SIGTERM, want 0", code)
