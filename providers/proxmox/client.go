@@ -164,10 +164,9 @@ type call struct {
 	form   url.Values // POST and PUT parameters
 	budget time.Duration
 	// body, when set, replaces form: a streamed multipart upload.
-	body        func() (io.Reader, string)
-	node, vmid  string
-	storage     string
-	contentType string
+	body       func() (io.Reader, string)
+	node, vmid string
+	storage    string
 }
 
 // do runs one request and decodes the envelope's data into out (nil: ignored). Every request

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/proxmox/pvetest"
 )
 
 // The token file is read on every request: a rotated token is used at once, a missing file
@@ -132,5 +133,30 @@ func TestUploadMultipart(t *testing.T) {
 	}
 	if _, err := upidNode("UPID:x"); err == nil {
 		t.Error("a short UPID parsed")
+	}
+}
+
+// Against the simulator over https: caFile trusts its certificate; insecureSkipTLSVerify
+// works too and is warned about at start.
+func TestTLSAgainstSimulator(t *testing.T) {
+	sim := newSim(t, pvetest.Options{TLS: true})
+	cfg := simConfig(t, sim)
+	cfg.CAFile = filepath.Join(t.TempDir(), "pve-root-ca.pem")
+	if err := os.WriteFile(cfg.CAFile, sim.CACertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProvider(t, cfg, nil)
+	inst := settle(t, p, mustCreate(t, p, testRequest(providers.InstanceName(testInstallation, "u1"), "u1")).ID)
+	if !strings.HasPrefix(sim.URL(), "https://") || inst.Address == "" {
+		t.Fatalf("over %s: %+v", sim.URL(), inst)
+	}
+	var log memLog
+	cfg.CAFile, cfg.InsecureSkipTLSVerify = "", true
+	p = newTestProvider(t, cfg, log.logger())
+	if _, err := p.Get(context.Background(), inst.ID); err != nil {
+		t.Errorf("insecureSkipTLSVerify: %v", err)
+	}
+	if !strings.Contains(log.String(), `"level":"WARN","msg":"insecureSkipTLSVerify is set`) {
+		t.Errorf("no warning at start:\n%s", log.String())
 	}
 }
