@@ -305,3 +305,34 @@ func TestVLANKeepsMAC(t *testing.T) {
 		t.Error("no address")
 	}
 }
+
+// A node pveproxy cannot reach (596) makes its VMs' status unknown: Get and Delete are
+// Transient, never NotFound or success; List leaves them out (GC then leaves them alone);
+// Create on it is Transient.
+func TestNodeDown(t *testing.T) {
+	sim := newSim(t, pvetest.Options{})
+	p := newTestProvider(t, simConfig(t, sim), nil)
+	req := testRequest(providers.InstanceName(testInstallation, "u1"), "u1")
+	inst := settle(t, p, mustCreate(t, p, req).ID)
+	if err := sim.SetNodeDown(testNode, pvetest.StatusTimedOut); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.Get(ctx, inst.ID); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Get: %v, want Transient", err)
+	}
+	if err := p.Delete(ctx, inst.ID); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Delete: %v, want Transient", err)
+	}
+	if list, err := p.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("List: %v, %v, want none and no error", list, err)
+	}
+	other := testRequest(providers.InstanceName(testInstallation, "u2"), "u2")
+	if _, err := p.Create(ctx, other); !errors.Is(err, providers.ErrTransient) {
+		t.Errorf("Create: %v, want Transient", err)
+	}
+	sim.SetNodeDown(testNode, 0)
+	if got := settle(t, p, inst.ID); got.ID != inst.ID {
+		t.Errorf("after the node came back: %+v", got)
+	}
+}

@@ -47,6 +47,9 @@ func (p *Provider) delete(ctx context.Context, vmid int, name string) error {
 		}
 		return nil
 	}
+	if r.Status == "unknown" {
+		return fmt.Errorf("VM %d: PVE reports status unknown (node %s unreachable or mid-task); deleting later", vmid, r.Node)
+	}
 	cfg, err := p.api.config(ctx, r.Node, vmid)
 	if isGone(err) {
 		return p.deleteSeed(ctx, r.Node, name, log)
