@@ -336,3 +336,47 @@ func TestNodeDown(t *testing.T) {
 		t.Errorf("after the node came back: %+v", got)
 	}
 }
+
+// A proxy on another node than the template's is a full clone with target (and the storage,
+// shared, as PVE requires for a clone to another node); one on the template's node with no
+// storage set is a linked clone.
+func TestCloneModes(t *testing.T) {
+	storages := append(pvetest.DefaultStorages(), pvetest.Storage{ID: "ceph", Type: "rbd", Content: []string{"images"}, Shared: true})
+	sim := newSim(t, pvetest.Options{Nodes: []string{"pv1-1", "pv1-2"}, Storages: storages})
+	cfg := simConfig(t, sim)
+	cfg.Nodes = []NodeConfig{{Name: "pv1-1"}, {Name: "pv1-2"}}
+	linked := newTestProvider(t, cfg, nil)
+	cfg.Storage = "ceph"
+	full := newTestProvider(t, cfg, nil)
+
+	a := settle(t, linked, mustCreate(t, linked, testRequest(providers.InstanceName(testInstallation, "u1"), "u1")).ID)
+	req := testRequest(providers.InstanceName(testInstallation, "u2"), "u2")
+	req.Host = "pv1-2"
+	b := settle(t, full, mustCreate(t, full, req).ID)
+	if a.Host != "pv1-1" || b.Host != "pv1-2" {
+		t.Errorf("hosts %s, %s", a.Host, b.Host)
+	}
+	va, _ := sim.VM(mustVMID(t, a.ID))
+	vb, _ := sim.VM(mustVMID(t, b.ID))
+	if !strings.Contains(va.Config["scsi0"], "base-9001-disk-0/") {
+		t.Errorf("not a linked clone: scsi0 %q", va.Config["scsi0"])
+	}
+	if !strings.HasPrefix(vb.Config["scsi0"], "ceph:") || vb.Node != "pv1-2" {
+		t.Errorf("not a full clone onto ceph on pv1-2: %s %q", vb.Node, vb.Config["scsi0"])
+	}
+	if !slices.Contains(sim.Volumes("pv1-2", "local"), "local:iso/"+seedFile(req.Name)) {
+		t.Errorf("the seed is not on pv1-2's ISO storage: %v", sim.Volumes("pv1-2", "local"))
+	}
+	if err := full.Delete(context.Background(), b.ID); err != nil || len(sim.Volumes("pv1-2", "local")) != 0 {
+		t.Errorf("Delete: %v, volumes left %v", err, sim.Volumes("pv1-2", "local"))
+	}
+}
+
+func mustVMID(t *testing.T, id string) int {
+	t.Helper()
+	vmid, _, err := parseID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vmid
+}
