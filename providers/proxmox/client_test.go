@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/providertest"
 	"github.com/egressd/egressd/providers/proxmox/pvetest"
 )
 
@@ -150,13 +151,13 @@ func TestTLSAgainstSimulator(t *testing.T) {
 	if !strings.HasPrefix(sim.URL(), "https://") || inst.Address == "" {
 		t.Fatalf("over %s: %+v", sim.URL(), inst)
 	}
-	var log memLog
+	var log providertest.LogBuffer
 	cfg.CAFile, cfg.InsecureSkipTLSVerify = "", true
-	p = newTestProvider(t, cfg, log.logger())
+	p = newTestProvider(t, cfg, log.Logger())
 	if _, err := p.Get(context.Background(), inst.ID); err != nil {
 		t.Errorf("insecureSkipTLSVerify: %v", err)
 	}
-	if !strings.Contains(log.String(), `"level":"WARN","msg":"insecureSkipTLSVerify is set`) {
+	if !strings.Contains(log.String(), `level=WARN msg="insecureSkipTLSVerify is set`) {
 		t.Errorf("no warning at start:\n%s", log.String())
 	}
 }

@@ -1,14 +1,12 @@
 package proxmox
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,26 +116,4 @@ func vmsNamed(sim *pvetest.Server, name string) []pvetest.VM {
 		}
 	}
 	return out
-}
-
-// memLog is a debug-level JSON log in memory, safe for concurrent writers.
-type memLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (m *memLog) Write(b []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.Write(b)
-}
-
-func (m *memLog) String() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.String()
-}
-
-func (m *memLog) logger() *slog.Logger {
-	return slog.New(slog.NewJSONHandler(m, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }

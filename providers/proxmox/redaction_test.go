@@ -25,8 +25,8 @@ func TestSecretsStayOutOfLogsErrorsAndStatus(t *testing.T) {
 	if !strings.Contains(sim.Token(), sentinelSecret) {
 		t.Fatal("the simulator does not use the sentinel")
 	}
-	var log memLog
-	p := newTestProvider(t, cfg, log.logger())
+	var log providertest.LogBuffer
+	p := newTestProvider(t, cfg, log.Logger())
 	name := providers.InstanceName(testInstallation, "u1")
 	req := testRequest(name, "u1")
 	req.UserData = providers.UserData("#cloud-config\n# " + providertest.SentinelUserData + "\n")
@@ -80,7 +80,7 @@ func TestSecretsStayOutOfLogsErrorsAndStatus(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(log.String(), `"msg":"proxmox api call"`) || !strings.Contains(log.String(), "userDataBytes") {
+	if !strings.Contains(log.String(), `msg="proxmox api call"`) || !strings.Contains(log.String(), "userDataBytes") {
 		t.Errorf("the debug log lacks the api call lines (is debug logging on?)")
 	}
 	if strings.Contains(log.String(), "PVEAPIToken") {
