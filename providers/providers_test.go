@@ -112,3 +112,18 @@ func TestPickKey(t *testing.T) {
 		}
 	}
 }
+
+func TestValidNameAndKey(t *testing.T) {
+	for s, want := range map[string]bool{"egress-abc": true, "a": true, "pv1-1": true, "": false, "-a": false, "a-": false,
+		"A": false, "a_b": false, "a/b": false, strings.Repeat("a", 63): true, strings.Repeat("a", 64): false} {
+		if ValidName(s) != want {
+			t.Errorf("ValidName(%q) = %v", s, !want)
+		}
+	}
+	for s, want := range map[string]bool{"debian-13": true, "Small_1.x": true, "a..b": false, ".a": false, "a.": false,
+		"a b": false, "": false, strings.Repeat("k", 64): false} {
+		if ValidKey(s) != want {
+			t.Errorf("ValidKey(%q) = %v", s, !want)
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"mime/multipart"
 	"net/textproto"
-	"regexp"
 	"strings"
 
 	"github.com/kdomanski/iso9660"
@@ -54,7 +53,7 @@ type Spec struct {
 // it before any backend call.
 func CheckRequest(req providers.CreateRequest) []error {
 	var errs []error
-	if !dnsLabel.MatchString(req.Name) || len(req.Name) > 63 {
+	if !providers.ValidName(req.Name) {
 		errs = append(errs, fmt.Errorf("name %q is not a DNS-1123 label", req.Name))
 	}
 	if req.Port < 1 || req.Port > 65535 {
@@ -71,8 +70,6 @@ func CheckRequest(req providers.CreateRequest) []error {
 	}
 	return errs
 }
-
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // Build returns the ISO image. The library stages files in a private temp dir (mode 0700),
 // removed before it returns.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/providers"
 )
 
 // The endpoint map of seed-spec §4.5, one method per call. Each is one request with one log
@@ -214,7 +216,7 @@ func (e *taskError) Unwrap() error { return errTaskFailed }
 // upidNode is the node a UPID names (UPID:<node>:…): where its status is read.
 func upidNode(upid string) (string, error) {
 	parts := strings.Split(upid, ":")
-	if len(parts) < 8 || parts[0] != "UPID" || !validName(parts[1]) {
+	if len(parts) < 8 || parts[0] != "UPID" || !providers.ValidName(parts[1]) {
 		return "", fmt.Errorf("%w: %q is not a UPID", errBadAnswer, upid)
 	}
 	return parts[1], nil

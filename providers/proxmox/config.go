@@ -7,8 +7,9 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/egressd/egressd/providers"
 )
 
 // Config configures a proxmox provider. Its JSON and YAML names are the keys of the
@@ -102,15 +103,12 @@ const (
 	maxDiskGiB    = 64 << 10
 	maxVendorData = 64 << 10
 	maxTimeout    = 3600
-	maxNameLength = 63
 )
 
 var (
 	nodeName    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	storageName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
 	bridgeName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
-	identifier  = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
-	label       = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 )
 
 // Validate checks the config. Every problem is reported, each naming its key.
@@ -137,7 +135,7 @@ func (c Config) Validate() error {
 	for i, n := range c.Nodes {
 		at := fmt.Sprintf("nodes[%d]", i)
 		switch {
-		case !validName(n.Name):
+		case !providers.ValidName(n.Name):
 			bad(at+".name", "%q is not a node name (lowercase letters, digits and '-', at most 63)", n.Name)
 		case seen[n.Name]:
 			bad(at+".name", "duplicate node name %q", n.Name)
@@ -175,7 +173,7 @@ func (c Config) Validate() error {
 	vmids := map[int]string{}
 	for _, key := range slices.Sorted(maps.Keys(c.Templates)) {
 		t, at := c.Templates[key], "templates."+key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		switch {
@@ -194,7 +192,7 @@ func (c Config) Validate() error {
 	}
 	for _, key := range slices.Sorted(maps.Keys(c.MachineTypes)) {
 		mt, at := c.MachineTypes[key], "machineTypes."+key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		if mt.Cores < 1 || mt.Cores > maxCores {
@@ -221,12 +219,6 @@ func (c Config) vmidRange() (int, int) {
 		return DefaultVMIDMin, DefaultVMIDMax
 	}
 	return c.VMIDRange.Min, c.VMIDRange.Max
-}
-
-func validName(s string) bool { return len(s) <= maxNameLength && label.MatchString(s) }
-
-func validKey(s string) bool {
-	return len(s) <= maxNameLength && identifier.MatchString(s) && !strings.Contains(s, "..")
 }
 
 // settings is the config with every default applied, as the provider uses it.

@@ -21,7 +21,7 @@ func (p *Provider) List(ctx context.Context) ([]providers.Instance, error) {
 	}
 	out := []providers.Instance{}
 	for _, r := range res {
-		if r.Type != "qemu" || r.Template == 1 || !validName(r.Name) || (!r.hasTag(tag) && !strings.HasPrefix(r.Name, "egress-")) {
+		if r.Type != "qemu" || r.Template == 1 || !providers.ValidName(r.Name) || (!r.hasTag(tag) && !strings.HasPrefix(r.Name, "egress-")) {
 			continue
 		}
 		cfg, err := p.api.config(ctx, r.Node, r.VMID)

@@ -49,7 +49,7 @@ const (
 // New builds a provider named name (a DNS label: it is written into each VM's marks). It
 // validates cfg and reads caFile; it does no network I/O.
 func New(name string, cfg Config, log *slog.Logger) (*Provider, error) {
-	if !validName(name) {
+	if !providers.ValidName(name) {
 		return nil, fmt.Errorf("proxmox provider %q: the name must be a DNS-1123 label", name)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -100,7 +100,7 @@ func idOf(vmid int, name string) string { return idVMs + "/" + strconv.Itoa(vmid
 
 func parseID(id string) (int, string, error) {
 	parts := strings.Split(id, "/")
-	if len(parts) != 3 || parts[0] != idVMs || !validName(parts[2]) {
+	if len(parts) != 3 || parts[0] != idVMs || !providers.ValidName(parts[2]) {
 		return 0, "", fmt.Errorf("%w %q: want vms/<vmid>/<name>", errBadID, id)
 	}
 	vmid, err := strconv.Atoi(parts[1])
