@@ -14,7 +14,7 @@ import (
 	"github.com/egressd/egressd/providers"
 )
 
-// The endpoint map of seed-spec §4.5, one method per call. Each is one request with one log
+// The endpoint map (docs/providers/proxmox.md, "What each call does"), one method per call. Each is one request with one log
 // line; nothing here retries or classifies.
 
 // resource is one entry of /cluster/resources?type=vm (F8). Name is empty mid-clone; Lock

@@ -33,7 +33,7 @@ type client struct {
 	log       *slog.Logger
 }
 
-// Transport budgets (seed-spec §4.5).
+// Transport budgets (docs/providers/proxmox.md, "Client").
 const (
 	dialTimeout      = 10 * time.Second
 	tlsTimeout       = 10 * time.Second

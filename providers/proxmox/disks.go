@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// bootDisk is the disk the guest boots from (seed-spec §4.5 "Boot disk"): the first entry of
+// bootDisk is the disk the guest boots from (docs/providers/proxmox.md, Create step 5): the first entry of
 // `boot: order=` that is neither a NIC nor the ide2 cdrom (attaching the seed appends ide2 to
 // the order, F19), else `bootdisk`, else the first of scsi0, virtio0, sata0, ide0 present.
 func bootDisk(cfg vmConfig) (string, error) {

@@ -29,7 +29,7 @@ var (
 )
 
 // The PVE messages classify matches, each pinned by a fixture in testdata named after the
-// fact it was captured as (seed-spec §4.5 F1–F23; provider-apis.md for the lock timeout).
+// fact it was captured as (F1–F23, docs/providers/proxmox.md; ref- for users' reports).
 const (
 	msgNoConfig       = "Configuration file"              // F2: a missing VM (config, status, delete):
 	msgDoesNotExist   = "does not exist"                  // "Configuration file '…/<vmid>.conf' does not exist"
@@ -71,7 +71,7 @@ func classOf(op string, err error) error {
 	return providers.ErrTransient
 }
 
-// classOfAPI maps PVE's answers (seed-spec §4.5 "classify"). No-space is not Quota: PVE's
+// classOfAPI maps PVE's answers (docs/providers/proxmox.md, "Error classes"). No-space is not Quota: PVE's
 // message for it was never captured (F6), and a guessed string would misfire.
 func classOfAPI(op string, e *apiError) error {
 	switch e.Status {

@@ -17,9 +17,9 @@ import (
 	"github.com/egressd/egressd/providers"
 )
 
-// fixture is one captured PVE error answer: status, reason phrase, body (seed-spec §4.5
-// "Fixtures"). Files are named after the fact they pin (F2-…, F22-…; ref-… for the shapes of
-// provider-apis.md, which were not captured on a PVE of ours).
+// fixture is one captured PVE error answer: status, reason phrase, body. Files are named after
+// the fact they pin (F2-…, F22-…, docs/providers/proxmox.md); ref-… for the shapes of users'
+// reports and the API viewer, which were not captured on a PVE of ours.
 type fixture struct {
 	Status int    `json:"status"`
 	Reason string `json:"reason"`

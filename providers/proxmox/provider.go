@@ -35,7 +35,7 @@ var (
 	_ providers.Checker   = (*Provider)(nil)
 )
 
-// Budgets of the steps (seed-spec §4.5 "Timeouts"); one request is Config.RequestTimeoutSeconds.
+// Budgets of the steps (docs/providers/proxmox.md, "What each call does"); one request is Config.RequestTimeoutSeconds.
 const (
 	cloneBudget   = 10 * time.Minute
 	uploadBudget  = 2 * time.Minute
