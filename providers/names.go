@@ -3,6 +3,7 @@ package providers
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"regexp"
 	"strings"
 )
 
@@ -14,4 +15,31 @@ var nameEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 func InstanceName(installation, uid string) string {
 	sum := sha256.Sum256([]byte(installation + "/" + uid))
 	return "egress-" + strings.ToLower(nameEncoding.EncodeToString(sum[:]))[:16]
+}
+
+// PickKey resolves a placement key (machine type, image) against a provider's config: an
+// empty key means the only entry, when there is exactly one.
+func PickKey[V any](key string, m map[string]V) (string, bool) {
+	if key == "" && len(m) == 1 {
+		for k := range m {
+			return k, true
+		}
+	}
+	_, ok := m[key]
+	return key, ok
+}
+
+var (
+	dnsLabel   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	identifier = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
+)
+
+// ValidName reports whether s is a DNS-1123 label of at most 63 characters: what instance,
+// provider and host names are, so that they fit IDs, lock keys and backend names.
+func ValidName(s string) bool { return len(s) <= 63 && dnsLabel.MatchString(s) }
+
+// ValidKey reports whether s may be a config key that reaches backend names (an image, a
+// machine type): letters, digits, '_', '.' and '-', not at the ends, no "..", at most 63.
+func ValidKey(s string) bool {
+	return len(s) <= 63 && identifier.MatchString(s) && !strings.Contains(s, "..")
 }

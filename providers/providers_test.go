@@ -94,3 +94,36 @@ func TestWrapKeepsAnInnerClass(t *testing.T) {
 		t.Fatalf("outer class %v, want the inner Quota", ClassOf(outer))
 	}
 }
+
+func TestPickKey(t *testing.T) {
+	one := map[string]int{"small": 1}
+	two := map[string]int{"small": 1, "big": 2}
+	for _, c := range []struct {
+		key  string
+		m    map[string]int
+		want string
+		ok   bool
+	}{
+		{"", one, "small", true}, {"small", one, "small", true}, {"big", one, "big", false},
+		{"", two, "", false}, {"big", two, "big", true}, {"", nil, "", false},
+	} {
+		if got, ok := PickKey(c.key, c.m); got != c.want || ok != c.ok {
+			t.Errorf("PickKey(%q, %v) = %q, %v, want %q, %v", c.key, c.m, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func TestValidNameAndKey(t *testing.T) {
+	for s, want := range map[string]bool{"egress-abc": true, "a": true, "pv1-1": true, "": false, "-a": false, "a-": false,
+		"A": false, "a_b": false, "a/b": false, strings.Repeat("a", 63): true, strings.Repeat("a", 64): false} {
+		if ValidName(s) != want {
+			t.Errorf("ValidName(%q) = %v", s, !want)
+		}
+	}
+	for s, want := range map[string]bool{"debian-13": true, "Small_1.x": true, "a..b": false, ".a": false, "a.": false,
+		"a b": false, "": false, strings.Repeat("k", 64): false} {
+		if ValidKey(s) != want {
+			t.Errorf("ValidKey(%q) = %v", s, !want)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/egressd/egressd/providers/gcp"
 	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/providers/local"
+	"github.com/egressd/egressd/providers/proxmox"
 )
 
 // providerKinds is the one registry of provider types: adding a provider is one entry here
@@ -38,6 +39,13 @@ var providerKinds = map[string]providerKind{
 		required: true,
 		build: func(pc providerConfig, env buildEnv) (backend, error) {
 			return gcp.New(pc.Name, *blockOf[gcp.Config](pc), env.log)
+		},
+	},
+	"proxmox": {
+		block:    reflect.TypeFor[proxmox.Config](),
+		required: true,
+		build: func(pc providerConfig, env buildEnv) (backend, error) {
+			return proxmox.New(pc.Name, *blockOf[proxmox.Config](pc), env.log)
 		},
 	},
 }

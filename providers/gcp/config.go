@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/providers"
 )
 
 // Config configures a gcp provider. Its JSON and YAML names are the keys of the `gcp:` block
@@ -127,22 +129,18 @@ const (
 	TerminationStop         = "STOP"
 
 	maxDiskSizeGb  = 65536
-	maxNameLength  = 63
 	defaultCall    = 30 * time.Second
 	defaultDelete  = 60 * time.Second
 	maxNetworkTags = 60 // the service allows 64 tags; egressd adds its own
 )
 
 var (
-	// label is a DNS-1123 label: zone names reach IDs and lock keys.
-	label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	// resourceName is RFC 1035, what Compute Engine requires of names and tags.
 	resourceName = regexp.MustCompile(`^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	// projectID: 6 to 30 characters, lowercase letters, digits and hyphens, starting with a letter
 	// (https://cloud.google.com/resource-manager/docs/creating-managing-projects); domain-scoped
 	// projects add "example.com:".
-	projectID  = regexp.MustCompile(`^([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$`)
-	identifier = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
+	projectID = regexp.MustCompile(`^([a-z][-a-z0-9.]*[a-z0-9]:)?[a-z][-a-z0-9]{4,28}[a-z0-9]$`)
 	// imageRef is a relative image or family reference.
 	imageRef = regexp.MustCompile(`^(projects/[a-z][-a-z0-9.:]*[a-z0-9]/)?global/images/(family/)?[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	// subnetRef is a relative subnetwork reference.
@@ -166,7 +164,7 @@ func (c Config) Validate() error {
 	for i, z := range c.Zones {
 		at := fmt.Sprintf("zones[%d]", i)
 		switch {
-		case !validName(z.Name) || strings.Count(z.Name, "-") < 2:
+		case !providers.ValidName(z.Name) || strings.Count(z.Name, "-") < 2:
 			bad(at+".name", "%q is not a zone name like us-central1-a", z.Name)
 		case seen[z.Name]:
 			bad(at+".name", "duplicate zone %q", z.Name)
@@ -181,7 +179,7 @@ func (c Config) Validate() error {
 	}
 	for _, key := range sortedKeys(c.MachineTypes) {
 		mt, at := c.MachineTypes[key], "machineTypes."+key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		if !resourceName.MatchString(mt.Type) {
@@ -196,7 +194,7 @@ func (c Config) Validate() error {
 	}
 	for _, key := range sortedKeys(c.Images) {
 		at := "images." + key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		if err := checkImage(c.Images[key]); err != nil {
@@ -271,12 +269,6 @@ func checkImage(img string) error {
 		return fmt.Errorf("%q is not projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", img)
 	}
 	return nil
-}
-
-func validName(s string) bool { return len(s) <= maxNameLength && label.MatchString(s) }
-
-func validKey(s string) bool {
-	return len(s) <= maxNameLength && identifier.MatchString(s) && !strings.Contains(s, "..")
 }
 
 func sortedKeys[V any](m map[string]V) []string {

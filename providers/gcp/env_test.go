@@ -1,7 +1,6 @@
 package gcp
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,28 +145,6 @@ func settle(t *testing.T, p providers.Provider, id string) providers.Instance {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// memLog is a debug-level log the test can read.
-type memLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (m *memLog) Write(p []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.Write(p)
-}
-
-func (m *memLog) String() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.String()
-}
-
-func (m *memLog) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(m, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 func idFor(zone string, req providers.CreateRequest) string {

@@ -43,7 +43,7 @@ var (
 // New builds a provider named name (a DNS label: it reaches labels and rule names). It
 // validates cfg and does no I/O: credentials are read by the first call that needs them.
 func New(name string, cfg Config, log *slog.Logger) (*Provider, error) {
-	if !validName(name) {
+	if !providers.ValidName(name) {
 		return nil, fmt.Errorf("gcp provider %q: the name must be a DNS-1123 label (it reaches instance labels)", name)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -100,7 +100,7 @@ func idOf(zone, name string) string { return idZones + "/" + zone + "/" + idInst
 // ParseID returns the zone and instance name of an ID, or an error saying what is wrong.
 func ParseID(id string) (zone, name string, err error) {
 	parts := strings.Split(id, "/")
-	if len(parts) != 4 || parts[0] != idZones || parts[2] != idInstances || !validName(parts[1]) || !resourceName.MatchString(parts[3]) {
+	if len(parts) != 4 || parts[0] != idZones || parts[2] != idInstances || !providers.ValidName(parts[1]) || !resourceName.MatchString(parts[3]) {
 		return "", "", fmt.Errorf("%w %q: want zones/<zone>/instances/<name>", errBadID, id)
 	}
 	return parts[1], parts[3], nil

@@ -20,8 +20,8 @@ import (
 // catalog. The client is shown to have read the file: the simulator issued it a token.
 func TestSecretsStayOutOfLogsErrorsAndStatus(t *testing.T) {
 	w := newWorld(t, gcptest.Options{})
-	var log memLog
-	p := w.provider(t, log.logger())
+	var log providertest.LogBuffer
+	p := w.provider(t, log.Logger())
 	key, err := os.ReadFile(w.credsFile)
 	if err != nil {
 		t.Fatal(err)

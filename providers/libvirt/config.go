@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/egressd/egressd/providers"
 )
 
 // Config configures a libvirt provider. Its JSON and YAML names are the keys of the
@@ -142,7 +144,6 @@ const (
 	maxVCPUs        = 512
 	maxMemoryMiB    = 4 << 20 // 4 TiB
 	maxVendorData   = 64 << 10
-	maxNameLength   = 63
 	formatQCOW2     = "qcow2"
 	formatRaw       = "raw"
 	firmwareUEFI    = "uefi"
@@ -160,10 +161,6 @@ const (
 )
 
 var (
-	// label is a DNS-1123 label: host names appear in IDs, lock keys and consumer names.
-	label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	// identifier is what may reach a volume or file name: image and machine type keys.
-	identifier = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$`)
 	// poolName keeps libvirt object names free of separators and spaces.
 	poolName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:+-]*$`)
 	hexSHA   = regexp.MustCompile(`^[0-9a-fA-F]{64}$`)
@@ -191,7 +188,7 @@ func (c Config) Validate() error {
 	for i, h := range c.Hosts {
 		at := fmt.Sprintf("hosts[%d]", i)
 		switch {
-		case !validName(h.Name):
+		case !providers.ValidName(h.Name):
 			bad(at+".name", "%q is not a DNS-1123 label (lowercase letters, digits and '-', at most 63)", h.Name)
 		case seen[h.Name]:
 			bad(at+".name", "duplicate host name %q", h.Name)
@@ -226,7 +223,7 @@ func (c Config) Validate() error {
 	}
 	for _, key := range sortedKeys(c.Images) {
 		img, at := c.Images[key], "images."+key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		if err := checkImageURL(img); err != nil {
@@ -247,7 +244,7 @@ func (c Config) Validate() error {
 	}
 	for _, key := range sortedKeys(c.MachineTypes) {
 		mt, at := c.MachineTypes[key], "machineTypes."+key
-		if !validKey(key) {
+		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
 		}
 		if mt.VCPUs < 1 || mt.VCPUs > maxVCPUs {
@@ -282,12 +279,6 @@ func (c Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func validName(s string) bool { return len(s) <= maxNameLength && label.MatchString(s) }
-
-func validKey(s string) bool {
-	return len(s) <= maxNameLength && identifier.MatchString(s) && !strings.Contains(s, "..")
 }
 
 func checkAddress(addr string) error {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/egressd/egressd/providers/providertest"
 )
 
 func validConfig() Config {
@@ -126,10 +128,10 @@ func TestNew(t *testing.T) {
 	if _, err := New("lv", bad, nil, Hooks{}); err == nil || !strings.Contains(err.Error(), "hosts[0].address") {
 		t.Errorf("New with a bad config = %v", err)
 	}
-	var log memLog
+	var log providertest.LogBuffer
 	insecure := validConfig()
 	insecure.KnownHostsFile, insecure.InsecureIgnoreHostKey = "", true
-	if _, err := New("lv", insecure, log.logger(), Hooks{}); err != nil {
+	if _, err := New("lv", insecure, log.Logger(), Hooks{}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(log.String(), "insecureIgnoreHostKey") || !strings.Contains(log.String(), "WARN") {

@@ -12,8 +12,8 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
-	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/nocloud"
 )
 
 // plan is a request checked and resolved against the config, before any dial.
@@ -51,25 +51,14 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s", errBadRequest, fmt.Sprintf(format, args...)))
 	}
-	if !validName(req.Name) {
-		bad("name %q is not a DNS-1123 label", req.Name)
+	for _, err := range nocloud.CheckRequest(req) {
+		bad("%v", err)
 	}
 	if req.UID == "" {
 		bad("uid is required")
 	}
 	if req.Installation == "" {
 		bad("installation is required")
-	}
-	if req.Port < 1 || req.Port > 65535 {
-		bad("port must be between 1 and 65535, got %d", req.Port)
-	}
-	if req.Auth.Lease() {
-		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
-			bad("auth.leaseKey: %v", err)
-		}
-	}
-	if req.Auth != nil && !req.Auth.Lease() && (req.Auth.Username == "" || strings.ContainsAny(req.Auth.Username, ":\r\n")) {
-		bad("auth.username must be non-empty and hold no ':' or line break")
 	}
 	pl := plan{req: req}
 	zone := req.Placement.Zone
@@ -91,13 +80,13 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 		}
 	}
 	var ok bool
-	pl.imageKey, ok = pick(req.Placement.Image, p.cfg.Images)
+	pl.imageKey, ok = providers.PickKey(req.Placement.Image, p.cfg.Images)
 	if !ok {
 		bad("placement.image %q is not a key of images (%s)", req.Placement.Image, strings.Join(sortedKeys(p.cfg.Images), ", "))
 	}
 	pl.image = p.cfg.Images[pl.imageKey]
 	var mtKey string
-	mtKey, ok = pick(req.Placement.MachineType, p.cfg.MachineTypes)
+	mtKey, ok = providers.PickKey(req.Placement.MachineType, p.cfg.MachineTypes)
 	if !ok {
 		bad("placement.machineType %q is not a key of machineTypes (%s)", req.Placement.MachineType, strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
 	}
@@ -107,17 +96,6 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	}
 	pl.id = idOf(pl.host.cfg.Name, req.Name)
 	return pl, nil
-}
-
-// pick resolves a placement key; an empty key means the only entry, when there is one.
-func pick[V any](key string, m map[string]V) (string, bool) {
-	if key == "" && len(m) == 1 {
-		for k := range m {
-			return k, true
-		}
-	}
-	_, ok := m[key]
-	return key, ok
 }
 
 func (p *Provider) create(ctx context.Context, pl plan) (providers.Instance, error) {
@@ -265,12 +243,12 @@ func (p *Provider) makeOverlay(ctx context.Context, c conn, pool golibvirt.Stora
 // writeSeed builds and uploads the seed ISO, replacing any earlier one: an earlier attempt may
 // have been cut off mid-upload, and a truncated seed boots a guest without its user-data.
 func (p *Provider) writeSeed(ctx context.Context, c conn, pool golibvirt.StoragePool, pl plan) (string, error) {
-	iso, err := buildSeed(seedSpec{
+	iso, err := nocloud.Build(nocloud.Spec{
 		Name: pl.req.Name, UserData: pl.req.UserData, VendorData: p.cfg.VendorData,
 		Agent: p.cfg.installAgent, Port: pl.req.Port, Auth: pl.req.Auth,
 	})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", errLocal, err)
 	}
 	vname := seedVolume(pl.req.Name)
 	if err := discard(ctx, c, pool, vname); err != nil {

@@ -168,7 +168,7 @@ func (p *Provider) leftoversOn(ctx context.Context, h *hostConns) ([]providers.L
 // instanceOfVolume returns the instance name an overlay or seed volume belongs to.
 func instanceOfVolume(vol string) (string, bool) {
 	for _, suffix := range []string{".qcow2", "-seed.iso"} {
-		if name, ok := strings.CutSuffix(vol, suffix); ok && strings.HasPrefix(name, instancePrefix) && validName(name) {
+		if name, ok := strings.CutSuffix(vol, suffix); ok && strings.HasPrefix(name, instancePrefix) && providers.ValidName(name) {
 			return name, true
 		}
 	}

@@ -129,25 +129,3 @@ func wantClass(t *testing.T, what string, err, class error) {
 		t.Errorf("%s = %v, want class %q", what, err, class)
 	}
 }
-
-// memLog captures a logger's output at debug level.
-type memLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (m *memLog) Write(b []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.Write(b)
-}
-
-func (m *memLog) String() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.buf.String()
-}
-
-func (m *memLog) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(m, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}

@@ -77,7 +77,7 @@ func New(name string, cfg Config, log *slog.Logger, hooks Hooks) (*Provider, err
 }
 
 func build(name string, cfg Config, log *slog.Logger, hooks Hooks) (*Provider, error) {
-	if !validName(name) {
+	if !providers.ValidName(name) {
 		return nil, fmt.Errorf("libvirt provider %q: the name must be a DNS-1123 label (it reaches volume names)", name)
 	}
 	if err := cfg.Validate(); err != nil {
@@ -143,7 +143,7 @@ func idOf(host, name string) string { return idHosts + "/" + host + "/" + idDoma
 // config does not have is refused too: a typo must not read as a VM that is gone.
 func (p *Provider) parseID(id string) (*hostConns, string, error) {
 	parts := strings.Split(id, "/")
-	if len(parts) != 4 || parts[0] != idHosts || parts[2] != idDomains || !validName(parts[1]) || !validName(parts[3]) {
+	if len(parts) != 4 || parts[0] != idHosts || parts[2] != idDomains || !providers.ValidName(parts[1]) || !providers.ValidName(parts[3]) {
 		return nil, "", fmt.Errorf("%w %q: want hosts/<host>/domains/<name>", errBadID, id)
 	}
 	h := p.hosts[parts[1]]

@@ -17,10 +17,10 @@ import (
 func TestSecretsStayOutOfLogsErrorsAndCatalog(t *testing.T) {
 	img := newImageServer(t, testImage(2<<30, 64<<10))
 	cloud := newFakeCloud()
-	var log memLog
+	var log providertest.LogBuffer
 	var events bytes.Buffer
 	hooks := Hooks{Progress: func(e ProgressEvent) { fmt.Fprintf(&events, "%+v\n", e) }}
-	p := newFakeProvider(t, cloud.proc(), testConfig(img.URL+"/tiny.qcow2", img.sha()), log.logger(), hooks)
+	p := newFakeProvider(t, cloud.proc(), testConfig(img.URL+"/tiny.qcow2", img.sha()), log.Logger(), hooks)
 	name := providers.InstanceName(testInstallation, "u1")
 	req := testRequest(name, "u1")
 	req.UserData = providers.UserData("#cloud-config\n# " + providertest.SentinelUserData + "\n")

@@ -249,7 +249,7 @@ func (f *Fake) validate(req providers.CreateRequest) error {
 		return providers.Errorf(providers.ErrPermanent, "create", f.name, req.Name, format, args...)
 	}
 	switch {
-	case !validName(req.Name):
+	case !providers.ValidName(req.Name):
 		return bad("invalid name %q: want a DNS label", req.Name)
 	case req.UID == "" || req.Installation == "":
 		return bad("uid and installation are required for the marks")
@@ -264,7 +264,7 @@ func (f *Fake) validate(req providers.CreateRequest) error {
 // parseID splits "fake/<host>/<name>"; anything else can never resolve, so it is Permanent.
 func (f *Fake) parseID(op, id string) (host, name string, err error) {
 	parts := strings.Split(id, "/")
-	if len(parts) != 3 || parts[0] != fakeType || !f.hasHost(parts[1]) || !validName(parts[2]) {
+	if len(parts) != 3 || parts[0] != fakeType || !f.hasHost(parts[1]) || !providers.ValidName(parts[2]) {
 		return "", "", providers.Errorf(providers.ErrPermanent, op, f.name, id, "malformed ID: want %s/<host>/<name>", fakeType)
 	}
 	return parts[1], parts[2], nil
@@ -275,19 +275,6 @@ func (f *Fake) hasHost(name string) bool {
 }
 
 func fakeID(host, name string) string { return fakeType + "/" + host + "/" + name }
-
-// validName accepts DNS labels, which also keeps "/" out of IDs.
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 func mustOp(op string) {
 	if !slices.Contains(fakeOps, op) {
