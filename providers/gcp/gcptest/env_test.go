@@ -25,7 +25,7 @@ const (
 )
 
 // env is a simulator and the real SDK clients pointed at it, as the provider will build them
-// (provider-apis.md, "Compute Engine").
+// (option.WithEndpoint and option.WithoutAuthentication).
 type env struct {
 	sim *Server
 	ic  *compute.InstancesClient
@@ -82,7 +82,7 @@ func newEnv(t *testing.T, addresses int) *env {
 	return &env{sim: sim, ic: ic, zo: zo, fw: fw, ctx: ctx}
 }
 
-// instanceReq is the insert body of provider-apis.md (from
+// instanceReq is the insert body of the public reference (from
 // https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert).
 func instanceReq(zone, name string, labels map[string]string) *computepb.InsertInstanceRequest {
 	return &computepb.InsertInstanceRequest{Project: project, Zone: zone, InstanceResource: &computepb.Instance{

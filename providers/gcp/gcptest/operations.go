@@ -59,7 +59,7 @@ func (s *Server) running(o *operation) {
 
 // finish moves an operation to DONE, with an error when code is not "". httpStatus 0 leaves
 // httpErrorStatusCode out: then Operation.Wait in the SDK returns nil although the operation
-// failed (the trap provider-apis.md names). Callers hold s.mu.
+// failed (a trap of the SDK: see docs/providers/gcp.md). Callers hold s.mu.
 func (s *Server) finish(o *operation, code, message string, httpStatus int) {
 	if o.pb.GetStatus() == computepb.Operation_DONE {
 		return

@@ -159,7 +159,7 @@ func TestCloneDefaultName(t *testing.T) {
 
 // Injected clone faults: a lock timeout in the task or in the call, a task failing with a
 // given exitstatus, an HTTP error; each leaves no VM, and the next clone succeeds. The lock
-// timeout text is the one users of parallel clones report (provider-apis.md; bpg #995,
+// timeout text is the one users of parallel clones report (bpg/terraform-provider-proxmox #995,
 // #1521).
 func TestCloneFaults(t *testing.T) {
 	lockMsg := "can't lock file '/var/lock/qemu-server/lock-9001.conf' - got timeout"

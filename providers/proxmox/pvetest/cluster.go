@@ -35,7 +35,7 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 
 // nextID: GET /cluster/nextid (https://pve.proxmox.com/pve-docs/api-viewer/#/cluster/nextid):
 // the lowest free VMID from 100 (or ?vmid=N: N if free), as a string; it reserves nothing,
-// so concurrent callers race (provider-apis.md).
+// so concurrent callers race (the API viewer).
 func (s *Server) nextID(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

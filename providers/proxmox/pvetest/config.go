@@ -250,7 +250,7 @@ func checkResize(params map[string]string) *apiError {
 
 // destroy: DELETE /nodes/{node}/qemu/{vmid}
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/qemu/{vmid}): F2, running and
-// locked refused synchronously (provider-apis.md), then a qmdestroy task. The seed ISO on ISO
+// locked refused synchronously (the API viewer), then a qmdestroy task. The seed ISO on ISO
 // storage is not the VM's and stays.
 func (s *Server) destroy(w http.ResponseWriter, r *http.Request) {
 	c, v, ok := s.lockedVMCall(w, r, checkDestroy, nil, "purge", "destroy-unreferenced-disks", "skiplock")

@@ -10,7 +10,7 @@ import (
 )
 
 // PUT config (synchronous, null): F9 tags, F19 boot order, value and key checks, digest,
-// delete. Sources: seed-spec §4.5 F9, F19; the API viewer
+// delete. Sources: F9, F19; the API viewer
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/qemu/{vmid}/config).
 func TestPutConfig(t *testing.T) {
 	tests := []struct {
@@ -79,7 +79,7 @@ func TestConfigDigestAndFaults(t *testing.T) {
 	e.c.data("PUT", vmPath(101200)+"/config", url.Values{"cores": {"3"}}, nil)
 }
 
-// F2 on every VM endpoint (seed-spec §4.5 F2: config, status/current, DELETE; the others the
+// F2 on every VM endpoint (F2: config, status/current, DELETE; the others the
 // same load_config in qemu-server).
 func TestMissingVM(t *testing.T) {
 	e := newEnv(t, nil)

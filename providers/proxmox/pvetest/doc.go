@@ -44,7 +44,7 @@
 //
 // # Endpoints and shapes (each with its source)
 //
-// All answers are {"data": …} (provider-apis.md). API viewer:
+// All answers are {"data": …} (the API viewer). API viewer:
 // https://pve.proxmox.com/pve-docs/api-viewer/ (paths below are under it).
 //   - GET /version: version, release, repoid.
 //   - GET /nodes/{node}/status: kversion, current-kernel, pveversion, cpuinfo, memory, uptime.
@@ -80,10 +80,10 @@
 //   - GET …/agent/network-get-interfaces: result[]{name, hardware-address, ip-addresses[
 //     {ip-address, ip-address-type, prefix}], statistics} (F21); 500 "VM N is not running",
 //     "No QEMU guest agent configured", "QEMU guest agent is not running" (F5), and for a
-//     paused VM "VM N qmp command 'guest-ping' failed - got timeout" (provider-apis.md).
+//     paused VM "VM N qmp command 'guest-ping' failed - got timeout" (the API viewer).
 //   - DELETE /nodes/{node}/qemu/{vmid}[?purge=1&destroy-unreferenced-disks=1]: qmdestroy UPID;
 //     500 "VM N is running - destroy failed" and "VM is locked (clone)" synchronously
-//     (provider-apis.md). The VM's seed ISO stays on ISO storage.
+//     (the API viewer). The VM's seed ISO stays on ISO storage.
 //   - GET /nodes/{node}/tasks/{upid}/status: upid, node, pid, pstart, starttime, type, id,
 //     user, tokenid, status running|stopped, exitstatus once stopped (F16); unknown UPID:
 //     400 errors.upid "no such task"; malformed: 400 errors.upid.

@@ -313,7 +313,7 @@ func (c *client) upload(node, storage, filename string, data []byte) string {
 
 func vmPath(vmid int) string { return fmt.Sprintf("/nodes/%s/qemu/%d", node, vmid) }
 
-// cloneReq is the provider's clone call (seed-spec §4.5).
+// cloneReq is the provider's clone call (docs/providers/proxmox.md).
 func cloneReq(newid int, name string, extra ...string) url.Values {
 	v := url.Values{"newid": {fmt.Sprint(newid)}, "name": {name},
 		"description": {"proxy-operator-managed=true\nproxy-operator-uid=" + name + "\n"}}

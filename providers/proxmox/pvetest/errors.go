@@ -36,8 +36,8 @@ func paramError(errs map[string]string) *apiError {
 
 func param(field, text string) *apiError { return paramError(map[string]string{field: text}) }
 
-// Messages the simulator uses, each from a captured fact (seed-spec §4.5) or the reference
-// (provider-apis.md, "Proxmox VE").
+// Messages the simulator uses, each from a captured fact (F1–F23, docs/providers/proxmox.md) or the API
+// viewer and users' reports.
 const (
 	msgNoTicket   = "No ticket"              // F22: no credentials
 	msgAuthFailed = "Authentication failed!" // F22: wrong secret or unknown token
@@ -51,15 +51,15 @@ const (
 	msgAgentNotRunning    = "QEMU guest agent is not running"
 	msgAgentNotConfigured = "No QEMU guest agent configured"
 	msgVMNotRunning       = "VM %d is not running"
-	// provider-apis.md: the agent of a VM that cannot answer (here: paused).
+	// the API viewer: the agent of a VM that cannot answer (here: paused).
 	msgAgentTimeout = "VM %d qmp command 'guest-ping' failed - got timeout"
-	// provider-apis.md: DELETE of a running VM.
+	// the API viewer: DELETE of a running VM.
 	msgDestroyRunning = "VM %d is running - destroy failed"
-	// The lock timeout users of parallel clones report (provider-apis.md; bpg #995, #1521).
+	// The lock timeout users of parallel clones report (bpg #995, #1521).
 	msgLockTimeout = "can't lock file '/var/lock/qemu-server/lock-%d.conf' - got timeout"
 	// F20: shrinking in a resize task.
 	msgShrink = "shrinking disks is not supported"
-	// provider-apis.md: unknown task.
+	// the API viewer: unknown task.
 	msgNoSuchTask = "no such task"
 	// qemu-server's vm_start on a running VM (API2/Qemu.pm, in the task).
 	msgAlreadyRunning = "VM %d already running"

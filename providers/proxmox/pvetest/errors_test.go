@@ -9,7 +9,7 @@ import (
 )
 
 // F22: the token header is checked on every request; 401 has the text in the reason phrase
-// and an empty body (F1). Source: seed-spec §4.5 F22, F1.
+// and an empty body (F1). Source: F22, F1.
 func TestAuthentication(t *testing.T) {
 	e := newEnv(t, nil)
 	good := e.c.token
@@ -92,7 +92,7 @@ func TestErrorShapes(t *testing.T) {
 
 // 595/596: pveproxy cannot reach the node; the text is the reason phrase, no body. Calls not
 // proxied to the node still answer, and cluster/resources shows it offline. Source:
-// provider-apis.md ("595/596") and reports of "595 No route to host".
+// pveproxy's forwarding errors and reports of "595 No route to host".
 func TestNodeDown(t *testing.T) {
 	for _, code := range []int{StatusNoRoute, StatusTimedOut} {
 		t.Run(strconv.Itoa(code), func(t *testing.T) {

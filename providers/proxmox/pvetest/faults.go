@@ -39,7 +39,7 @@ const (
 	FaultHTTP
 	// FaultAbandoned (clone only): the clone's worker dies mid-clone (a node crash, a kill):
 	// its task ends "unexpected status" and the new VM stays as qmclone left it, locked
-	// (clone), nameless, status unknown, until Unlock — the stuck lock of seed-spec §4.5's
+	// (clone), nameless, status unknown, until Unlock — the stuck lock of the provider guide's
 	// risks ("qm unlock").
 	FaultAbandoned
 )

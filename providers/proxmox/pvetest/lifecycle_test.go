@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// The provider's whole path (seed-spec §4.5 Create, Delete) against the simulator with a
+// The provider's whole path (docs/providers/proxmox.md, "What each call does") against the simulator with a
 // plain client: clone → task → upload seed → config → resize → start → status/current →
 // agent address → a working forward proxy honouring the seed's port and credential → stop →
 // destroy → seed delete.
@@ -23,7 +23,7 @@ func TestLifecycle(t *testing.T) {
 	c := e.c
 	const id, name = 100042, "proxy-7hjzuf3d3w2mjnye"
 
-	// Clone answers a UPID naming the node, qmclone and the source VMID (provider-apis.md).
+	// Clone answers a UPID naming the node, qmclone and the source VMID (the API viewer).
 	upid := c.upid("POST", vmPath(tmplID)+"/clone", cloneReq(id, name, "full", "0"))
 	u, _ := ParseUPID(upid)
 	if u.Node != node || u.Type != "qmclone" || u.ID != "9001" || u.User != "egressd@pve!prov" {

@@ -5,8 +5,7 @@ import (
 	"testing"
 )
 
-// F8: cluster/resources fields; lock and tags only when set; type filter. Sources: seed-spec
-// §4.5 F8, provider-apis.md; https://pve.proxmox.com/pve-docs/api-viewer/#/cluster/resources.
+// F8: cluster/resources fields; lock and tags only when set; type filter. Sources: F8 (docs/providers/proxmox.md); https://pve.proxmox.com/pve-docs/api-viewer/#/cluster/resources.
 func TestClusterResources(t *testing.T) {
 	e := newEnv(t, nil)
 	e.cloned(t, 101500, "proxy-res")
@@ -58,7 +57,7 @@ func TestNextID(t *testing.T) {
 	e.c.do("GET", "/cluster/nextid", url.Values{"vmid": {"9001"}}).wantError(t, 400, "Parameter verification failed.", "vmid")
 }
 
-// The checker's calls (seed-spec §4.5 Checker): version, node status.
+// The checker's calls (docs/providers/proxmox.md, Checks): version, node status.
 func TestVersionAndNodeStatus(t *testing.T) {
 	e := newEnv(t, nil)
 	var v map[string]any

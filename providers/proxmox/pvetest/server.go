@@ -105,7 +105,7 @@ func DefaultStorages() []Storage {
 }
 
 // Node-down answers: pveproxy failing to reach the node a call is proxied to
-// (provider-apis.md, "595/596").
+// (pveproxy failing to reach another node).
 const (
 	StatusNoRoute  = 595 // "595 No route to host"
 	StatusTimedOut = 596 // "596 Connection timed out"

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// F12: upload semantics. Sources: seed-spec §4.5 F12; pve-storage API2/Storage/Status.pm
+// F12: upload semantics. Sources: F12; pve-storage API2/Storage/Status.pm
 // (upload) via the API viewer
 // (https://pve.proxmox.com/pve-docs/api-viewer/#/nodes/{node}/storage/{storage}/upload).
 func TestUploadErrors(t *testing.T) {
@@ -97,7 +97,7 @@ func TestDeleteVolume(t *testing.T) {
 	}
 }
 
-// Storage status: the checker's isoStorage and avail (seed-spec §4.5 Checker); unknown: 400.
+// Storage status: the checker's isoStorage and avail (docs/providers/proxmox.md, Checks); unknown: 400.
 func TestStorageStatus(t *testing.T) {
 	e := newEnv(t, nil)
 	e.c.wait(e.c.upload(node, "local", "a.iso", make([]byte, 1000)))

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Task states and the success exit (F16; provider-apis.md: "OK" and "WARNINGS: N" succeed).
+// Task states and the success exit (F16; the API viewer: "OK" and "WARNINGS: N" succeed).
 const (
 	TaskRunning = "running"
 	TaskStopped = "stopped"

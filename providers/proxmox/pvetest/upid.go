@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// UPID is a PVE task ID's parts (provider-apis.md; PVE::Tools::upid_encode):
+// UPID is a PVE task ID's parts (PVE::Tools::upid_encode):
 //
 //	UPID:<node>:<pid 8 hex>:<pstart 8 hex>:<starttime 8 hex>:<type>:<id>:<user>:
 //

@@ -54,7 +54,7 @@ func (v *vm) agentEnabled() bool {
 }
 
 // bootDisk is the first disk of boot order that is not a cdrom or a NIC, else scsi0/virtio0/
-// sata0/ide0 (seed-spec §4.5's rule, applied here to report maxdisk).
+// sata0/ide0 (the provider's boot-disk rule, docs/providers/proxmox.md, applied here to report maxdisk).
 func (v *vm) bootDisk() (string, driveConf, bool) {
 	order, _ := parseBoot(v.conf["boot"])
 	if d := v.conf["bootdisk"]; d != "" {
