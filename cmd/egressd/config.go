@@ -90,7 +90,7 @@ func parseConfig(b []byte) (fileConfig, error) {
 				te.Errors[i] = docTypeNames.Replace(msg)
 			}
 		}
-		return fileConfig{}, err
+		return fileConfig{}, withPlace(b, err)
 	}
 	cfg := doc.Elem().Field(0).Interface().(fileConfig)
 	docs := doc.Elem().Field(1)

@@ -26,6 +26,8 @@ func TestParseConfig(t *testing.T) {
 		{"block of another type", "providers:\n  - name: a\n    type: local\n    libvirt: {}\n", `providers[0]: a block of another type is set ([libvirt]; type is "local")`},
 		{"required block missing", "providers:\n  - {name: a, type: libvirt}\n", "providers[0].libvirt: is required for type libvirt"},
 		{"unknown key in a registered block", "providers:\n  - name: a\n    type: libvirt\n    libvirt:\n      hostz: []\n", "line 5: field hostz not found"},
+		{"bad duration names its key and line", "providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      budgets:\n        rpc: 5x\n", `line 6: providers[0].libvirt.budgets.rpc: "5x" is not a duration`},
+		{"bad duration in a list entry", "providers:\n  - {name: a, type: local}\n  - name: g\n    type: gcp\n    gcp:\n      project: p\n      budgets: {call: soon}\n", `line 7: providers[1].gcp.budgets.call: "soon" is not a duration`},
 		{"missing type", "providers:\n  - {name: a}\n", "providers[0].type: is required"},
 		{"no providers", "version: 1\n", "providers: at least one"},
 		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},

@@ -102,21 +102,8 @@ type Budgets struct {
 	Delete Duration `json:"delete,omitempty" yaml:"delete,omitempty"`
 }
 
-// Duration is a time.Duration written as a Go duration string ("30s") in JSON and YAML.
-type Duration time.Duration
-
-// MarshalText writes the duration as "1m30s".
-func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
-
-// UnmarshalText reads a Go duration string.
-func (d *Duration) UnmarshalText(b []byte) error {
-	v, err := time.ParseDuration(string(b))
-	if err != nil {
-		return fmt.Errorf("%q is not a duration like 30s or 2m", b)
-	}
-	*d = Duration(v)
-	return nil
-}
+// Duration is providers.Duration: a Go duration string ("30s") in JSON and YAML.
+type Duration = providers.Duration
 
 // Defaults and bounds.
 const (
