@@ -271,7 +271,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	g, gctx := errgroup.WithContext(rolesCtx)
 	defer func() {
 		stopRoles()
-		if werr := g.Wait(); werr != nil && werr != err {
+		// A part cut short by stopRoles says only that (context.Canceled); that is no news
+		// beside the error that ended the start.
+		if werr := g.Wait(); werr != nil && werr != err && !(err != nil && errors.Is(werr, context.Canceled)) {
 			err = errors.Join(err, werr)
 		}
 	}()
