@@ -26,3 +26,19 @@ func AuthFileLine(a *Auth) string {
 	}
 	return ""
 }
+
+// ProxyConfig is the document a guest image reads to run egressd's forward proxy: listen on
+// Port; with Auth, write it as the one line of the auth file. The libvirt and proxmox
+// providers deliver it as egressd.json on the NoCloud seed, the gcp provider as the
+// egressd-proxy metadata item. Auth is AuthFileLine's: never a password.
+type ProxyConfig struct {
+	V    int    `json:"v"`
+	Name string `json:"name"`
+	Port int    `json:"port"`
+	Auth string `json:"auth,omitempty"`
+}
+
+// ProxyConfigOf is the document for an instance named name, listening on port, with auth.
+func ProxyConfigOf(name string, port int, auth *Auth) ProxyConfig {
+	return ProxyConfig{V: 1, Name: name, Port: port, Auth: AuthFileLine(auth)}
+}

@@ -30,39 +30,28 @@ func withPlace(src []byte, err error) error {
 	return err
 }
 
-// findScalar walks n depth first for a mapping value or sequence item that is a scalar equal
-// to text, and returns its path as the config's errors spell keys (a.b[2].c).
+// findScalar walks n depth first for a scalar mapping value or sequence item equal to text,
+// and returns its path as the config's errors spell keys (a.b[2].c).
 func findScalar(n *yaml.Node, path, text string) (string, int, bool) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			if p, l, ok := findScalar(c, path, text); ok {
-				return p, l, true
+	if n.Kind == yaml.ScalarNode {
+		return path, n.Line, path != "" && n.Value == text
+	}
+	for i, c := range n.Content {
+		p := path
+		switch n.Kind {
+		case yaml.MappingNode:
+			if i%2 == 0 {
+				continue // a key; its value follows
 			}
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := k.Value
+			p = n.Content[i-1].Value
 			if path != "" {
-				p = path + "." + k.Value
+				p = path + "." + p
 			}
-			if v.Kind == yaml.ScalarNode && v.Value == text {
-				return p, v.Line, true
-			}
-			if p, l, ok := findScalar(v, p, text); ok {
-				return p, l, true
-			}
+		case yaml.SequenceNode:
+			p = path + "[" + strconv.Itoa(i) + "]"
 		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := path + "[" + strconv.Itoa(i) + "]"
-			if c.Kind == yaml.ScalarNode && c.Value == text {
-				return p, c.Line, true
-			}
-			if p, l, ok := findScalar(c, p, text); ok {
-				return p, l, true
-			}
+		if p, l, ok := findScalar(c, p, text); ok {
+			return p, l, true
 		}
 	}
 	return "", 0, false

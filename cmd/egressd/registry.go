@@ -68,7 +68,7 @@ type buildEnv struct {
 }
 
 // blockOf returns pc's block as the type its kind declares. It panics on a mismatch, which
-// only a registry entry naming the wrong type can cause (TestRegistryBlocks builds each).
+// only a registry entry naming the wrong type can cause (TestRegistryBuildsEachKind builds each).
 func blockOf[T any](pc providerConfig) *T {
 	return pc.Block.(*T)
 }

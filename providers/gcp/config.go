@@ -3,6 +3,7 @@ package gcp
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -164,7 +165,7 @@ func (c Config) Validate() error {
 	if len(c.MachineTypes) == 0 {
 		bad("machineTypes", "at least one machine type is required")
 	}
-	for _, key := range sortedKeys(c.MachineTypes) {
+	for _, key := range slices.Sorted(maps.Keys(c.MachineTypes)) {
 		mt, at := c.MachineTypes[key], "machineTypes."+key
 		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
@@ -179,7 +180,7 @@ func (c Config) Validate() error {
 	if len(c.Images) == 0 {
 		bad("images", "at least one image is required")
 	}
-	for _, key := range sortedKeys(c.Images) {
+	for _, key := range slices.Sorted(maps.Keys(c.Images)) {
 		at := "images." + key
 		if !providers.ValidKey(key) {
 			bad(at, "the key is not an identifier (letters, digits, '_', '.', '-'; at most 63)")
@@ -256,15 +257,6 @@ func checkImage(img string) error {
 		return fmt.Errorf("%q is not projects/P/global/images/NAME or projects/P/global/images/family/FAMILY", img)
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // selfLinkBase is how Compute Engine URLs start.

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -90,14 +92,14 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 		bad("%s %q is not in zones (%s)", field, host, strings.Join(p.zoneNames(), ", "))
 	}
 	pl.zone = host
-	imgKey, ok := pick(req.Placement.Image, p.cfg.Images)
+	imgKey, ok := providers.PickKey(req.Placement.Image, p.cfg.Images)
 	if !ok {
-		bad("placement.image %q is not a key of images (%s)", req.Placement.Image, strings.Join(sortedKeys(p.cfg.Images), ", "))
+		bad("placement.image %q is not a key of images (%s)", req.Placement.Image, strings.Join(slices.Sorted(maps.Keys(p.cfg.Images)), ", "))
 	}
 	pl.image = p.cfg.Images[imgKey]
-	mtKey, ok := pick(req.Placement.MachineType, p.cfg.MachineTypes)
+	mtKey, ok := providers.PickKey(req.Placement.MachineType, p.cfg.MachineTypes)
 	if !ok {
-		bad("placement.machineType %q is not a key of machineTypes (%s)", req.Placement.MachineType, strings.Join(sortedKeys(p.cfg.MachineTypes), ", "))
+		bad("placement.machineType %q is not a key of machineTypes (%s)", req.Placement.MachineType, strings.Join(slices.Sorted(maps.Keys(p.cfg.MachineTypes)), ", "))
 	}
 	pl.machine = p.cfg.MachineTypes[mtKey]
 	if len(errs) > 0 {
@@ -105,17 +107,6 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	}
 	pl.id = idOf(pl.zone, req.Name)
 	return pl, nil
-}
-
-// pick resolves a placement key; an empty key means the only entry, when there is one.
-func pick[V any](key string, m map[string]V) (string, bool) {
-	if key == "" && len(m) == 1 {
-		for k := range m {
-			return k, true
-		}
-	}
-	_, ok := m[key]
-	return key, ok
 }
 
 // requestID is the insert's requestId: a UUID (version 8, from SHA-256) of the installation,

@@ -68,17 +68,9 @@ func (p *Provider) labels(req providers.CreateRequest, rule string) map[string]s
 	return l
 }
 
-// ProxyConfig is the `egressd-proxy` metadata item, for images that run egressd's forward
-// proxy: listen on Port; with Auth, write it as the one line of the auth file
-// (`egressd forward-proxy --auth-file`). Auth is a password's salted hash,
-// username:sha256:<salt>:<hash>, or a lease key's line; never the password itself. The same
-// document as the libvirt provider's egressd.json.
-type ProxyConfig struct {
-	V    int    `json:"v"`
-	Name string `json:"name"`
-	Port int    `json:"port"`
-	Auth string `json:"auth,omitempty"`
-}
+// ProxyConfig is the `egressd-proxy` metadata item (providers.ProxyConfig), for images that
+// run egressd's forward proxy; the same document as the libvirt provider's egressd.json.
+type ProxyConfig = providers.ProxyConfig
 
 // ReadProxyConfig reads the document from an instance's metadata items, as an image's
 // startup script does from the metadata server.
@@ -99,7 +91,7 @@ func ReadProxyConfig(metadata map[string]string) (ProxyConfig, error) {
 
 // metadata is the instance's metadata: user-data and the proxy document.
 func metadata(req providers.CreateRequest) (*computepb.Metadata, error) {
-	doc, err := json.Marshal(ProxyConfig{V: 1, Name: req.Name, Port: req.Port, Auth: providers.AuthFileLine(req.Auth)})
+	doc, err := json.Marshal(providers.ProxyConfigOf(req.Name, req.Port, req.Auth))
 	if err != nil {
 		return nil, err
 	}

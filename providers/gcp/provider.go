@@ -13,6 +13,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,7 +76,7 @@ func (p *Provider) Catalog() providers.Catalog {
 	c := providers.Catalog{
 		Type:         "gcp",
 		MachineTypes: map[string]providers.MachineType{},
-		Images:       sortedKeys(p.cfg.Images),
+		Images:       slices.Sorted(maps.Keys(p.cfg.Images)),
 		Limits:       map[string]int{"diskSizeGb": p.cfg.DiskSizeGb},
 	}
 	for _, z := range p.cfg.Zones {

@@ -112,7 +112,7 @@ func Build(s Spec) ([]byte, error) {
 // the line egressd's forward proxy reads from its auth file,
 // username:sha256:<hex salt>:<hex sha256(salt + password)>.
 func proxyConfig(s Spec) ([]byte, error) {
-	doc := ProxyConfig{V: 1, Name: s.Name, Port: s.Port, Auth: providers.AuthFileLine(s.Auth)}
+	doc := providers.ProxyConfigOf(s.Name, s.Port, s.Auth)
 	b, err := json.Marshal(doc)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrBuild, ProxyFile, err)
@@ -218,15 +218,8 @@ func Read(iso []byte) (files map[string][]byte, label string, err error) {
 	return files, label, nil
 }
 
-// ProxyConfig is egressd.json as a guest reads it.
-type ProxyConfig struct {
-	V    int    `json:"v"`
-	Name string `json:"name"`
-	Port int    `json:"port"`
-	// Auth is one line of an egressd forward-proxy auth file: a salted hash
-	// (user:sha256:<salt>:<hash>) or a lease key (<proxy>:lease:<key>); empty without auth.
-	Auth string `json:"auth,omitempty"`
-}
+// ProxyConfig is egressd.json as a guest reads it (providers.ProxyConfig).
+type ProxyConfig = providers.ProxyConfig
 
 // ReadProxyConfig reads egressd.json from a seed ISO.
 func ReadProxyConfig(iso []byte) (ProxyConfig, error) {

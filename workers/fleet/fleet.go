@@ -14,6 +14,8 @@ type Fleet struct {
 	Pools  []PoolRow // one per pool, by name
 	Totals Totals
 	Errors []ReadError // buckets that could not be read, by name; their parts are empty
+	// Leases is every held slot and the sums by holder, with Buckets.LeaseDetail; else nil.
+	Leases *Leases
 }
 
 // Health is the probers' verdict on the address a proxy has now.

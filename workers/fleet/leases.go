@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -51,35 +50,29 @@ type HolderRow struct {
 	NextExpiry time.Time `json:"nextExpiry,omitzero"`
 }
 
-// LoadLeases reads every lease shard in parallel. A shard that cannot be read is in Errors
-// (as proxy_leases, like Load) and its leases are missing; the rest is returned.
+// LoadLeases reads every lease shard in parallel: Load with the lease shards alone and
+// LeaseDetail. A shard that cannot be read is in Errors (as proxy_leases, like Load) and its
+// leases are missing; the rest is returned.
 func LoadLeases(ctx context.Context, shards kvstore.LeaseShards, now time.Time) *Leases {
-	var (
-		mu   sync.Mutex
+	return Load(ctx, Buckets{Leases: shards, LeaseDetail: true}, now).Leases
+}
+
+// newLeases sorts rows by holder, proxy and slot and sums them by holder; errs are the read's,
+// of which only the lease shards' concern these rows.
+func newLeases(now time.Time, rows []LeaseRow, errs []ReadError) *Leases {
+	if rows == nil {
 		rows = []LeaseRow{} // [] rather than null in JSON
-		errs []ReadError
-		wg   sync.WaitGroup
-	)
-	for _, kv := range shards.All() {
-		wg.Go(func() {
-			m, err := kvstore.Latest(ctx, kv)
-			got := leaseRows(m)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, ReadError{Bucket: events.BucketLeases, Err: err})
-			}
-			rows = append(rows, got...)
-		})
 	}
-	wg.Wait()
 	slices.SortFunc(rows, func(a, b LeaseRow) int {
 		return cmp.Or(strings.Compare(a.Holder, b.Holder), strings.Compare(a.Proxy, b.Proxy), cmp.Compare(a.Slot, b.Slot))
 	})
-	if len(errs) > 1 {
-		errs = errs[:1] // every shard is proxy_leases: name it once
+	var leaseErrs []ReadError
+	for _, e := range errs {
+		if e.Bucket == events.BucketLeases {
+			leaseErrs = append(leaseErrs, e)
+		}
 	}
-	return &Leases{At: now, Rows: rows, Holders: byHolder(rows), Errors: errs}
+	return &Leases{At: now, Rows: rows, Holders: byHolder(rows), Errors: leaseErrs}
 }
 
 // leaseRows decodes slot keys <proxy>.<slot>. A slot whose value does not decode is still

@@ -22,6 +22,9 @@ type Buckets struct {
 	// Pools holds PoolSpecs, which carry a template's auth and user-data like proxies do; a
 	// reader not allowed to see them gets its pools from PoolStatus alone.
 	Pools, PoolStatus jetstream.KeyValue
+	// LeaseDetail also decodes every held slot, from the same read of the lease shards, into
+	// Fleet.Leases (the status page's holders); without it the slots are only counted.
+	LeaseDetail bool
 }
 
 // FromStore is the buckets of an open store.
@@ -47,6 +50,7 @@ type decoded struct {
 	statuses map[string]*events.ProxyStatus
 	health   map[string]*events.ProxyHealth
 	leases   map[string]int
+	slots    []LeaseRow // with Buckets.LeaseDetail
 
 	pools      map[string]poolFields
 	poolStatus map[string]*events.PoolStatus
@@ -89,11 +93,16 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 		// error of proxy_leases, the source readers judge.
 		read(events.BucketLeases, kv, func(m map[string]jetstream.KeyValueEntry) {
 			counts := activeLeases(m)
+			var rows []LeaseRow
+			if b.LeaseDetail {
+				rows = leaseRows(m)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			for proxy, n := range counts {
 				in.leases[proxy] += n
 			}
+			in.slots = append(in.slots, rows...)
 		})
 	}
 	wg.Wait()
@@ -103,6 +112,9 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 		func(a, b ReadError) bool { return a.Bucket == b.Bucket })
 	f := build(now, in)
 	f.Errors = errs
+	if b.LeaseDetail {
+		f.Leases = newLeases(now, in.slots, errs)
+	}
 	return f
 }
 

@@ -94,7 +94,7 @@ type EventRow struct {
 // pageHolders is how many holders the page lists.
 const pageHolders = 10
 
-// load reads the fleet, the provider checks, the event stream and (withStats) the lease statistics in parallel (one slow read
+// load reads the fleet, the provider checks, the event stream and (withStats) the lease statistics and holders in parallel (one slow read
 // should not add to another's latency) and builds the snapshot for q. A failed read is
 // recorded in Errors and leaves its part empty; the rest is still shown.
 func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Time) Snapshot {
@@ -108,13 +108,16 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		sErr    error
 		wg      sync.WaitGroup
 	)
-	wg.Go(func() { fl = fleet.Load(ctx, fleet.FromStore(cfg.Store), now) })
+	// The page's holders come from the fleet's own read of the lease shards.
+	wg.Go(func() {
+		b := fleet.FromStore(cfg.Store)
+		b.LeaseDetail = withStats
+		fl = fleet.Load(ctx, b, now)
+	})
 	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
 	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
-	var leases *fleet.Leases
 	if withStats {
 		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
-		wg.Go(func() { leases = fleet.LoadLeases(ctx, cfg.Store.Leases, now) })
 	}
 	wg.Wait()
 
@@ -151,13 +154,10 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		s.Errors = append(s.Errors, sErr.Error())
 		s.incomplete["stats"] = true
 	}
-	if leases != nil {
-		s.Holders = leases.Holders[:min(len(leases.Holders), pageHolders)]
-		s.HoldersMore = len(leases.Holders) - len(s.Holders)
-		for _, e := range leases.Errors {
-			if !slices.Contains(s.Errors, e.Error()) { // the fleet's read of the same shards may have failed alike
-				s.Errors = append(s.Errors, e.Error())
-			}
+	if l := fl.Leases; l != nil {
+		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]
+		s.HoldersMore = len(l.Holders) - len(s.Holders)
+		if len(l.Errors) > 0 { // already in s.Errors, as the fleet's
 			s.incomplete["holders"] = true
 		}
 	}
