@@ -37,7 +37,18 @@ func BenchmarkLoad10k(b *testing.B) {
 			}
 		}
 	})
-	// What the status page adds for its holders table, and egressd status holders costs:
+	// The status page's read: the same, with every held slot decoded for its holders table.
+	b.Run("fleet.Load+LeaseDetail", func(b *testing.B) {
+		bk := fleet.FromStore(st)
+		bk.LeaseDetail = true
+		for b.Loop() {
+			f := fleet.Load(ctx, bk, now)
+			if len(f.Errors) != 0 || len(f.Leases.Rows) != (n+2)/3 {
+				b.Fatalf("%d leases, %v", len(f.Leases.Rows), f.Errors)
+			}
+		}
+	})
+	// What egressd status holders costs:
 	// every held slot decoded (a third of the fleet leased here).
 	b.Run("fleet.LoadLeases", func(b *testing.B) {
 		for b.Loop() {
