@@ -89,7 +89,7 @@ func TestBrowserShowsTheStatus(t *testing.T) {
 // provider's colour (-update-screenshot copies it to docs/status-stats.png).
 func TestBrowserDrawsLeaseTraffic(t *testing.T) {
 	bin := chromium.Path(t)
-	r := newRig(t)
+	r := newLiveRig(t)
 	r.seedFleet(t)
 	r.seedStats(t)
 	srv := httptest.NewServer(r.handler(t, Config{Title: "egressd status — lab"}))

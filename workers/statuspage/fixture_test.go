@@ -33,9 +33,32 @@ type rig struct {
 	nc    *nats.Conn
 	store *kvstore.Store
 	now   time.Time
+	live  bool // the page reads the real clock: see newLiveRig
 }
 
+// fixedNow is the fixture's clock: noon UTC, so that every event of the fixture (the oldest
+// is two hours old) falls on the same day whatever the time zone and the hour the tests run.
+var fixedNow = time.Date(2026, time.March, 4, 12, 0, 0, 0, time.UTC)
+
+// newRig is a rig on the fixed clock: the page and the fixture agree on fixedNow.
 func newRig(t *testing.T) *rig {
+	t.Helper()
+	r := startRig(t)
+	r.now = fixedNow
+	return r
+}
+
+// newLiveRig is a rig on the real clock, for tests of the lease statistics: a window of them
+// is read by the stream's storage times, which only the server's clock sets. Those tests
+// assert nothing that depends on the date, the hour or the time zone.
+func newLiveRig(t *testing.T) *rig {
+	t.Helper()
+	r := startRig(t)
+	r.now, r.live = time.Now(), true
+	return r
+}
+
+func startRig(t *testing.T) *rig {
 	t.Helper()
 	srv, nc, js := kvstoretest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -44,7 +67,7 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rig{srv: srv, nc: nc, store: store, now: time.Now()}
+	return &rig{srv: srv, nc: nc, store: store}
 }
 
 func (r *rig) put(t *testing.T, kv jetstream.KeyValue, key string, v any) {
@@ -77,6 +100,9 @@ func (r *rig) publish(t *testing.T, ev events.Event) {
 func (r *rig) handler(t *testing.T, cfg Config) http.Handler {
 	t.Helper()
 	cfg.Store = r.store
+	if cfg.Now == nil && !r.live {
+		cfg.Now = func() time.Time { return r.now }
+	}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

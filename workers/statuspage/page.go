@@ -33,6 +33,9 @@ type Config struct {
 	RecentEvents int           // how many of the latest events to show; default 50
 	Title        string        // default "egressd status"
 	Timeout      time.Duration // bound on the NATS reads of one request; default 3 s
+	// Now is the page's clock, default time.Now: every age, "next in" and the date shown
+	// beside an event of another day are reckoned from it, in its time zone.
+	Now func() time.Time
 }
 
 // Page renders the status page. It holds no state between requests.
@@ -61,6 +64,9 @@ func New(cfg Config) (*Page, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Page{cfg: cfg}, nil
 }
 
@@ -81,7 +87,7 @@ func (p *Page) Handler() http.Handler {
 func (p *Page) snapshot(r *http.Request, q query, stats bool) Snapshot {
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	s := load(ctx, p.cfg, q, stats, time.Now())
+	s := load(ctx, p.cfg, q, stats, p.cfg.Now())
 	for _, e := range s.Errors {
 		p.cfg.Log.Warn("status page: read failed", "err", e)
 	}
@@ -133,7 +139,7 @@ func (p *Page) serveStats(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	st, err := fleet.LoadStats(ctx, p.cfg.Store.JS, q, time.Now())
+	st, err := fleet.LoadStats(ctx, p.cfg.Store.JS, q, p.cfg.Now())
 	if err != nil {
 		p.cfg.Log.Warn("status page: read failed", "err", err)
 		writeJSON(w, p.cfg.Log, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
@@ -148,7 +154,7 @@ func (p *Page) serveStats(w http.ResponseWriter, r *http.Request) {
 func (p *Page) serveLeases(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.Timeout)
 	defer cancel()
-	l := fleet.LoadLeases(ctx, p.cfg.Store.Leases, time.Now())
+	l := fleet.LoadLeases(ctx, p.cfg.Store.Leases, p.cfg.Now())
 	if q := r.URL.Query(); q.Has("holder") {
 		h := q.Get("holder")
 		l.Rows = l.Of(h)

@@ -33,7 +33,7 @@ const hostile = `<script>document.title="pwned"</script><img src=x onerror="aler
 
 // A proxy message, reason, attribute or event text is data, never markup.
 func TestHostileTextIsInert(t *testing.T) {
-	r := newRig(t)
+	r := newLiveRig(t)
 	r.put(t, r.store.Proxies, "evil", []byte(`{"provider":"local","attributes":{"note":"`+strings.ReplaceAll(hostile, `"`, `\"`)+`"}}`))
 	r.put(t, r.store.Status, "evil", events.ProxyStatus{V: 1, Phase: events.PhaseFailed, Reason: hostile, Message: hostile,
 		LastError: &events.LastError{Class: events.ClassPermanent, Message: hostile}, CreatedAt: r.now})

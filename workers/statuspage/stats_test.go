@@ -56,7 +56,7 @@ func b2i(b bool) int {
 
 // The sums of /api/stats.json, by each grouping, with its filters, and its bad queries.
 func TestStatsJSON(t *testing.T) {
-	r := newRig(t)
+	r := newLiveRig(t)
 	r.seedStats(t)
 	h := r.handler(t, Config{})
 	stats := func(path string) fleet.Stats {
@@ -156,7 +156,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // with them, the page draws both panels with a line per provider and lists the most blocked
 // targets.
 func TestPageShowsLeaseTraffic(t *testing.T) {
-	r := newRig(t)
+	r := newLiveRig(t)
 	h := r.handler(t, Config{})
 	res, body := get(t, h, "/api/stats.json")
 	if res.StatusCode != http.StatusOK || !strings.Contains(body, `"rows": []`) || !strings.Contains(body, `"records": 0`) ||

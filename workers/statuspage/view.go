@@ -131,9 +131,12 @@ func newView(s Snapshot) view {
 		v.Next = link(s.Filter, pg.Page+1, pg.PerPage)
 	}
 	for _, e := range s.Events {
-		clock := e.At.Format("15:04:05")
-		if !sameDay(e.At, s.GeneratedAt) {
-			clock = e.At.Format("2006-01-02 15:04:05")
+		// In the page's time zone: an event keeps the offset of the process that wrote it,
+		// which may be another machine's.
+		at := e.At.In(s.GeneratedAt.Location())
+		clock := at.Format("15:04:05")
+		if !sameDay(at, s.GeneratedAt) {
+			clock = at.Format("2006-01-02 15:04:05")
 		}
 		v.Events = append(v.Events, eventView{EventRow: e, Clock: clock, Ago: events.Age(s.GeneratedAt, e.At)})
 	}
