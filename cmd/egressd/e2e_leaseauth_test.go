@@ -181,20 +181,22 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 	n.waitRows("all Ready (the probers pass on their own tokens)", 60*time.Second, allPhase([]string{"fp-1", "sq-1", "sw-1"}, events.PhaseReady))
 
 	type held struct {
-		proxy      string
-		long, shrt events.LeaseReply // ttl 10 s, renewed; ttl 5 s, left to expire
+		proxy string
+		// ttl 30 s, renewed; ttl 25 s, released. Both outlast the checks made before the
+		// renewal and the release on a loaded machine; the test then waits out the first.
+		long, shrt events.LeaseReply
 		renewed    events.LeaseReply
 	}
 	var hs []*held
 	for _, kind := range []string{"fp", "squid"} {
 		h := &held{}
 		var raw string
-		h.long, raw = n.acquire(fmt.Sprintf(`{"selector":{"kind":%q},"ttlSeconds":10,"holder":"e2e"}`, kind))
+		h.long, raw = n.acquire(fmt.Sprintf(`{"selector":{"kind":%q},"ttlSeconds":30,"holder":"e2e"}`, kind))
 		if h.long.Lease.URL == "" {
 			t.Fatalf("acquire %s: %s", kind, raw)
 		}
 		h.proxy = h.long.Lease.Proxy
-		if h.shrt, raw = n.acquire(fmt.Sprintf(`{"selector":{"kind":%q},"ttlSeconds":5,"holder":"e2e"}`, kind)); h.shrt.Lease.URL == "" {
+		if h.shrt, raw = n.acquire(fmt.Sprintf(`{"selector":{"kind":%q},"ttlSeconds":25,"holder":"e2e"}`, kind)); h.shrt.Lease.URL == "" {
 			t.Fatalf("acquire %s: %s", kind, raw)
 		}
 		if u := credsOf(t, h.long.Lease.URL); u.Username() != h.long.Lease.ID {
@@ -230,7 +232,7 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 			}
 		}
 		var raw string
-		h.renewed, raw = n.leaseCall(events.LeaseRenewSubject, fmt.Sprintf(`{"id":%q,"ttlSeconds":60}`, h.long.Lease.ID))
+		h.renewed, raw = n.leaseCall(events.LeaseRenewSubject, fmt.Sprintf(`{"id":%q,"ttlSeconds":120}`, h.long.Lease.ID))
 		if h.renewed.Lease.ID != h.long.Lease.ID || h.renewed.Lease.URL == h.long.Lease.URL {
 			t.Fatalf("%s: renew kept the ID and changed the token? %s", h.proxy, raw)
 		}

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/internal/health"
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser"
@@ -28,27 +28,28 @@ import (
 )
 
 type runFlags struct {
-	dataDir    string
-	configPath string
-	natsURL    string
-	natsListen string
-	roles      string
-	provision  string
-	replicas   int
-	logLevel   string
-	leaderTTL  time.Duration
-	spread     time.Duration
-	gc         provisioner.GC
-	checks     provisioner.Checks
-	probe      string
-	echoListen string
-	checkURL   string
-	probeConc  int
-	metrics    string
-	uiListen   string
-	declare    bool
-	pprof      string
-	leaseHTTP  leaseHTTPFlags
+	dataDir     string
+	configPath  string
+	natsURL     string
+	natsListen  string
+	roles       string
+	provision   string
+	replicas    int
+	logLevel    string
+	leaderTTL   time.Duration
+	spread      time.Duration
+	gc          provisioner.GC
+	checks      provisioner.Checks
+	probe       string
+	echoListen  string
+	checkURL    string
+	probeConc   int
+	metrics     string
+	uiListen    string
+	declare     bool
+	pprof       string
+	healthBound time.Duration
+	leaseHTTP   leaseHTTPFlags
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -76,6 +77,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.metrics, "metrics-listen", "127.0.0.1:9464", "where /metrics and /healthz are served (empty disables)")
 	fs.StringVar(&f.pprof, "pprof-listen", "", "serve net/http/pprof on this loopback address (empty, the default, disables; a non-loopback address is refused)")
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
+	fs.DurationVar(&f.healthBound, "health-timeout", health.DefaultBound, "/healthz fails when JetStream has not answered for this long (/readyz at once)")
 	f.leaseHTTP.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
@@ -162,9 +164,24 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	if !roles.leaser && f.leaseHTTP.listen != "" {
 		return errors.New("--lease-http-listen: the leaser role serves it; add leaser to --roles")
 	}
-	if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
+	if f.natsURL == "" {
+		// Before anything in the data directory is opened: the store has one writer.
+		lock, err := lockDataDir(f.dataDir, f.natsListen)
+		if err != nil {
+			return err
+		}
+		defer lock.Close()
+		if err := checkNATSPort(f.natsListen); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(f.dataDir, 0o755); err != nil {
 		return fmt.Errorf("--data-dir: %w", err)
 	}
+	ls, err := bindListeners(f, roles)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
 	// Providers are built (their config validated) before anything starts, so a bad config
 	// block stops egressd before it touches NATS.
 	type built struct {
@@ -192,7 +209,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	url := f.natsURL
 	var opts []nats.Option
 	if url == "" {
-		srv, err := startEmbedded(f.dataDir, f.natsListen, log)
+		srv, err := startEmbedded(ctx, f.dataDir, f.natsListen, log)
 		if err != nil {
 			return err
 		}
@@ -277,31 +294,22 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			err = errors.Join(err, werr)
 		}
 	}()
-	if f.metrics != "" {
-		ln, err := net.Listen("tcp", f.metrics)
-		if err != nil {
-			return fmt.Errorf("--metrics-listen: %w", err)
-		}
+	hc := health.New(func(ctx context.Context) error { _, err := store.Proxies.Status(ctx); return err }, f.healthBound)
+	g.Go(func() error { return hc.Run(gctx) })
+	if ln := ls.metrics; ln != nil {
 		log.Info("serving /metrics and /healthz", "url", "http://"+ln.Addr().String())
-		g.Go(func() error { return metrics.Serve(gctx, ln, obs.Handler(natsHealthy(nc))) })
+		g.Go(func() error { return metrics.Serve(gctx, ln, obs.Handler(hc.Alive, readyCheck(nc, hc))) })
 	}
 	if f.uiListen != "" && f.natsURL == "" {
 		page, err := statuspage.New(statuspage.Config{Store: store, Log: log.With("component", "statuspage")})
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", f.uiListen)
-		if err != nil {
-			return fmt.Errorf("--ui-listen: %w", err)
-		}
+		ln := ls.ui
 		log.Info("serving the status page", "url", "http://"+ln.Addr().String()+"/")
 		g.Go(func() error { return metrics.Serve(gctx, ln, page.Handler()) })
 	}
-	if f.pprof != "" {
-		ln, err := pprofListener(f.pprof)
-		if err != nil {
-			return err
-		}
+	if ln := ls.pprof; ln != nil {
 		log.Info("serving pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 		g.Go(func() error { return servePprof(gctx, ln) })
 	}
@@ -325,11 +333,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	}
 	if roles.prober {
 		checkURL := f.checkURL
-		if checkURL == "" {
-			ln, err := net.Listen("tcp", f.echoListen)
-			if err != nil {
-				return fmt.Errorf("--echo-listen: %w", err)
-			}
+		if ln := ls.echo; ln != nil {
 			checkURL = "http://" + ln.Addr().String() + "/"
 			g.Go(func() error { return prober.ServeEcho(gctx, ln) })
 		}
@@ -373,6 +377,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		}
 		g.Go(func() error { return pc.Run(gctx) })
 	}
+	hc.SetReady()
 	log.Info("egressd running", "roles", f.roles, "providers", len(cfg.Providers))
 	err = g.Wait()
 	log.Info("egressd stopped")
@@ -399,13 +404,14 @@ func bindWhenReady(ctx context.Context, js jetstream.JetStream, log *slog.Logger
 	}
 }
 
-// natsHealthy is /healthz: the process is healthy while its NATS connection is up.
-func natsHealthy(nc *nats.Conn) func() error {
+// readyCheck is /readyz: the start is over, the NATS connection is up and JetStream answered
+// the latest round trip. /healthz is hc.Alive, which tolerates a short outage.
+func readyCheck(nc *nats.Conn, hc *health.Checker) func() error {
 	return func() error {
 		if !nc.IsConnected() {
 			return fmt.Errorf("NATS connection is %s", nc.Status())
 		}
-		return nil
+		return hc.Ready()
 	}
 }
 

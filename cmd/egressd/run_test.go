@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -9,22 +8,17 @@ import (
 	"go.uber.org/goleak"
 )
 
-// A role that fails to start after another part has started (here the prober's echo
-// listener, after the metrics server) ends run with the error, and nothing run started is
+// A role that fails to start after another part has started (here the prober, refusing its
+// filter, after the metrics server and the echo endpoint) ends run with the error, and nothing run started is
 // left running: every return path cancels and waits. (The metrics server is the part that
 // would stay: nothing else ends it, while a role on the NATS connection ends once that closes.)
 func TestRunFailingToStartLeavesNothingRunning(t *testing.T) {
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
 	before := goleak.IgnoreCurrent()
 	f := runFlags{dataDir: t.TempDir(), natsListen: "127.0.0.1:-1", roles: "prober", logLevel: "info",
-		leaderTTL: 2 * time.Second, echoListen: busy.Addr().String(), probeConc: 1, metrics: "127.0.0.1:0"}
-	err = run(t.Context(), f, discardLogger())
-	if err == nil || !strings.Contains(err.Error(), "--echo-listen") {
-		t.Fatalf("run = %v, want the --echo-listen error", err)
+		leaderTTL: 2 * time.Second, echoListen: "127.0.0.1:0", probeConc: 1, metrics: "127.0.0.1:0", probe: "local.*"}
+	err := run(t.Context(), f, discardLogger())
+	if err == nil || !strings.Contains(err.Error(), `probe filter "local.*"`) {
+		t.Fatalf("run = %v, want the prober's filter error", err)
 	}
 	goleak.VerifyNone(t, before)
 }

@@ -89,7 +89,7 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 	}
 
 	// /metrics.
-	text := get(metrics.New(store, nc, true).Handler(func() error { return nil }), "/metrics")
+	text := get(metrics.New(store, nc, true).Handler(func() error { return nil }, func() error { return nil }), "/metrics")
 	met := readerCounts{phases: map[events.Phase]int{}, healthy: int(sample(t, text, "egress_proxies_healthy", "")),
 		due: int(sample(t, text, "egress_proxies_probe_overdue", "")), leases: int(sample(t, text, "egress_leases_active", ""))}
 	for _, p := range fleet.Phases {

@@ -151,7 +151,7 @@ func TestPoolViewsAgree(t *testing.T) {
 		pg[p.Name] = line(p)
 	}
 
-	msrv := httptest.NewServer(metrics.New(store, nc, true).Handler(func() error { return nil }))
+	msrv := httptest.NewServer(metrics.New(store, nc, true).Handler(func() error { return nil }, func() error { return nil }))
 	defer msrv.Close()
 	mres, err := http.Get(msrv.URL + "/metrics")
 	if err != nil {

@@ -1,4 +1,4 @@
-// Package metrics serves every egressd process's /metrics and /healthz. State (proxies by
+// Package metrics serves every egressd process's /metrics, /healthz and /readyz. State (proxies by
 // phase, health, leases, host queues, provider targets, JetStream) is read from NATS at scrape
 // time (the proxies through the shared read model, workers/fleet, one build reused for a
 // second at most), so it cannot drift; only events that leave no state behind (ops run, leases asked for,

@@ -172,8 +172,8 @@ egress_proxies_healthy 2
 
 func TestHandler(t *testing.T) {
 	_, m := seed(t)
-	var down error
-	srv := httptest.NewServer(m.Handler(func() error { return down }))
+	var down, unready error
+	srv := httptest.NewServer(m.Handler(func() error { return down }, func() error { return unready }))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(srv.URL + path)
@@ -189,6 +189,16 @@ func TestHandler(t *testing.T) {
 	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz: %d", code)
+	}
+	if code, _ := get("/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	unready = errors.New("starting")
+	if code, body := get("/readyz"); code != 503 || body != "not ready: starting\n" {
+		t.Fatalf("/readyz when starting: %d %q", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz while not ready: %d, want alive", code)
 	}
 	down = errors.New("nats disconnected")
 	if code, body := get("/healthz"); code != 503 || !strings.Contains(body, "nats disconnected") {

@@ -10,19 +10,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics and /healthz. /healthz is 200 while the process is connected to
-// NATS, 503 otherwise.
-func (m *Metrics) Handler(healthy func() error) http.Handler {
+// Handler serves /metrics, /healthz and /readyz. /healthz (liveness: restart me if it
+// fails) is 200 while alive returns nil, /readyz (send me work) while ready does; 503 with
+// the reason otherwise.
+func (m *Metrics) Handler(alive, ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Timeout: 10 * time.Second}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := healthy(); err != nil {
-			http.Error(w, "unhealthy: "+err.Error(), http.StatusServiceUnavailable)
+	mux.HandleFunc("GET /healthz", verdict(alive, "unhealthy"))
+	mux.HandleFunc("GET /readyz", verdict(ready, "not ready"))
+	return mux
+}
+
+func verdict(check func() error, bad string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := check(); err != nil {
+			http.Error(w, bad+": "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	return mux
+	}
 }
 
 // Serve serves h on ln until ctx ends, then shuts down within a short budget.
