@@ -71,6 +71,12 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	default:
 		pe := parsePool(name, e)
 		in.Spec, in.SpecErr, in.SpecRev = pe.spec, pe.err, pe.rev
+		if in.Spec != nil {
+			in.SpecReason, in.SpecErr = refused(*in.Spec, v.catalogCopy())
+			if in.SpecErr != nil {
+				in.Spec = nil
+			}
+		}
 	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
