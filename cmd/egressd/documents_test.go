@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -80,6 +81,16 @@ func TestUsageListsEveryCommand(t *testing.T) {
 		name, _, _ := strings.Cut(rest, " ")
 		if !slices.ContainsFunc(commands, func(c command) bool { return c.name == strings.TrimSpace(name) }) {
 			t.Errorf("usage lists %q, which dispatch does not know", name)
+		}
+	}
+	// docs/cli.md shows the same list.
+	doc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(text) {
+		if l, ok := strings.CutPrefix(line, "  "); ok && !strings.Contains(string(doc), l) {
+			t.Errorf("docs/cli.md lacks the usage line %q", strings.TrimSpace(l))
 		}
 	}
 	var out, errOut bytes.Buffer
