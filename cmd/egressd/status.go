@@ -107,35 +107,40 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "providers":
 		return showList(ctx, *natsURL, events.BucketProviderHealth, fleet.Targets, *output == "json", printTargets, stdout, stderr)
 	}
-	// The proxies view reads the pools' buckets only to select by pool, so a viewer the
-	// deployment does not let read them still gets its table.
-	fl, err := loadFleet(ctx, *natsURL, what == "pools" || len(filter.Pools) > 0 || (*check && filter.Empty()))
+	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
+}
+
+// showFleet is the proxies and pools views, judged with --check.
+func showFleet(ctx context.Context, natsURL, what string, filter fleet.Filter, asJSON, check bool, stdout, stderr io.Writer) int {
+	// The proxies view reads the pools' buckets only to select by pool or to judge them
+	// (--check), so a viewer the deployment does not let read them still gets its table.
+	fl, err := loadFleet(ctx, natsURL, what == "pools" || len(filter.Pools) > 0 || (check && filter.Empty()))
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd status:", err)
 		return 1
 	}
 	code := reportReadErrors(stderr, fl.Errors)
 	if what == "pools" {
-		if *output == "json" {
+		if asJSON {
 			writeJSON(stdout, fl.Pools)
 		} else {
 			printPools(stdout, fl.Pools, fl.At)
 		}
-		if *check {
+		if check {
 			code = max(code, judge(stderr, nil, fl.Pools))
 		}
 		return code
 	}
 	rows := fl.Select(filter)
 	switch {
-	case *output == "json":
+	case asJSON:
 		writeJSON(stdout, rows)
 	case len(rows) == 0 && len(fl.Rows) > 0:
 		fmt.Fprintf(stdout, "No proxies match (%d in the fleet).\n", len(fl.Rows))
 	default:
 		printTable(stdout, rows)
 	}
-	if *check {
+	if check {
 		var pools []fleet.PoolRow
 		if filter.Empty() {
 			pools = fl.Pools
