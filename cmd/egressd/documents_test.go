@@ -83,6 +83,12 @@ func TestUsageListsEveryCommand(t *testing.T) {
 			t.Errorf("usage lists %q, which dispatch does not know", name)
 		}
 	}
+	// status -h lists every view, from the same table.
+	for _, view := range statusViews[1:] {
+		if !strings.Contains(commandUsage("status"), "egressd status "+view) {
+			t.Errorf("status -h lacks the view %s", view)
+		}
+	}
 	// docs/cli.md shows the same list.
 	doc, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {

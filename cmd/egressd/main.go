@@ -86,18 +86,35 @@ var aliases = map[string]string{"--version": "version", "-h": "help", "--help": 
 func usage() string {
 	var b strings.Builder
 	b.WriteString("egressd: forward proxies kept alive and handed out, on NATS JetStream.\n\nUsage:\n")
-	const col = 22 // the synopsis column's width; a longer synopsis has its summary on the next line
 	for _, c := range commands {
-		for _, h := range c.help {
-			if len(h.synopsis) < col {
-				fmt.Fprintf(&b, "  egressd %-*s %s\n", col, h.synopsis, h.summary)
-			} else {
-				fmt.Fprintf(&b, "  egressd %s\n  %*s %s\n", h.synopsis, len("egressd ")+col, "", h.summary)
-			}
-		}
+		writeHelp(&b, c.help)
 	}
 	b.WriteString("\nRun \"egressd <command> -h\" for a command's flags.\n")
 	return b.String()
+}
+
+// commandUsage is one command's lines of the usage text, for its own -h (status lists its
+// views from the same table).
+func commandUsage(name string) string {
+	var b strings.Builder
+	b.WriteString("Usage:\n")
+	for _, c := range commands {
+		if c.name == name {
+			writeHelp(&b, c.help)
+		}
+	}
+	return b.String()
+}
+
+func writeHelp(b *strings.Builder, lines []helpLine) {
+	const col = 22 // the synopsis column's width; a longer synopsis has its summary on the next line
+	for _, h := range lines {
+		if len(h.synopsis) < col {
+			fmt.Fprintf(b, "  egressd %-*s %s\n", col, h.synopsis, h.summary)
+		} else {
+			fmt.Fprintf(b, "  egressd %s\n  %*s %s\n", h.synopsis, len("egressd ")+col, "", h.summary)
+		}
+	}
 }
 
 func main() {

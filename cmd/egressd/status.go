@@ -63,6 +63,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var((*listFlag)(&in.Pools), "pool", "only members of these pools, by their spec's owner (repeatable, or comma-separated)")
 	holder := fs.String("holder", "", "leases view: only this holder's leases (\"\" for leases acquired without one, with -holder=)")
 	check := fs.Bool("check", false, "proxies and pools views: exit 3 when a proxy or pool shown is Invalid or Failed (the proxies view also judges every pool, unless --phase, --provider, --selector or --pool narrow it)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\nThe view comes first; the flags follow it. Flags:\n", commandUsage("status"))
+		fs.PrintDefaults()
+	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
