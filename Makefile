@@ -33,7 +33,7 @@ test: tools fmt-check vet
 
 # Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
 FUZZTIME ?= 30s
-FUZZ := ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser:FuzzHTTPFaceInput ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./workers/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd:FuzzParseConfig ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
+FUZZ := ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser:FuzzHTTPFaceInput ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./workers/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd:FuzzParseConfig ./cmd/egressd:FuzzCheckDocument ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done

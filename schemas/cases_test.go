@@ -95,7 +95,13 @@ var specCases = []specCase{
 	{name: "unknown in placement", doc: `{"provider":"p","placement":{"zone":"z","foo":"x"}}`, fields: want("placement.foo")},
 	{name: "unknown in auth", doc: `{"provider":"p","auth":{"username":"u","password":"p","x":1}}`, fields: want("auth.x")},
 	{name: "unknown in endpoint", doc: `{"mode":"external","endpoint":{"host":"h","y":1}}`, fields: want("endpoint.y")},
-	{name: "unknown before a type error", doc: `{"foo":1,"port":"x"}`, fields: want("foo")},
+	{name: "unknown before a type error", doc: `{"foo":1,"port":"x"}`, fields: want("foo", "port")},
+
+	// Every problem at once: the keys, then what validation finds in the rest.
+	{name: "every unknown key", doc: `{"foo":1,"provider":"p","bar":{"x":null}}`, fields: want("foo", "bar")},
+	{name: "unknown key and an invalid value", doc: `{"prot":3128,"port":70000,"provider":"p"}`, fields: want("prot", "port")},
+	{name: "null and invalid values", doc: `{"provider":null,"maxLeases":-1,"healthCheck":{"url":"x"}}`, fields: want("provider", "maxLeases", "healthCheck.url")},
+	{name: "repeated key and an invalid value", doc: `{"provider":"p","provider":"q","port":0,"maxLeases":20000}`, fields: want("provider", "maxLeases")},
 	{name: "wrong case top level", doc: `{"Provider":"p"}`, fields: want("Provider")},
 	{name: "wrong case nested", doc: `{"provider":"p","healthCheck":{"IntervalSeconds":3}}`, fields: want("healthCheck.IntervalSeconds")},
 

@@ -9,19 +9,25 @@ import (
 )
 
 // checkKeys walks the first JSON value of data against the json tags of t and reports, with
-// its full path (array elements as "placements[1]"), the first key that is not a field (matching case exactly), a key repeated in
-// one object, or a null. Syntax and type errors are left to encoding/json, which reports them
-// first; where the document and t disagree on a type the walk just skips the value.
-func checkKeys(data []byte, t reflect.Type) error {
+// its full path (array elements as "placements[1]"), every key that is not a field (matching
+// case exactly), key repeated in one object, and null. Syntax and type errors are left to
+// encoding/json, which reports them first; where the document and t disagree on a type the
+// walk just skips the value.
+func checkKeys(data []byte, t reflect.Type) []error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber() // a number too big for float64 is not this walk's business
-	return walkKeys(dec, t, "")
+	var errs []error
+	walkKeys(dec, t, "", func(fe *FieldError) { errs = append(errs, fe) })
+	return errs
 }
 
-func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
+// walkKeys walks one value, reporting each problem. An unknown key's value is walked with no
+// type (so only its nulls and repeats inside are not reported: they are part of a field that
+// should not be there at all).
+func walkKeys(dec *json.Decoder, t reflect.Type, path string, report func(*FieldError)) {
 	tok, err := dec.Token()
 	if err != nil {
-		return nil
+		return
 	}
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -29,7 +35,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 	switch tok {
 	case nil:
 		if t != nil {
-			return &FieldError{Field: pathOrDocument(path), Problem: "must not be null (leave the field out to get its default)"}
+			report(&FieldError{Field: pathOrDocument(path), Problem: "must not be null (leave the field out to get its default)"})
 		}
 	case json.Delim('['):
 		var et reflect.Type
@@ -37,9 +43,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 			et = t.Elem()
 		}
 		for i := 0; dec.More(); i++ {
-			if err := walkKeys(dec, et, fmt.Sprintf("%s[%d]", path, i)); err != nil {
-				return err
-			}
+			walkKeys(dec, et, fmt.Sprintf("%s[%d]", path, i), report)
 		}
 		_, _ = dec.Token()
 	case json.Delim('{'):
@@ -47,7 +51,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
-				return nil
+				return
 			}
 			key, _ := tok.(string)
 			p := key
@@ -55,7 +59,7 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 				p = path + "." + key
 			}
 			if seen[key] {
-				return &FieldError{Field: p, Problem: "appears more than once"}
+				report(&FieldError{Field: p, Problem: "appears more than once"})
 			}
 			seen[key] = true
 			var ft reflect.Type
@@ -64,19 +68,16 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string) error {
 				case reflect.Struct:
 					var ok bool
 					if ft, ok = jsonField(t, key); !ok {
-						return &FieldError{Field: p, Problem: "unknown field"}
+						report(&FieldError{Field: p, Problem: "unknown field"})
 					}
 				case reflect.Map:
 					ft = t.Elem()
 				}
 			}
-			if err := walkKeys(dec, ft, p); err != nil {
-				return err
-			}
+			walkKeys(dec, ft, p, report)
 		}
 		_, _ = dec.Token()
 	}
-	return nil
 }
 
 // jsonField returns the type of the field of struct t whose json name is exactly key.

@@ -187,7 +187,12 @@ var poolCases = []specCase{
 	{name: "miscased in template", doc: `{"template":{"Provider":"p"},"replicas":1}`, fields: want("template.Provider")},
 	{name: "unknown deep in template", doc: `{"template":{"provider":"p","healthCheck":{"interval":3}},"replicas":1}`,
 		fields: want("template.healthCheck.interval")},
-	{name: "unknown before a type error", doc: `{"foo":1,"replicas":"x"}`, fields: want("foo")},
+	{name: "unknown before a type error", doc: `{"foo":1,"replicas":"x"}`, fields: want("foo", "replicas")},
+
+	// Every problem at once: the keys, then what validation finds in the rest.
+	{name: "typo and invalid template", doc: `{"template":{"provider":"p","port":0,"maxLeases":-1},"replcias":3}`,
+		fields: want("replcias", "template.maxLeases", "replicas")},
+	{name: "null template and a bad spread", doc: `{"template":null,"replicas":1,"spread":"x"}`, fields: want("template", "spread")},
 	{name: "null template", doc: `{"template":null,"replicas":1}`, fields: want("template")},
 	{name: "null in template", doc: `{"template":{"provider":"p","port":null},"replicas":1}`, fields: want("template.port")},
 	{name: "repeated replicas", doc: `{` + tmpl + `,"replicas":1,"replicas":2}`, fields: want("replicas"), schemaGap: true},

@@ -95,11 +95,11 @@ func ParsePoolSpec(data []byte) (PoolSpec, error) {
 		return PoolSpec{}, &FieldError{Field: "template.v", Problem: versionError(v).(*FieldError).Problem}
 	}
 	var s PoolSpec
-	if err := decodeStrict(data, &s); err != nil {
-		return PoolSpec{}, err
-	}
-	s.applyDefaults()
-	if err := s.Validate(); err != nil {
+	err := parseAll(data, &s, func() error {
+		s.applyDefaults()
+		return s.Validate()
+	})
+	if err != nil {
 		return PoolSpec{}, err
 	}
 	return s, nil

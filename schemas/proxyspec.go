@@ -112,11 +112,11 @@ func ParseProxySpec(data []byte) (ProxySpec, error) {
 		return ProxySpec{}, versionError(v)
 	}
 	var s ProxySpec
-	if err := decodeStrict(data, &s); err != nil {
-		return ProxySpec{}, err
-	}
-	s.applyDefaults()
-	if err := s.Validate(); err != nil {
+	err := parseAll(data, &s, func() error {
+		s.applyDefaults()
+		return s.Validate()
+	})
+	if err != nil {
 		return ProxySpec{}, err
 	}
 	return s, nil

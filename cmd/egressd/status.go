@@ -62,6 +62,11 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var((*listFlag)(&in.Selectors), "selector", "only proxies with this attribute, key=value, matched exactly (repeatable, or comma-separated; all must match)")
 	fs.Var((*listFlag)(&in.Pools), "pool", "only members of these pools, by their spec's owner (repeatable, or comma-separated)")
 	holder := fs.String("holder", "", "leases view: only this holder's leases (\"\" for leases acquired without one, with -holder=)")
+	check := fs.Bool("check", false, "proxies and pools views: exit 3 when a proxy or pool shown is Invalid or Failed (the proxies view also judges every pool, unless --phase, --provider, --selector or --pool narrow it)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\nThe view comes first; the flags follow it. Flags:\n", commandUsage("status"))
+		fs.PrintDefaults()
+	}
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -88,6 +93,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			holderSet = holder
 		}
 	})
+	if *check && what != "proxies" && what != "pools" {
+		fmt.Fprintf(stderr, "egressd status %s: --check judges proxies and pools; use egressd status --check or egressd status pools --check\n", what)
+		return 2
+	}
 	if holderSet != nil && what != "leases" {
 		fmt.Fprintf(stderr, "egressd status %s: --holder selects leases; use egressd status leases --holder %s\n", what, *holder)
 		return 2
@@ -102,32 +111,75 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "providers":
 		return showList(ctx, *natsURL, events.BucketProviderHealth, fleet.Targets, *output == "json", printTargets, stdout, stderr)
 	}
-	// The proxies view reads the pools' buckets only to select by pool, so a viewer the
-	// deployment does not let read them still gets its table.
-	fl, err := loadFleet(ctx, *natsURL, what == "pools" || len(filter.Pools) > 0)
+	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
+}
+
+// showFleet is the proxies and pools views, judged with --check.
+func showFleet(ctx context.Context, natsURL, what string, filter fleet.Filter, asJSON, check bool, stdout, stderr io.Writer) int {
+	// The proxies view reads the pools' buckets only to select by pool or to judge them
+	// (--check), so a viewer the deployment does not let read them still gets its table.
+	fl, err := loadFleet(ctx, natsURL, what == "pools" || len(filter.Pools) > 0 || (check && filter.Empty()))
 	if err != nil {
 		fmt.Fprintln(stderr, "egressd status:", err)
 		return 1
 	}
 	code := reportReadErrors(stderr, fl.Errors)
 	if what == "pools" {
-		if *output == "json" {
+		if asJSON {
 			writeJSON(stdout, fl.Pools)
 		} else {
 			printPools(stdout, fl.Pools, fl.At)
+		}
+		if check {
+			code = max(code, judge(stderr, nil, fl.Pools))
 		}
 		return code
 	}
 	rows := fl.Select(filter)
 	switch {
-	case *output == "json":
+	case asJSON:
 		writeJSON(stdout, rows)
 	case len(rows) == 0 && len(fl.Rows) > 0:
 		fmt.Fprintf(stdout, "No proxies match (%d in the fleet).\n", len(fl.Rows))
 	default:
 		printTable(stdout, rows)
 	}
+	if check {
+		var pools []fleet.PoolRow
+		if filter.Empty() {
+			pools = fl.Pools
+		}
+		code = max(code, judge(stderr, rows, pools))
+	}
 	return code
+}
+
+// exitProblems is the exit code of status --check when something is Invalid or Failed: apart
+// from 1 (could not read) and 2 (usage), so a script can tell "broken" from "unknown".
+const exitProblems = 3
+
+// judge prints, for status --check, each proxy and pool that egressd will not act on as it
+// stands (Invalid: fix its document) or has given up on (Failed: change its spec), and
+// returns exitProblems if there is one.
+func judge(w io.Writer, rows []fleet.Row, pools []fleet.PoolRow) int {
+	n := 0
+	for _, r := range rows {
+		if r.Phase == events.PhaseInvalid || r.Phase == events.PhaseFailed {
+			n++
+			fmt.Fprintf(w, "proxy %s is %s: %s\n", r.Name, r.Phase, dash(r.Message))
+		}
+	}
+	for _, p := range pools {
+		if p.Phase == events.PoolInvalid {
+			n++
+			fmt.Fprintf(w, "pool %s is %s: %s\n", p.Name, p.Phase, dash(p.Message))
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	fmt.Fprintf(w, "egressd status --check: %d Invalid or Failed\n", n)
+	return exitProblems
 }
 
 // loadFleet reads the fleet through the read model (workers/fleet). A bucket that cannot be

@@ -73,15 +73,16 @@ func (c *Controller) lead(ctx context.Context) error {
 	b := newBlocks()
 	s := c.cfg.Store
 	g, gctx := errgroup.WithContext(ctx)
-	synced := make(chan struct{}, 4)
-	for _, w := range []struct {
+	watches := []struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
-	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}} {
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}}
+	synced := make(chan struct{}, len(watches))
+	for _, w := range watches {
 		g.Go(func() error { return follow(gctx, w.kv, w.apply, synced) })
 	}
 	g.Go(func() error {
-		for range 4 {
+		for range watches {
 			select {
 			case <-synced:
 			case <-gctx.Done():

@@ -62,15 +62,8 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Now: now,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
 		NewSuffix: newSuffix, Load: v.loadAt}
-	// The spec is read fresh too: the watches of pools and proxies are not ordered with each
-	// other, and a member seen before its pool must not read as a pool deleted.
-	switch e, err := s.Pools.Get(rctx, name); {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
-		return fmt.Errorf("read pool: %w", err)
-	default:
-		pe := parsePool(name, e)
-		in.Spec, in.SpecErr, in.SpecRev = pe.spec, pe.err, pe.rev
+	if err := readSpec(rctx, s.Pools, v, name, &in); err != nil {
+		return err
 	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
@@ -121,6 +114,27 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	// member's instance on a revision it did not record (desired keeps the instance).
 	if _, err := c.recordLedger(ctx, name, out.Ledger, lrev, &final, false); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 		c.cfg.Log.Warn("pool ledger not updated after its member writes; the next pass does it", "pool", name, "err", err)
+	}
+	return nil
+}
+
+// readSpec reads the pool's spec fresh: the watches of pools and proxies are not ordered with
+// each other, and a member seen before its pool must not read as a pool deleted. A spec that
+// parses but whose members the reconciler would refuse is an error too.
+func readSpec(ctx context.Context, pools jetstream.KeyValue, v *view, name string, in *input) error {
+	e, err := pools.Get(ctx, name)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read pool: %w", err)
+	}
+	pe := parsePool(name, e)
+	in.Spec, in.SpecErr, in.SpecRev = pe.spec, pe.err, pe.rev
+	if in.Spec != nil {
+		if in.SpecReason, in.SpecErr = refused(*in.Spec, v.catalogCopy()); in.SpecErr != nil {
+			in.Spec = nil
+		}
 	}
 	return nil
 }

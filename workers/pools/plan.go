@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -31,10 +30,13 @@ type owned struct {
 type input struct {
 	Name    string
 	Spec    *schemas.PoolSpec // nil: the pool was deleted
-	SpecErr error             // the spec does not parse or validate
-	SpecRev uint64
-	Ledger  *events.PoolStatus // nil: none recorded yet
-	Owned   map[string]owned   // specs in proxies owned by this pool, by name
+	SpecErr error             // the spec does not parse or validate, or the reconciler would refuse its members
+	// SpecReason is SpecErr's reason: InvalidSpec when empty, or UnknownProvider,
+	// InvalidPlacement (the reconciler's, for what its catalog refuses).
+	SpecReason events.Reason
+	SpecRev    uint64
+	Ledger     *events.PoolStatus // nil: none recorded yet
+	Owned      map[string]owned   // specs in proxies owned by this pool, by name
 	// Taken says a ledger member's key holds a spec that is not the pool's (read fresh);
 	// InUse says a fresh name is a key already (the view is enough: a create fails anyway).
 	Taken     func(name string) bool
@@ -99,10 +101,7 @@ func (p *planner) run() {
 		p.deletePool()
 		return
 	case in.SpecErr != nil:
-		// Nothing is created, changed or deleted on an invalid spec: members made by the
-		// last valid one stay as they are, as a Deployment's pods do.
-		// One line, as the read model shows a spec error (its problems joined with "; ").
-		p.record(events.PoolInvalid, events.ReasonInvalidSpec, strings.ReplaceAll(in.SpecErr.Error(), "\n", "; "))
+		p.invalid()
 		return
 	}
 	p.reconcileLedger()

@@ -392,6 +392,40 @@ func TestInvalidPoolDoesNothing(t *testing.T) {
 	if len(out.Ledger.Members) != 2 {
 		t.Fatal("an invalid spec dropped members from the ledger")
 	}
+	if len(out.Events) != 1 || out.Events[0].Reason != events.ReasonInvalidSpec || !strings.Contains(out.Events[0].Message, "replicas") {
+		t.Fatalf("events of a pool turning Invalid: %+v", out.Events)
+	}
+	// The event is news once: the next pass records the same and says nothing; another
+	// problem is news again.
+	in.Ledger = out.Ledger
+	if again := plan(in); len(again.Events) != 0 || again.Ledger.Phase != events.PoolInvalid {
+		t.Fatalf("a pass over the same invalid spec: %+v", again)
+	}
+	in.SpecErr, in.SpecReason = errors.New(`template.provider: unknown provider "nope" (known: local)`), events.ReasonUnknownProvider
+	other := plan(in)
+	if len(other.Events) != 1 || other.Events[0].Reason != events.ReasonUnknownProvider || other.Ledger.Reason != events.ReasonUnknownProvider {
+		t.Fatalf("a new problem: %+v", other)
+	}
+}
+
+func TestRefusedIsTheReconcilersRule(t *testing.T) {
+	cat := schemas.Catalog{"local": {Hosts: []string{"local"}}, "kvm": {Hosts: []string{"h1"}}}
+	for _, tc := range []struct {
+		doc    string
+		reason events.Reason
+	}{
+		{`{"template":{"provider":"local"},"replicas":1}`, ""},
+		{`{"template":{"provider":"nope"},"replicas":1}`, events.ReasonUnknownProvider},
+		{`{"template":{"provider":"kvm","placement":{"zone":"h9"}},"replicas":1}`, events.ReasonInvalidPlacement},
+		// No member is made with the template's provider: every placement names its own.
+		{`{"template":{"provider":"nope"},"replicas":1,"placements":[{"provider":"local"}]}`, ""},
+		{`{"template":{"provider":"local"},"replicas":1,"placements":[{"provider":"kvm","zone":"h9"},{"provider":"gone"}]}`, events.ReasonUnknownProvider},
+	} {
+		reason, err := refused(*poolSpec(t, tc.doc), cat)
+		if reason != tc.reason || (err == nil) != (tc.reason == "") {
+			t.Errorf("%s: %q, %v; want %q", tc.doc, reason, err, tc.reason)
+		}
+	}
 }
 
 func TestDeletedPoolDeletesItsMembers(t *testing.T) {

@@ -41,7 +41,21 @@ func newRig(t testing.TB) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.ctx = ctx
 	t.Cleanup(func() { cancel(); r.wg.Wait() })
+	// The provider the pools name, as its provisioner publishes it: the controller creates
+	// no member the reconciler would refuse.
+	r.publishProvider("local", "local")
 	return r
+}
+
+// publishProvider writes provider's record in provider_catalog, as its provisioner does.
+func (r *rig) publishProvider(name string, hosts ...string) {
+	rec := events.CatalogRecord{V: 1, Provider: name, Type: "local", UpdatedAt: time.Now()}
+	for _, h := range hosts {
+		rec.Hosts = append(rec.Hosts, events.CatalogHost{Name: h, MaxConcurrentOps: 4})
+	}
+	if _, err := kvstore.PutJSON(r.ctx, r.store.Catalog, name, rec); err != nil {
+		r.t.Fatal(err)
+	}
 }
 
 // connect opens a connection of its own, as another process would.

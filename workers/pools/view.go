@@ -2,6 +2,7 @@ package pools
 
 import (
 	"encoding/json"
+	"maps"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type view struct {
 	phases  map[string]events.Phase
 	dirty   map[string]bool
 	wake    chan struct{}
+	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
+	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
+	catalog schemas.Catalog
 }
 
 type poolEntry struct {
@@ -44,7 +48,8 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1)}
+		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		catalog: schemas.Catalog{}}
 }
 
 func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
@@ -72,6 +77,36 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	}
 	v.pools[name] = parsePool(name, e)
 	v.mark(name)
+}
+
+// applyCatalog follows provider_catalog as the reconciler does (an unreadable record is
+// skipped, as there); every pool is looked at again, since any may name the provider.
+func (v *view) applyCatalog(e jetstream.KeyValueEntry) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !isPut(e) {
+		delete(v.catalog, e.Key())
+	} else {
+		var rec events.CatalogRecord
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			return
+		}
+		var entry schemas.CatalogEntry
+		for _, h := range rec.Hosts {
+			entry.Hosts = append(entry.Hosts, h.Name)
+		}
+		v.catalog[e.Key()] = entry
+	}
+	for n := range v.pools {
+		v.mark(n)
+	}
+}
+
+// catalogCopy is the catalog as it is now, for one pass.
+func (v *view) catalogCopy() schemas.Catalog {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.catalog)
 }
 
 // parsePool parses a pool's entry; a bad name or spec is its error.

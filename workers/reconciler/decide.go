@@ -32,10 +32,10 @@ type Input struct {
 	NewID        func() string // fresh random IDs for UIDs and ops
 }
 
-// ProviderInfo is what the reconciler knows of a provider from its catalog.
-type ProviderInfo struct {
-	Hosts []string
-}
+// ProviderInfo is what the reconciler knows of a provider from its catalog. It is
+// schemas.CatalogEntry, so that the rules of what is refused (schemas.Catalog) are the ones
+// the pool controller and `egressd validate` apply too.
+type ProviderInfo = schemas.CatalogEntry
 
 // Decision is what to do: write Status (or remove it when nil), publish Ops and Events, and
 // decide again by Wake at the latest.
@@ -186,7 +186,7 @@ func (d *decider) managed() {
 		return
 	}
 	if !ok {
-		d.invalid(events.ReasonUnknownProvider, fmt.Sprintf("provider: unknown provider %q (known: %s)", spec.Provider, knownProviders(d.in.Catalog)))
+		d.invalid(events.ReasonUnknownProvider, schemas.Catalog(d.in.Catalog).UnknownProvider("provider", spec.Provider).Error())
 		return
 	}
 	d.ensureStatus()
@@ -291,15 +291,16 @@ func (d *decider) setIdentity() {
 // pickHost keeps the current host while an instance may exist; otherwise placement.zone
 // names it, or the proxy's name picks one by rendezvous hashing so the choice is stable.
 func (d *decider) pickHost(prov ProviderInfo) (string, error) {
-	if len(prov.Hosts) == 0 {
-		return "", fmt.Errorf("provider: %q has no hosts", d.in.Spec.Provider)
+	cat := schemas.Catalog{d.in.Spec.Provider: prov}
+	if err := cat.CheckZone("provider", "placement.zone", d.in.Spec.Provider, ""); err != nil || len(prov.Hosts) == 0 {
+		return "", cmp.Or(err, fmt.Errorf("provider: %q: its hosts are not known", d.in.Spec.Provider))
 	}
 	if d.mayExist() && d.st.Host != "" && d.st.Provider == d.in.Spec.Provider && slices.Contains(prov.Hosts, d.st.Host) {
 		return d.st.Host, nil
 	}
 	if z := d.in.Spec.Placement.Zone; z != "" {
-		if !slices.Contains(prov.Hosts, z) {
-			return "", fmt.Errorf("placement.zone: %q is not a host of provider %q (hosts: %s)", z, d.in.Spec.Provider, strings.Join(prov.Hosts, ", "))
+		if err := cat.CheckZone("provider", "placement.zone", d.in.Spec.Provider, z); err != nil {
+			return "", err
 		}
 		return z, nil
 	}
@@ -698,14 +699,4 @@ func authHash(uid string, a *schemas.Auth) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-func knownProviders(c map[string]ProviderInfo) string {
-	names := make([]string, 0, len(c))
-	for n := range c {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	if len(names) == 0 {
-		return "none"
-	}
-	return strings.Join(names, ", ")
-}
+func knownProviders(c map[string]ProviderInfo) string { return schemas.Catalog(c).Names() }
