@@ -79,6 +79,17 @@ func init() {
 	}
 }
 
+// firstSteps is what egressd with no arguments says first: a newcomer's way in.
+const firstSteps = `New here? Start everything on this machine (NATS embedded, one local provider):
+
+  egressd run
+
+then, in another shell, declare a proxy and watch it come up (README.md has the tour):
+
+  egressd apply proxy crawl-1 - <<< '{"provider":"local"}'
+  egressd status
+`
+
 // aliases are other spellings of a command.
 var aliases = map[string]string{"--version": "version", "-h": "help", "--help": "help"}
 
@@ -123,7 +134,7 @@ func main() {
 
 func dispatch(args []string, sio stdio) int {
 	if len(args) == 0 {
-		fmt.Fprint(sio.errOut, usage())
+		fmt.Fprint(sio.errOut, firstSteps+"\n"+usage())
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
