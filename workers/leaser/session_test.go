@@ -129,22 +129,35 @@ func TestStrictSessionStartedTwiceAtOnceBindsOneProxy(t *testing.T) {
 	r.startLeasers(3)
 	for round := range 5 {
 		req := events.AcquireRequest{TTLSeconds: 60, Sticky: "race-" + string(rune('a'+round)), SessionSeconds: 600, StickyMode: events.StickyStrict}
-		got := make(chan string, 8)
+		type result struct{ proxy, err string }
+		got := make(chan result, 8)
 		for range 8 {
 			go func() {
 				g, rep := r.acquire(req)
 				if rep.code != 0 {
-					got <- "error " + rep.err.Message
+					got <- result{err: rep.err.Message}
 					return
 				}
-				got <- g.Proxy
+				got <- result{proxy: g.Proxy}
 			}()
 		}
-		first := <-got
-		for range 7 {
-			if p := <-got; p != first {
-				t.Fatalf("round %d: the session's leases on %s and %s", round, first, p)
+		// Every granted lease is on one proxy, and at least one is granted: a race that
+		// failed every acquire alike would bind no session and prove nothing.
+		bound, granted := "", 0
+		for range 8 {
+			res := <-got
+			if res.err != "" {
+				t.Logf("round %d: an acquire failed: %s", round, res.err)
+				continue
 			}
+			if granted++; bound == "" {
+				bound = res.proxy
+			} else if res.proxy != bound {
+				t.Fatalf("round %d: the session's leases on %s and %s", round, bound, res.proxy)
+			}
+		}
+		if granted == 0 {
+			t.Fatalf("round %d: no acquire was granted, so no session was bound", round)
 		}
 	}
 }
