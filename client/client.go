@@ -88,9 +88,16 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (event
 // Release ends lease id. It reports false, without error, if the lease had already ended or
 // was someone else's.
 func (c *Client) Release(ctx context.Context, id string) (bool, error) {
+	r, err := c.ReleaseReply(ctx, id)
+	return r.Released, err
+}
+
+// ReleaseReply ends lease id as Release does and returns the service's whole reply, whose
+// Reason says why nothing was released when nothing was.
+func (c *Client) ReleaseReply(ctx context.Context, id string) (events.ReleaseReply, error) {
 	var r events.ReleaseReply
 	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r)
-	return r.Released, err
+	return r, err
 }
 
 // Result is how a leased proxy did.

@@ -109,6 +109,9 @@ type ReleaseRequest struct {
 // ReleaseReply answers release.
 type ReleaseReply struct {
 	Released bool `json:"released"`
+	// Reason says, when Released is false, why nothing was released: the lease had already
+	// ended (expired, released), never existed, or is another crawler's.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ReportResult is how a leased proxy did, as a crawler reports it.

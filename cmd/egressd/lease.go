@@ -17,7 +17,7 @@ import (
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--url-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--url-only|--id-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
@@ -27,6 +27,7 @@ Prints the service's JSON reply; on an error prints it on stderr and exits 1. A 
 this command is not renewed: renew it, or let it expire. For shell scripts:
 
   curl -x "$(egressd lease acquire --target example.com --url-only)" https://example.com/
+  id=$(egressd lease acquire --target example.com --id-only)   # then renew, report, release --id "$id"
 `
 
 // leaseFlags are the flags of every lease subcommand; each registers the ones it takes.
@@ -43,6 +44,7 @@ type leaseFlags struct {
 	session  ttlFlag
 	mode     string
 	urlOnly  bool
+	idOnly   bool
 	id       string
 	result   string
 	cooldown ttlFlag
@@ -79,6 +81,7 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
 		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
 		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
+		fs.BoolVar(&f.idOnly, "id-only", false, "print only the lease ID, for a script's later renew, report or release")
 	case "renew":
 		fs.StringVar(&f.id, "id", "", "lease ID (required)")
 		fs.Var(&f.ttl, "ttl", "new TTL: a duration or seconds; default the lease's own")
@@ -102,6 +105,10 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		f.id = fs.Arg(0)
 	} else if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "egressd lease %s: unexpected arguments %q\n", sub, fs.Args())
+		return 2
+	}
+	if f.urlOnly && f.idOnly {
+		fmt.Fprintf(stderr, "egressd lease %s: --url-only and --id-only: choose one\n", sub)
 		return 2
 	}
 	if sub != "acquire" && f.id == "" {
@@ -133,8 +140,12 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return fail(stderr, sub, leaseErr(err))
 		}
-		if f.urlOnly {
+		switch {
+		case f.urlOnly:
 			fmt.Fprintln(stdout, g.URL)
+			return 0
+		case f.idOnly:
+			fmt.Fprintln(stdout, g.ID)
 			return 0
 		}
 		reply = wrapGrant(g)
@@ -145,11 +156,11 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		reply = wrapGrant(g)
 	case "release":
-		ok, err := c.Release(ctx, f.id)
+		r, err := c.ReleaseReply(ctx, f.id)
 		if err != nil {
 			return fail(stderr, sub, leaseErr(err))
 		}
-		reply = map[string]bool{"released": ok}
+		reply = r
 	case "report":
 		var opts []client.ReportOption
 		if f.cooldown.d > 0 {

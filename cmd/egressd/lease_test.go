@@ -100,19 +100,26 @@ func TestLeaseCommand(t *testing.T) {
 		t.Fatalf("report: %d %q %q", code, out, errs)
 	}
 	code, out, _ = runLease(t, "release", r.Lease.ID)
-	if code != 0 || strings.TrimSpace(out) != `{"released":false}` {
+	if code != 0 || !strings.HasPrefix(out, `{"released":false,"reason":"lease `+r.Lease.ID+` is unknown or has expired"`) {
 		t.Fatalf("second release: %d %q", code, out)
 	}
 	code, _, errs = runLease(t, "renew", "--id", r.Lease.ID)
 	if code != 1 || !strings.Contains(errs, "404") {
 		t.Fatalf("renew a released lease: %d %q", code, errs)
 	}
+	code, out, errs = runLease(t, "acquire", "--selector", "geo=de", "--id-only")
+	if id := strings.TrimSpace(out); code != 0 || !strings.HasPrefix(id, "de-1.") || strings.ContainsAny(id, " {\"") {
+		t.Fatalf("acquire --id-only: %d %q %q", code, out, errs)
+	}
+	if code, out, _ = runLease(t, "release", strings.TrimSpace(out)); code != 0 || strings.TrimSpace(out) != `{"released":true}` {
+		t.Fatalf("release of the --id-only lease: %d %q", code, out)
+	}
 	code, _, errs = runLease(t, "report", "--id", r.Lease.ID, "--result", "meh")
 	if code != 1 || !strings.Contains(errs, "result") {
 		t.Fatalf("report meh: %d %q", code, errs)
 	}
 	for _, args := range [][]string{{}, {"steal"}, {"renew"}, {"acquire", "--selector", "geo"}, {"acquire", "--ttl", "1.5s"},
-		{"release", "a", "b"}, {"acquire", "--id", "x"}} {
+		{"release", "a", "b"}, {"acquire", "--id", "x"}, {"acquire", "--url-only", "--id-only"}} {
 		if code, _, _ := runLease(t, args...); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}

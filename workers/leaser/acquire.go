@@ -53,7 +53,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 		// A concurrent acquire bound the new session to another proxy first: this grant goes
 		// back, and the session's proxy it is (or, soft, another if that one is unavailable).
 		if id, err := parseLeaseID(lr.Lease.ID); err == nil {
-			if _, err := l.deleteLease(ctx, id); err != nil {
+			if _, _, err := l.deleteLease(ctx, id); err != nil {
 				l.log.Warn("give back a lease of a session bound elsewhere meanwhile; it ends at its TTL", "id", lr.Lease.ID, "err", err)
 			}
 		}

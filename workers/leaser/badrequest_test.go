@@ -75,7 +75,7 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 		{"renew: ttl out of range", events.LeaseRenewSubject, `{"id":"` + current.ID + `","ttlSeconds":7200}`, 400, "ttlSeconds", "between"},
 		{"renew: unknown field", events.LeaseRenewSubject, `{"id":"` + current.ID + `","holder":"x"}`, 400, "holder", "unknown field"},
 		{"renew: unknown id", events.LeaseRenewSubject, `{"id":"` + unknown + `"}`, 404, "id", "unknown or has expired"},
-		{"renew: lost lease", events.LeaseRenewSubject, `{"id":"` + lost.ID + `"}`, 409, "id", "granted to another holder"},
+		{"renew: lost lease", events.LeaseRenewSubject, `{"id":"` + lost.ID + `"}`, 409, "id", "its slot holds another lease now"},
 		{"release: malformed id", events.LeaseReleaseSubject, `{"id":"px-a.0"}`, 400, "id", "<proxy>.<slot>.<token>"},
 		{"release: bad JSON", events.LeaseReleaseSubject, `[]`, 400, "(document)", "object"},
 		{"report: unknown result", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"meh"}`, 400, "result", "unknown"},
@@ -85,7 +85,7 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 		{"report: cooldown for ok", events.LeaseReportSubject, `{"id":"` + current.ID + `","result":"ok","cooldownSeconds":60}`, 400, "cooldownSeconds", "not ok"},
 		{"report: malformed id", events.LeaseReportSubject, `{"id":"x.y.z","result":"ok"}`, 400, "id", "<proxy>.<slot>.<token>"},
 		{"report: unknown id", events.LeaseReportSubject, `{"id":"` + unknown + `","result":"failed"}`, 404, "id", "unknown"},
-		{"report: lost lease", events.LeaseReportSubject, `{"id":"` + lost.ID + `","result":"blocked","target":"a","release":true}`, 409, "id", "another holder"},
+		{"report: lost lease", events.LeaseReportSubject, `{"id":"` + lost.ID + `","result":"blocked","target":"a","release":true}`, 409, "id", "is not held: its slot holds another lease"},
 	}
 
 	time.Sleep(200 * time.Millisecond) // let the events of the setup arrive

@@ -159,7 +159,7 @@ func TestHTTPFaceAnswersAsNATSDoes(t *testing.T) {
 		{"acquire", `{"selector":{"geo":"fr"},"target":"b.example","ttlSeconds":1,"holder":"crawler-a"}`, 0, `"proxy":"px-b"`, false, false},
 		{"renew", `{"id":"{{B}}"}`, 404, `unknown or has expired`, true, false},
 		{"release", `{"id":"{{A}}"}`, 0, `{"released":true}`, false, false},
-		{"release", `{"id":"{{A}}"}`, 0, `{"released":false}`, false, false},
+		{"release", `{"id":"{{A}}"}`, 0, `{"released":false,"reason":"lease px-a.0.`, false, false},
 		{"release", `{"id":"{{A}}","x":1}`, 400, `"field":"x"`, false, false},
 		{"report", `{"id":"{{A}}","result":"ok"}`, 404, `unknown or has expired`, false, false},
 		{"acquire", `{"selector":{"geo":"de"},"target":"a.example"}`, 503, `"coolingTarget":1`, false, true},

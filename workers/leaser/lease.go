@@ -29,7 +29,7 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 	var rec events.Lease
 	if err := json.Unmarshal(raw, &rec); err != nil || rec.Token != id.Token {
 		return events.Lease{}, 0, &apiError{code: events.CodeConflict, field: "id",
-			msg: fmt.Sprintf("lease %s was lost: its slot has been granted to another holder", id)}
+			msg: fmt.Sprintf("lease %s is not held: its slot holds another lease now (this one expired or was released, or never existed)", id)}
 	}
 	if err := checkCaller(ctx, id, rec); err != nil {
 		return events.Lease{}, 0, err
@@ -103,15 +103,18 @@ func (v *view) originOf(proxy string) origin {
 }
 
 // deleteLease releases id's slot if it still holds this grant. It reports false, without
-// error, when the lease is gone or belongs to someone else: release is idempotent.
-func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
+// error, when the lease is gone or belongs to someone else (release is idempotent), with
+// why in words.
+func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, why string, err error) {
 	key := slotKey(id.Proxy, id.Slot)
 	// The view usually holds the grant (this replica made it, or the watch brought it): a
 	// delete at the revision it knows is as exact as one after a read, and one call fewer.
 	// If the slot changed since, the delete fails and the read below decides.
 	rec, rev, known := l.view.heldLease(key, id.Token)
-	if known && checkCaller(ctx, id, rec) != nil {
-		return false, nil // someone else's: released:false, as for a lease that is gone
+	if known {
+		if err := checkCaller(ctx, id, rec); err != nil {
+			return false, reasonOf(err), nil // someone else's: released:false, as for a lease that is gone
+		}
 	}
 	for try := range casRetries + 1 { // the first may only find the view behind
 		if try > 0 || !known {
@@ -119,10 +122,10 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 			rec, rev, err = l.readLease(ctx, id)
 			var ae *apiError
 			if errors.As(err, &ae) {
-				return false, nil
+				return false, ae.msg, nil
 			}
 			if err != nil {
-				return false, err
+				return false, "", err
 			}
 		}
 		// At rev only: if the lease expired and was granted again since the read, this fails
@@ -132,16 +135,24 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (bool, error) {
 			continue
 		}
 		if err != nil {
-			return false, fmt.Errorf("delete %s: %w", key, err)
+			return false, "", fmt.Errorf("delete %s: %w", key, err)
 		}
 		l.view.noteReleased(key, rev)
 		l.dropHold(ctx, rec.Hold) // after the slot: a holder never has more leases than holder slots
 		rec.ExpiresAt = l.now()
 		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec, 0)
 		l.log.Debug("lease released", "id", id.String())
-		return true, nil
+		return true, "", nil
 	}
-	return false, errors.New("the slot kept changing during release")
+	return false, "", errors.New("the slot kept changing during release")
+}
+
+// reasonOf is an API error's message, for a reply that carries it as a reason.
+func reasonOf(err error) string {
+	if ae, ok := errors.AsType[*apiError](err); ok {
+		return ae.msg
+	}
+	return err.Error()
 }
 
 // heldLease returns the grant the view holds in slot key if its token is token.

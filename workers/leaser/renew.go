@@ -70,9 +70,9 @@ func (l *Leaser) release(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := l.deleteLease(ctx, id)
+	ok, why, err := l.deleteLease(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return events.ReleaseReply{Released: ok}, nil
+	return events.ReleaseReply{Released: ok, Reason: why}, nil
 }

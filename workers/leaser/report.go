@@ -54,7 +54,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 			Result: r.Result, Until: reply.CooldownUntil}})
 	l.log.Info("report", "id", id.String(), "result", r.Result, "target", r.Target, "cooldown", cooldown)
 	if r.Release {
-		released, err := l.deleteLease(ctx, id)
+		released, _, err := l.deleteLease(ctx, id)
 		if err != nil {
 			return nil, err
 		}
