@@ -129,7 +129,7 @@ func ensureEventStreams(ctx context.Context, js jetstream.JetStream, replicas in
 		return err
 	}
 	for _, c := range cfgs {
-		if _, err := js.CreateOrUpdateStream(ctx, c); err != nil {
+		if _, err := declare(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, c) }); err != nil {
 			return fmt.Errorf("declare stream %s: %w", c.Name, err)
 		}
 	}

@@ -131,7 +131,7 @@ func ensureLeaseShards(ctx context.Context, js jetstream.JetStream, want, def in
 	for i := want - 1; i >= 0; i-- {
 		cfg := leaseShardsConfig(i, want)
 		cfg.Storage, cfg.Replicas = base.Storage, base.Replicas
-		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		kv, err := declare(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, cfg) })
 		if err != nil {
 			return LeaseShards{}, fmt.Errorf("declare bucket %s: %w", cfg.Bucket, err)
 		}

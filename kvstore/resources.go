@@ -54,7 +54,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Store, err
 	for _, b := range s.buckets() {
 		b.cfg.Storage = jetstream.FileStorage
 		b.cfg.Replicas = r
-		kv, err := js.CreateOrUpdateKeyValue(ctx, b.cfg)
+		kv, err := declare(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, b.cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("declare bucket %s: %w", b.cfg.Bucket, err)
 		}
@@ -137,7 +137,7 @@ const OpsMaxAttempts = 6
 // host whose MaxAckPending is that host's limit: the server then holds the limit across any
 // number of provisioners.
 func EnsureOps(ctx context.Context, js jetstream.JetStream, provider string, hosts []HostConfig, o Options) error {
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        events.OpsStream(provider),
 		Description: "ops for provider " + provider,
 		Subjects:    []string{events.OpsSubjects(provider)},
@@ -145,12 +145,13 @@ func EnsureOps(ctx context.Context, js jetstream.JetStream, provider string, hos
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(o.Replicas, 1),
 		Duplicates:  2 * time.Minute,
-	})
+	}
+	_, err := declare(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, sc) })
 	if err != nil {
 		return fmt.Errorf("declare stream %s: %w", events.OpsStream(provider), err)
 	}
 	for _, h := range hosts {
-		_, err := js.CreateOrUpdateConsumer(ctx, events.OpsStream(provider), jetstream.ConsumerConfig{
+		cc := jetstream.ConsumerConfig{
 			Durable:       events.HostConsumer(h.Name),
 			Description:   "ops on host " + h.Name,
 			FilterSubject: events.HostFilter(provider, h.Name),
@@ -158,6 +159,9 @@ func EnsureOps(ctx context.Context, js jetstream.JetStream, provider string, hos
 			AckWait:       OpsAckWait,
 			MaxAckPending: max(h.MaxConcurrentOps, 1),
 			MaxDeliver:    -1,
+		}
+		_, err := declare(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+			return js.CreateOrUpdateConsumer(ctx, events.OpsStream(provider), cc)
 		})
 		if err != nil {
 			return fmt.Errorf("declare consumer %s on %s: %w", events.HostConsumer(h.Name), events.OpsStream(provider), err)
