@@ -97,6 +97,11 @@ func parseConfig(b []byte) (fileConfig, error) {
 	for i := range docs.Len() {
 		cfg.Providers = append(cfg.Providers, providerFromDoc(docs.Index(i)))
 	}
+	if docs.IsNil() {
+		// No providers key (a config holding only leaseHTTP, say): the default's one local
+		// provider, as with no config at all. An empty list stays an error.
+		cfg.Providers = defaultConfig().Providers
+	}
 	if cfg.Version == 0 {
 		cfg.Version = 1
 	}

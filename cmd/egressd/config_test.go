@@ -29,7 +29,9 @@ func TestParseConfig(t *testing.T) {
 		{"bad duration names its key and line", "providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      budgets:\n        rpc: 5x\n", `line 6: providers[0].libvirt.budgets.rpc: "5x" is not a duration`},
 		{"bad duration in a list entry", "providers:\n  - {name: a, type: local}\n  - name: g\n    type: gcp\n    gcp:\n      project: p\n      budgets: {call: soon}\n", `line 7: providers[1].gcp.budgets.call: "soon" is not a duration`},
 		{"missing type", "providers:\n  - {name: a}\n", "providers[0].type: is required"},
-		{"no providers", "version: 1\n", "providers: at least one"},
+		{"no providers key: the default local provider", "version: 1\n", ""},
+		{"only the lease HTTP face's entry", "leaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", ""},
+		{"an empty provider list", "providers: []\n", "providers: at least one"},
 		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
 		{"wrong type", "providers:\n  - name: a\n    type: local\n    local:\n      maxConcurrentOps: many\n", "line 5"},
 		{"empty", "", "empty config"},
@@ -46,10 +48,13 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig([]byte(tc.in))
+			cfg, err := parseConfig([]byte(tc.in))
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
+				}
+				if len(cfg.Providers) == 0 {
+					t.Fatal("a valid config without providers")
 				}
 				return
 			}
