@@ -78,6 +78,7 @@ type proxyView struct {
 	statusRev uint64
 	instance  string // events.ProxyStatus.Incarnation
 	teardown  bool   // the instance must go (replaced, recreated or deleted)
+	deleting  bool   // ... because its proxy was deleted
 	addressAt time.Time
 	// proxy_health
 	latencyMs float64            // 0: unknown
@@ -210,6 +211,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = e.Revision(), st.Incarnation(), st.Teardown != "", st.AddressAt
+	p.deleting = st.Teardown == events.ReasonProxyDeleted
 	v.findStale(p)
 	v.changed(p)
 }
