@@ -96,7 +96,7 @@ func TestBrowserDrawsLeaseTraffic(t *testing.T) {
 	defer srv.Close()
 
 	dom := string(chromium.Run(t, bin, srv.URL+"/", "--dump-dom"))
-	if rows := tableRows(t, dom, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8%" {
+	if rows := tableRows(t, dom, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8% of 106 reports" {
 		t.Errorf("the browser shows other blocked targets: %q", rows)
 	}
 	// A line across 60 buckets in each of two panels is thousands of pixels; a stray
