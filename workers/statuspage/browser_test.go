@@ -173,10 +173,10 @@ func TestBrowserFirstScreen(t *testing.T) {
 	srv := httptest.NewServer(r.handler(t, Config{Title: "egressd status — lab"}))
 	defer srv.Close()
 	for _, c := range []struct {
-		name    string
-		view    chromium.Viewport
-		rows    int // how many problem rows must be within the first screen
-		doc     string
+		name string
+		view chromium.Viewport
+		rows int // how many problem rows must be within the first screen
+		doc  string
 	}{
 		{"desktop", chromium.Viewport{Width: 1400, Height: 1000}, 7, "status-page.png"},
 		// On the phone, the four that make the verdict bad: Invalid, Failed, Unhealthy, and
