@@ -22,7 +22,7 @@
 // drift from the buckets. Each request is bounded by a timeout, and a failed read shows an
 // error banner beside whatever could still be read rather than a blank page.
 //
-// The page only shows status, health, lease, pool-status, provider-check and event records. Of
+// The page only shows status, health, lease, cooldown, pool-status, provider-check and event records. Of
 // a pool's spec the read model keeps its replicas, never the template. Of a proxy's
 // spec the read model keeps the mode, provider, lease limit, attributes and probe interval;
 // user-data and credentials never leave the parser, so they cannot reach the page or the

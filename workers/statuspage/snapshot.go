@@ -162,22 +162,10 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 			s.incomplete["proxies"] = true
 		}
 	}
-	if tErr != nil {
-		s.Errors = append(s.Errors, tErr.Error())
-		s.incomplete["providers"] = true
-	}
-	if eErr != nil {
-		s.Errors = append(s.Errors, eErr.Error())
-		s.incomplete["events"] = true
-	}
-	if cErr != nil {
-		s.Errors = append(s.Errors, cErr.Error())
-		s.incomplete["cooldowns"] = true
-	}
-	if sErr != nil {
-		s.Errors = append(s.Errors, sErr.Error())
-		s.incomplete["stats"] = true
-	}
+	s.failed("providers", tErr)
+	s.failed("events", eErr)
+	s.failed("cooldowns", cErr)
+	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
 		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]
 		s.HoldersMore = len(l.Holders) - len(s.Holders)
@@ -191,11 +179,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Proxies, s.Paging = paginate(fl.Select(q.filter), q.page, q.perPage)
 	s.Problems = problems(fl.Rows, s.Cooldowns, now)
 	s.Verdict = judge(s.Counts, s.Problems, s.incomplete["proxies"])
-	s.Pools = make([]fleet.PoolRow, len(fl.Pools))
-	for i, p := range fl.Pools {
-		p.Status = nil
-		s.Pools[i] = p
-	}
+	s.Pools = poolRows(fl.Pools)
 	// Empty lists rather than null, so JSON consumers need no special case.
 	if s.Events == nil {
 		s.Events = []EventRow{}
@@ -204,6 +188,24 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		s.Cooldowns = []fleet.CooldownRow{}
 	}
 	return s
+}
+
+// poolRows are the pools without the controller's full records.
+func poolRows(pools []fleet.PoolRow) []fleet.PoolRow {
+	out := make([]fleet.PoolRow, len(pools))
+	for i, p := range pools {
+		p.Status = nil
+		out[i] = p
+	}
+	return out
+}
+
+// failed records a read's error, if any, and marks its section incomplete.
+func (s *Snapshot) failed(section string, err error) {
+	if err != nil {
+		s.Errors = append(s.Errors, err.Error())
+		s.incomplete[section] = true
+	}
 }
 
 // heldProxy is a proxy a holder has, and how many of its slots.
