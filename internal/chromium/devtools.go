@@ -150,8 +150,12 @@ func (d *devtools) inspect(ctx context.Context, url string, v Viewport, expr str
 		"deviceScaleFactor": 1, "mobile": v.Mobile}, nil); err != nil {
 		return nil, err
 	}
-	if err := d.call(ctx, s, "Page.navigate", map[string]any{"url": url}, nil); err != nil {
+	var nav struct{ ErrorText string }
+	if err := d.call(ctx, s, "Page.navigate", map[string]any{"url": url}, &nav); err != nil {
 		return nil, err
+	}
+	if nav.ErrorText != "" {
+		return nil, fmt.Errorf("navigate: %s", nav.ErrorText) // no load event would come
 	}
 	if err := d.wait(ctx, s, "Page.loadEventFired"); err != nil {
 		return nil, err
