@@ -3,8 +3,10 @@
 // place, what every reader shows: the phase, the health verdict at the proxy's current
 // address, whether its probes are overdue, and the leases it holds. It joins pools and
 // pool_status with those rows into one row per pool: its phase, desired replicas, and its
-// members (the rows whose spec names it as owner) counted as ready, leased and draining. `egressd status`, the
-// status page with its JSON, and the state metrics all read the fleet through Load.
+// members (the rows whose spec names it as owner) counted as ready, leased and draining.
+// `egressd status`, the status page with its JSON, and the state metrics all read the fleet
+// through Load. Cooldowns reads the running cooldowns of proxy_cooldowns, Targets the
+// provider checks.
 //
 // It is a read model, not a role: it imports events, schemas and kvstore and never another
 // package of workers, so every reader may import it (deps_test.go names it as the one

@@ -95,8 +95,9 @@ func newChart(st *fleet.Stats) *chartView {
 		title  string
 		values func(fleet.ProviderSeries) []int
 	}{
-		{"Leases granted", func(p fleet.ProviderSeries) []int { return p.Leases }},
-		{"Blocked reports", func(p fleet.ProviderSeries) []int { return p.Blocked }},
+		{"Leases granted (" + plural(st.Total.Leases, "lease", "leases") + " in all)", func(p fleet.ProviderSeries) []int { return p.Leases }},
+		{"Blocked reports (" + strconv.Itoa(st.Total.Blocked) + " of " + plural(st.Total.Reports, "report", "reports") + ")",
+			func(p fleet.ProviderSeries) []int { return p.Blocked }},
 	}
 	for i, pd := range panels {
 		top := 0

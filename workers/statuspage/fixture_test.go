@@ -2,6 +2,7 @@ package statuspage
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"html"
 	"io"
@@ -168,6 +169,16 @@ func (r *rig) seedFleet(t *testing.T) {
 		r.put(t, r.store.Leases.Of(proxy), key, events.Lease{V: 1, Proxy: proxy, Token: "t", TTLSeconds: 300, Holder: "crawler-7",
 			AcquiredAt: ago(time.Minute), ExpiresAt: r.now.Add(4 * time.Minute)})
 	}
+	// Cooldowns: ext-office for every target after a failed report, crawl-eu-1 for one target
+	// after a blocked one; the third ended a minute ago (it only waits for its TTL).
+	for _, c := range []events.Cooldown{
+		{Proxy: "ext-office", Result: events.ReportFailed, Holder: "crawler-7", Until: r.now.Add(4 * time.Minute)},
+		{Proxy: "crawl-eu-1", Target: "shop.example", Result: events.ReportBlocked, Holder: "crawler-7", Until: r.now.Add(9 * time.Minute)},
+		{Proxy: "crawl-eu-2", Target: "news.example", Result: events.ReportBlocked, Until: r.now.Add(-time.Minute)},
+	} {
+		c.V = 1
+		r.put(t, r.store.Cooldowns, cooldownKey(c.Proxy, c.Target), c)
+	}
 	targets := []events.TargetHealth{
 		{Provider: "local", Target: "local", Order: 0, Ready: true, Reason: "Ready", LatencyMs: 0.4, CheckedAt: ago(15 * time.Second), LastTransitionTime: ago(3 * time.Hour)},
 		{Provider: "kvm-home", Target: "hv2", Order: 1, Ready: false, Reason: "Unreachable", Message: "dial tcp 192.0.2.10:22: i/o timeout",
@@ -188,6 +199,9 @@ func (r *rig) seedFleet(t *testing.T) {
 			{Name: "crawl-eu-1", CreatedAt: ago(2 * time.Hour), RotateAt: r.now.Add(4 * time.Hour)},
 			{Name: "crawl-eu-2", CreatedAt: ago(90 * time.Minute), RotateAt: r.now.Add(270 * time.Minute)}},
 		NextRotation: r.now.Add(4*time.Hour + 30*time.Minute), UpdatedAt: ago(time.Minute)})
+	// A provisioner's poll of crawl-eu-1: routine, so the page's recent events leave it out.
+	get := events.OpResult{V: 1, Kind: events.OpGet, Proxy: "crawl-eu-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
+		Instance: &events.Instance{State: "Running", Address: "127.0.0.2", Port: 3128}}
 	res := events.OpResult{V: 1, Kind: events.OpCreate, Proxy: "crawl-eu-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
 		Instance: &events.Instance{State: "Running", Address: "127.0.0.2", Port: 3128}}
 	for _, ev := range []events.Event{
@@ -201,10 +215,19 @@ func (r *rig) seedFleet(t *testing.T) {
 			Health: &events.ProxyHealth{Address: "127.0.0.3:3128"}},
 		{Kind: events.KindLease, Proxy: "crawl-eu-1", At: ago(time.Minute), Reason: events.ReasonGranted,
 			Lease: &events.LeaseEvent{ID: "crawl-eu-1.1.k3j9", Holder: "crawler-7", Target: "shop.example"}},
+		{Kind: events.KindOpResult, Proxy: "crawl-eu-1", At: ago(50 * time.Second), Op: &get},
 		{Kind: events.KindPhase, Proxy: "crawl-us-1", At: ago(40 * time.Second), From: events.PhasePending, Phase: events.PhaseProvisioning, Reason: events.ReasonCreating},
 	} {
 		r.publish(t, ev)
 	}
+}
+
+// cooldownKey is the key of a cooldown in proxy_cooldowns, as the leasers write it.
+func cooldownKey(proxy, target string) string {
+	if target == "" {
+		return proxy
+	}
+	return proxy + "." + base64.RawURLEncoding.EncodeToString([]byte(target))
 }
 
 // get fetches path from h.

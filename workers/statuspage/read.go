@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,29 +16,64 @@ import (
 // use. The page also deletes it when done; this only bounds what a dropped request leaves.
 const eventsConsumerIdle = 30 * time.Second
 
-// readRecentEvents returns the last n events of EGRESS_EVENTS, newest first: the lifecycle,
-// which lease events, on a stream of their own, cannot crowd out. It starts an
-// ordered consumer at LastSeq-n+1, so the cost is n messages whatever the stream's length. A
-// stream that does not exist yet reads as no events.
-func readRecentEvents(ctx context.Context, js jetstream.JetStream, n int) ([]EventRow, error) {
+// routineScan bounds how far back the page reads to fill its list past routine events: at
+// most this many times the events it shows.
+const routineScan = 10
+
+// readRecentEvents returns the last n events of EGRESS_EVENTS that are not routine, newest
+// first, and how many routine ones it left out among the newer ones (see routine): the
+// lifecycle, which lease events, on a stream of their own, cannot crowd out, and which the
+// provisioners' periodic gets must not either. It reads windows back from the stream's last
+// sequence, each twice the one before, until it has n or has read routineScan times n
+// messages, so the cost is n messages when nothing is routine. A stream that does not exist
+// yet reads as no events.
+func readRecentEvents(ctx context.Context, js jetstream.JetStream, n int) ([]EventRow, int, error) {
 	if js == nil {
-		return nil, errors.New("read events: no JetStream context")
+		return nil, 0, errors.New("read events: no JetStream context")
 	}
 	stream, err := js.Stream(ctx, events.StreamEvents)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read stream %s: %w", events.StreamEvents, err)
+		return nil, 0, fmt.Errorf("read stream %s: %w", events.StreamEvents, err)
 	}
 	state := stream.CachedInfo().State
 	if state.Msgs == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
-	start := state.FirstSeq
-	if state.LastSeq >= uint64(n) {
-		start = max(start, state.LastSeq-uint64(n)+1)
+	var rows []EventRow
+	hidden, budget, size := 0, uint64(routineScan*n), uint64(n)
+	for end := state.LastSeq; end >= state.FirstSeq && end > 0 && len(rows) < n && budget > 0; {
+		size = min(size, budget, end-state.FirstSeq+1)
+		start := end - size + 1
+		batch, err := readEvents(ctx, js, stream, start, end)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i := len(batch) - 1; i >= 0 && len(rows) < n; i-- {
+			if batch[i].routine {
+				hidden++
+			} else {
+				rows = append(rows, batch[i])
+			}
+		}
+		budget -= size
+		end, size = start-1, size*2
 	}
+	return rows, hidden, nil
+}
+
+// routine is a successful get: a provisioner read an instance as it polls them all, which
+// changed nothing. It stays in the stream (`egressd events --kind op`); what a get found that
+// matters is a phase or health event of its own.
+func routine(ev events.Event) bool {
+	return ev.Kind == events.KindOpResult && ev.Op != nil && ev.Op.Kind == events.OpGet && ev.Op.Error == "" && ev.Op.ErrorClass == ""
+}
+
+// readEvents reads the messages of the stream from start to end, oldest first, through an
+// ordered consumer it deletes when done.
+func readEvents(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, start, end uint64) ([]EventRow, error) {
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
@@ -58,7 +92,7 @@ func readRecentEvents(ctx context.Context, js jetstream.JetStream, n int) ([]Eve
 	}()
 	// No-wait: the messages from start are already stored, so the server sends what it has
 	// and ends the batch instead of holding the request open until a timeout.
-	batch, err := cons.FetchNoWait(n)
+	batch, err := cons.FetchNoWait(int(end - start + 1))
 	if err != nil {
 		return nil, fmt.Errorf("read stream %s: %w", events.StreamEvents, err)
 	}
@@ -72,10 +106,13 @@ func readRecentEvents(ctx context.Context, js jetstream.JetStream, n int) ([]Eve
 				if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
 					return nil, fmt.Errorf("read stream %s: %w", events.StreamEvents, err)
 				}
-				slices.Reverse(rows) // newest first
 				return rows, nil
 			}
-			rows = append(rows, eventRow(m))
+			// A deleted message in the window lets a later one in, which the next window
+			// (newer) already has.
+			if r := eventRow(m); r.Seq <= end {
+				rows = append(rows, r)
+			}
 		}
 	}
 }
@@ -106,5 +143,6 @@ func eventRow(m jetstream.Msg) EventRow {
 		r.Proxy = ev.Proxy
 	}
 	r.Summary = ev.Summary()
+	r.routine = routine(ev)
 	return r
 }

@@ -44,6 +44,11 @@ func TestHostileTextIsInert(t *testing.T) {
 	// A target is whatever a crawler wrote; a provider's name comes from a spec.
 	r.publishStats(t, events.LeaseStats{V: 1, Leaser: "m1", From: r.now.Add(-time.Minute), To: r.now, Rows: []events.LeaseStatsRow{
 		{Proxy: "evil", Target: hostile, Provider: hostile, LeaseCounts: events.LeaseCounts{Granted: 1, Blocked: 1}}}})
+	// A holder and a target are whatever a crawler wrote; a cooldown carries both.
+	r.put(t, r.store.Leases.Of("evil"), "evil.0", events.Lease{V: 1, Proxy: "evil", Token: "t", Holder: hostile, Target: hostile,
+		AcquiredAt: r.now, ExpiresAt: r.now.Add(time.Minute)})
+	r.put(t, r.store.Cooldowns, cooldownKey("evil", hostile), events.Cooldown{V: 1, Proxy: "evil", Target: hostile,
+		Result: events.ReportBlocked, Holder: hostile, Until: r.now.Add(5 * time.Minute)})
 	res, body := get(t, r.handler(t, Config{}), "/")
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("status %d", res.StatusCode)
@@ -54,9 +59,15 @@ func TestHostileTextIsInert(t *testing.T) {
 			t.Errorf("page contains a live %s element", tag)
 		}
 	}
-	if n := strings.Count(body, "&lt;script&gt;"); n < 11 {
-		t.Errorf("the hostile text is shown escaped %d times, want at least 11 (attribute, reason, message, last error, provider, "+
-			"event, blocked target, chart legend, chart lines)", n)
+	if n := strings.Count(body, "&lt;script&gt;"); n < 19 {
+		t.Errorf("the hostile text is shown escaped %d times, want at least 19 (attribute, reason, message, last error, provider, "+
+			"event, blocked target, chart legend, chart lines; on the first screen the reason, message and last error, the "+
+			"cooldown's target and reporter; the cooldowns table's target and reporter; the lease holder)", n)
+	}
+	for _, id := range []string{"problems", "cooldowns", "holders"} {
+		if rows := tableRows(t, body, id); len(rows) == 0 || !strings.Contains(rows[0], hostile) {
+			t.Errorf("table %s does not show the hostile text as text: %q", id, rows)
+		}
 	}
 	// What a person reads is the text as written.
 	if !strings.Contains(visibleText(body), hostile) {
@@ -85,9 +96,13 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Errorf("banner does not name the error, or the page lost its frame:\n%s", visibleText(body))
 	}
 	// Sections a failed read left empty say so, rather than "nothing yet".
-	if n := strings.Count(body, "Not available: NATS could not be read."); n != 6 || strings.Contains(body, "No proxies yet") ||
+	if n := strings.Count(body, "Not available: NATS could not be read."); n != 7 || strings.Contains(body, "No proxies yet") ||
 		strings.Contains(body, "No lease statistics") {
-		t.Errorf("%d sections marked unavailable, want 6 (pools, lease holders, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
+		t.Errorf("%d sections marked unavailable, want 7 (pools, cooldowns, lease holders, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
+	}
+	// The first screen does not call a fleet it could not read fine, nor empty.
+	if v := visibleText(body); !strings.Contains(v, "Unknown: the proxies could not all be read from NATS") || !strings.Contains(body, `class="verdict bad"`) {
+		t.Errorf("verdict with NATS closed:\n%s", v)
 	}
 	res, body = get(t, h, "/api/status.json")
 	var s Snapshot
@@ -95,7 +110,7 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The JSON does not carry the lease statistics, so it does not read them either.
-	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 8 {
+	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 9 {
 		t.Errorf("status %d, errors %q; want 503 and one error per read", res.StatusCode, s.Errors)
 	}
 	if res, body := get(t, h, "/api/stats.json"); res.StatusCode != http.StatusServiceUnavailable ||

@@ -27,7 +27,16 @@ type Snapshot struct {
 	// ledger), which `egressd status pools -o json` has; the filter does not apply to them.
 	Pools     []fleet.PoolRow `json:"pools"`
 	Providers []TargetRow     `json:"providers"`
-	Events    []EventRow      `json:"events"` // newest first
+	Events    []EventRow      `json:"events"` // newest first, without routine successful gets
+	// RoutineHidden is how many routine successful get ops Events leaves out among the events
+	// newer than its oldest; the stream keeps them.
+	RoutineHidden int `json:"routineHidden"`
+	// Verdict and Problems are the first screen: the fleet in one line, and every proxy with
+	// something wrong, worst first (see problems), whatever the filter.
+	Verdict  Verdict   `json:"verdict"`
+	Problems []Problem `json:"problems"`
+	// Cooldowns is every running cooldown of proxy_cooldowns, by proxy and target.
+	Cooldowns []fleet.CooldownRow `json:"cooldowns"`
 	// Stats is the lease statistics of the chart and the top blocked targets, which
 	// /api/stats.json serves on its own; nil when they could not be read.
 	Stats *fleet.Stats `json:"-"`
@@ -36,8 +45,11 @@ type Snapshot struct {
 	// other holders there are; /api/leases.json serves all of them, with every lease.
 	Holders     []fleet.HolderRow `json:"-"`
 	HoldersMore int               `json:"-"`
+	// HolderProxies is which proxies each of Holders has, by holder, each proxy once with how
+	// many of its slots the holder has.
+	HolderProxies map[string][]heldProxy `json:"-"`
 
-	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats", "holders") a failed read left
+	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats", "holders", "cooldowns") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
@@ -89,6 +101,8 @@ type EventRow struct {
 	Proxy   string    `json:"proxy"` // the proxy, or the provider of gc and provider events
 	Subject string    `json:"subject"`
 	Summary string    `json:"summary"`
+
+	routine bool // a successful get: left out of the list (see routine)
 }
 
 // pageHolders is how many holders the page lists.
@@ -102,10 +116,13 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		fl      *fleet.Fleet
 		targets []events.TargetHealth
 		evs     []EventRow
+		hidden  int
 		stats   *fleet.Stats
+		cools   []fleet.CooldownRow
 		tErr    error
 		eErr    error
 		sErr    error
+		cErr    error
 		wg      sync.WaitGroup
 	)
 	// The page's holders come from the fleet's own read of the lease shards.
@@ -115,7 +132,8 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		fl = fleet.Load(ctx, b, now)
 	})
 	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
-	wg.Go(func() { evs, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
+	wg.Go(func() { evs, hidden, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
+	wg.Go(func() { cools, cErr = fleet.Cooldowns(ctx, cfg.Store.Cooldowns, now) })
 	if withStats {
 		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
 	}
@@ -129,6 +147,8 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		Filter:         q.echo,
 		Providers:      targetRows(targets),
 		Events:         evs,
+		RoutineHidden:  hidden,
+		Cooldowns:      cools,
 		Stats:          stats,
 		Since:          q.since,
 		incomplete:     map[string]bool{},
@@ -142,21 +162,14 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 			s.incomplete["proxies"] = true
 		}
 	}
-	if tErr != nil {
-		s.Errors = append(s.Errors, tErr.Error())
-		s.incomplete["providers"] = true
-	}
-	if eErr != nil {
-		s.Errors = append(s.Errors, eErr.Error())
-		s.incomplete["events"] = true
-	}
-	if sErr != nil {
-		s.Errors = append(s.Errors, sErr.Error())
-		s.incomplete["stats"] = true
-	}
+	s.failed("providers", tErr)
+	s.failed("events", eErr)
+	s.failed("cooldowns", cErr)
+	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
 		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]
 		s.HoldersMore = len(l.Holders) - len(s.Holders)
+		s.HolderProxies = heldProxies(l.Rows)
 		if len(l.Errors) > 0 { // already in s.Errors, as the fleet's
 			s.incomplete["holders"] = true
 		}
@@ -164,16 +177,55 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	slices.Sort(s.Errors) // the reads finish in any order; the banner should not reshuffle
 	s.Counts = count(fl.Totals, s.Providers)
 	s.Proxies, s.Paging = paginate(fl.Select(q.filter), q.page, q.perPage)
-	s.Pools = make([]fleet.PoolRow, len(fl.Pools))
-	for i, p := range fl.Pools {
-		p.Status = nil
-		s.Pools[i] = p
-	}
+	s.Problems = problems(fl.Rows, s.Cooldowns, now)
+	s.Verdict = judge(s.Counts, s.Problems, s.incomplete["proxies"])
+	s.Pools = poolRows(fl.Pools)
 	// Empty lists rather than null, so JSON consumers need no special case.
 	if s.Events == nil {
 		s.Events = []EventRow{}
 	}
+	if s.Cooldowns == nil {
+		s.Cooldowns = []fleet.CooldownRow{}
+	}
 	return s
+}
+
+// poolRows are the pools without the controller's full records.
+func poolRows(pools []fleet.PoolRow) []fleet.PoolRow {
+	out := make([]fleet.PoolRow, len(pools))
+	for i, p := range pools {
+		p.Status = nil
+		out[i] = p
+	}
+	return out
+}
+
+// failed records a read's error, if any, and marks its section incomplete.
+func (s *Snapshot) failed(section string, err error) {
+	if err != nil {
+		s.Errors = append(s.Errors, err.Error())
+		s.incomplete[section] = true
+	}
+}
+
+// heldProxy is a proxy a holder has, and how many of its slots.
+type heldProxy struct {
+	Proxy string
+	Slots int
+}
+
+// heldProxies groups lease rows, sorted by holder and proxy (fleet.Leases), by holder.
+func heldProxies(rows []fleet.LeaseRow) map[string][]heldProxy {
+	out := map[string][]heldProxy{}
+	for _, r := range rows {
+		hs := out[r.Holder]
+		if n := len(hs); n > 0 && hs[n-1].Proxy == r.Proxy {
+			hs[n-1].Slots++
+			continue
+		}
+		out[r.Holder] = append(hs, heldProxy{r.Proxy, 1})
+	}
+	return out
 }
 
 // paginate returns page (1-based; past the last it is the last, so a reload after the fleet

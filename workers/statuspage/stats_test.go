@@ -180,20 +180,22 @@ func TestPageShowsLeaseTraffic(t *testing.T) {
 	if n := strings.Count(page, "<polyline "); n != 4 {
 		t.Errorf("%d lines, want 4 (2 providers by 2 panels)", n)
 	}
-	for _, want := range []string{"Lease traffic, last 1h", "Leases granted", "Blocked reports", `stroke="` + SeriesColours[0] + `"`,
+	for _, want := range []string{"Lease traffic, last 1h", "Leases granted (570 leases in all)", "Blocked reports (81 of 412 reports)",
+		"Last 1h: 570 leases granted; 412 reports, of which 81 blocked (19.7% of reports) and 1 failed.", `stroke="` + SeriesColours[0] + `"`,
 		`stroke="` + SeriesColours[1] + `"`, "in steps of 1m"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
+	// Each rate names what it is of: reports, not leases.
 	rows := tableRows(t, page, "blocked-targets")
-	if len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8%" || rows[1] != "shop.example 360 186 6 0 3.2%" {
+	if len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8% of 106 reports" || rows[1] != "shop.example 360 186 6 0 3.2% of 186 reports" {
 		t.Errorf("most blocked targets:\n%s", strings.Join(rows, "\n"))
 	}
 	// The page's window is its since parameter (the records were all stored just now); the
 	// filter form keeps it.
 	_, page = get(t, h, "/?since=10m")
-	if rows := tableRows(t, page, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8%" ||
+	if rows := tableRows(t, page, "blocked-targets"); len(rows) != 2 || rows[0] != "tickets.example 90 106 75 1 70.8% of 106 reports" ||
 		!strings.Contains(page, "Lease traffic, last 10m") || !strings.Contains(page, "in steps of 1m") {
 		t.Errorf("since=10m:\n%s", strings.Join(rows, "\n"))
 	}

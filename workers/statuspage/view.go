@@ -3,9 +3,11 @@ package statuspage
 import (
 	"cmp"
 	_ "embed"
+	"fmt"
 	"html/template"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -63,6 +65,11 @@ type view struct {
 	Chart          *chartView
 	BlockedTargets []fleet.StatsRow
 	StatsWindow    string
+	// StatsTotal sums the window up with every denominator named; "" without statistics.
+	StatsTotal string
+	// ProblemRows are the first maxProblems of Problems, ProblemsMore how many more there are.
+	ProblemRows  []Problem
+	ProblemsMore int
 }
 
 type eventView struct {
@@ -95,27 +102,24 @@ func newView(s Snapshot) view {
 			add(p)
 		}
 	}
-	// Phases this version does not know are still counted, after the known ones.
-	var other []string
-	for p := range s.Counts.Phases {
-		if !slices.Contains(phaseOrder, events.Phase(p)) {
-			other = append(other, p)
-		}
-	}
-	slices.Sort(other)
-	for _, p := range other {
-		add(events.Phase(p))
+	for _, p := range otherPhases(s.Counts.Phases) {
+		add(p)
 	}
 	v.StatsWindow = fleet.FormatWindow(fleet.DefaultStatsWindow)
 	if st := s.Stats; st != nil {
 		v.Chart = newChart(st)
 		v.StatsWindow = fleet.FormatWindow(st.To.Sub(st.From))
+		if st.Records > 0 {
+			v.StatsTotal = totalText(st.Total, v.StatsWindow)
+		}
 		for _, r := range st.Rows {
 			if r.Blocked > 0 {
 				v.BlockedTargets = append(v.BlockedTargets, r)
 			}
 		}
 	}
+	v.ProblemRows = s.Problems[:min(len(s.Problems), maxProblems)]
+	v.ProblemsMore = len(s.Problems) - len(v.ProblemRows)
 	pg := s.Paging
 	if pg.PerPage != DefaultPerPage {
 		v.CustomPerPage = pg.PerPage
@@ -143,6 +147,19 @@ func newView(s Snapshot) view {
 	return v
 }
 
+// otherPhases are the phases of counts this version does not know, by name: still counted,
+// after the known ones.
+func otherPhases(counts map[string]int) []events.Phase {
+	var other []events.Phase
+	for p := range counts {
+		if !slices.Contains(phaseOrder, events.Phase(p)) {
+			other = append(other, events.Phase(p))
+		}
+	}
+	slices.Sort(other)
+	return other
+}
+
 // link is a relative URL of this page asking for f at page: "?" and the query, so it works
 // wherever the page is mounted.
 func link(f Filter, page, perPage int) string {
@@ -162,11 +179,14 @@ func (v view) PoolRows() []poolView {
 	return out
 }
 
-// holderView is a holder's row with its name and times as the page prints them.
+// holderView is a holder's row with its name, times and proxies as the page prints them.
 type holderView struct {
 	fleet.HolderRow
-	Name, OldestText, NextText string
+	Name, OldestText, NextText, ProxiesText string
 }
+
+// holderProxiesShown bounds the proxies named in a holder's row; /api/leases.json has all.
+const holderProxiesShown = 5
 
 // HolderRows are the page's holders, for the template; "(none)" for leases without one, as
 // egressd status holders prints them.
@@ -177,9 +197,68 @@ func (v view) HolderRows() []holderView {
 		if !h.Oldest.IsZero() {
 			hv.OldestText = events.Age(v.GeneratedAt, h.Oldest)
 		}
+		hv.ProxiesText = proxiesText(v.HolderProxies[h.Holder])
 		out = append(out, hv)
 	}
 	return out
+}
+
+// proxiesText names the proxies a holder has, with how many slots where more than one:
+// "crawl-eu-1 (2 slots), ext-office", then how many more.
+func proxiesText(held []heldProxy) string {
+	if len(held) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, h := range held[:min(len(held), holderProxiesShown)] {
+		p := h.Proxy
+		if h.Slots > 1 {
+			p += " (" + strconv.Itoa(h.Slots) + " slots)"
+		}
+		parts = append(parts, p)
+	}
+	if more := len(held) - holderProxiesShown; more > 0 {
+		parts = append(parts, "and "+strconv.Itoa(more)+" more")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// maxCooldownRows bounds the cooldowns table; /api/status.json has every cooldown.
+const maxCooldownRows = 50
+
+// cooldownView is a cooldown with its end as the page prints it.
+type cooldownView struct {
+	fleet.CooldownRow
+	Clock, In string
+}
+
+// CooldownRows are the first maxCooldownRows cooldowns, for the template.
+func (v view) CooldownRows() []cooldownView {
+	out := []cooldownView{}
+	for _, c := range v.Cooldowns[:min(len(v.Cooldowns), maxCooldownRows)] {
+		out = append(out, cooldownView{c, c.Until.In(v.GeneratedAt.Location()).Format("15:04:05"), fleet.Until(v.GeneratedAt, c.Until)})
+	}
+	return out
+}
+
+// CooldownsMore is how many cooldowns the table leaves out.
+func (v view) CooldownsMore() int { return max(len(v.Cooldowns)-maxCooldownRows, 0) }
+
+// totalText sums a window of lease statistics up, every rate with what it is of: a block
+// rate is of reports, not of leases, and a window with one report has a rate of 0 or 100 %.
+func totalText(t fleet.StatsRow, window string) string {
+	s := fmt.Sprintf("Last %s: %s granted; ", window, plural(t.Leases, "lease", "leases"))
+	if t.Reports == 0 {
+		return s + "no reports, so no block rate."
+	}
+	return s + fmt.Sprintf("%s, of which %d blocked (%s of reports) and %d failed.", plural(t.Reports, "report", "reports"), t.Blocked, t.RateText(), t.Failed)
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }
 
 // Targets pairs each provider row with its ages, for the template.
