@@ -101,6 +101,7 @@ func TestVerdict(t *testing.T) {
 	overdue := Problem{Proxy: "p", Phase: events.PhaseReady, Attention: true, What: []string{"Probe overdue: no probe at its address yet"}}
 	some := Problem{Proxy: "q", Phase: events.PhaseReady, What: []string{"Cooling down for a.example until 12:00 (in 1m): blocked"}}
 	pending := Problem{Proxy: "r", Phase: events.PhasePending, Attention: true, What: []string{"Creating"}}
+	draining := Problem{Proxy: "d", Phase: events.PhaseDraining, What: []string{"ScaleDown"}}
 	for _, c := range []struct {
 		name       string
 		counts     Counts
@@ -116,6 +117,9 @@ func TestVerdict(t *testing.T) {
 		{"cooling for a target", counts(map[string]int{"Ready": 12}), []Problem{some}, false,
 			"warn: All 12 proxies Ready: 1 Ready but cooling down for some targets"},
 		{"on its way", counts(map[string]int{"Ready": 11, "Pending": 1}), []Problem{pending}, false, "warn: 1 of 12 proxies needs attention: 1 Pending"},
+		// A pool draining a member it scales down is routine: listed, not counted.
+		{"draining", counts(map[string]int{"Ready": 11, "Draining": 1}), []Problem{draining}, false,
+			"warn: No proxy needs attention: 1 Draining"},
 		{"unknown phase", counts(map[string]int{"Ready": 1, "Hibernating": 2}), []Problem{pending, pending}, false,
 			"warn: 2 of 3 proxies need attention: 2 Hibernating"},
 	} {
@@ -142,6 +146,7 @@ func TestProblemsOverdueAndGone(t *testing.T) {
 		{Name: "a", Phase: events.PhaseReady, ProbeOverdue: true, LastProbeAt: now.Add(-3 * time.Minute), Reason: events.ReasonProbeOverdue},
 		{Name: "b", Phase: events.PhaseReady},
 		{Name: "c", Phase: events.PhaseUnhealthy, ProbeOverdue: true, Reason: events.ReasonProbeOverdue},
+		{Name: "d", Phase: events.PhaseDraining, Reason: "ScaleDown"},
 	}
 	cools := []fleet.CooldownRow{{Proxy: "gone", Result: events.ReportBlocked, Until: now.Add(time.Minute)}}
 	var got []string
@@ -151,6 +156,7 @@ func TestProblemsOverdueAndGone(t *testing.T) {
 	want := []string{
 		"c true Not Ready; no reason recorded yet | Probe overdue: no probe at its address yet",
 		"a true Probe overdue: the last probe at its address was 3m ago",
+		"d false ScaleDown",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

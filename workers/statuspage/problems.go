@@ -70,7 +70,7 @@ func problems(rows []fleet.Row, cooldowns []fleet.CooldownRow, now time.Time) []
 			p.What = append(p.What, what)
 		}
 		if r.Phase != events.PhaseReady {
-			flag(phaseRank(r.Phase), true, phaseWhat(r))
+			flag(phaseRank(r.Phase), !routinePhase(r.Phase), phaseWhat(r))
 		}
 		if r.ProbeOverdue {
 			what := "Probe overdue: no probe at its address yet"
@@ -92,6 +92,12 @@ func problems(rows []fleet.Row, cooldowns []fleet.CooldownRow, now time.Time) []
 	}
 	slices.SortStableFunc(out, func(a, b Problem) int { return cmp.Or(cmp.Compare(a.rank, b.rank), strings.Compare(a.Proxy, b.Proxy)) })
 	return out
+}
+
+// routinePhase: a proxy on its way out by design (a pool draining a member it rotates or
+// scales down, a deleted proxy's instance going). It is listed, but needs nobody.
+func routinePhase(p events.Phase) bool {
+	return p == events.PhaseDraining || p == events.PhaseDeleting
 }
 
 func phaseRank(p events.Phase) int {
@@ -142,8 +148,6 @@ func judge(c Counts, probs []Problem, incomplete bool) Verdict {
 	for _, p := range probs {
 		if p.Attention {
 			v.Attention++
-		} else {
-			coolingSome++
 		}
 		for _, w := range p.What {
 			switch {
@@ -151,6 +155,8 @@ func judge(c Counts, probs []Problem, incomplete bool) Verdict {
 				overdue++
 			case strings.HasPrefix(w, "Cooling down for every target"):
 				coolingAll++
+			case strings.HasPrefix(w, "Cooling down for ") && p.Phase == events.PhaseReady && !p.Attention:
+				coolingSome++
 			}
 		}
 	}
@@ -189,6 +195,9 @@ func judge(c Counts, probs []Problem, incomplete bool) Verdict {
 		v.Class, v.Headline = "ok", fmt.Sprintf("All %d proxies Ready", c.Proxies)
 		if c.Proxies == 1 {
 			v.Headline = "The only proxy is Ready"
+		}
+		if c.Phases[string(events.PhaseReady)] != c.Proxies {
+			v.Headline = "No proxy needs attention" // the others drain or go, by design
 		}
 		if len(v.Details) > 0 {
 			v.Class = "warn"
