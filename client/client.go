@@ -15,9 +15,10 @@ import (
 
 // Client calls the lease service over a NATS connection it does not own.
 type Client struct {
-	nc      *nats.Conn
-	timeout time.Duration
-	tracer  trace.Tracer
+	nc          *nats.Conn
+	timeout     time.Duration
+	retryBudget time.Duration
+	tracer      trace.Tracer
 }
 
 // Option configures a Client.
@@ -29,7 +30,7 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.tim
 
 // New returns a client using nc.
 func New(nc *nats.Conn, opts ...Option) *Client {
-	c := &Client{nc: nc, timeout: 5 * time.Second, tracer: tracing.Tracer(nil)}
+	c := &Client{nc: nc, timeout: 5 * time.Second, retryBudget: DefaultRetryBudget, tracer: tracing.Tracer(nil)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -74,14 +75,14 @@ func seconds(d time.Duration) int {
 // that manage renewals themselves (the CLI); crawlers want Acquire.
 func (c *Client) AcquireOnce(ctx context.Context, o AcquireOptions) (events.LeaseGrant, error) {
 	var r events.LeaseReply
-	err := c.call(ctx, events.LeaseAcquireSubject, o.request(), &r)
+	err := c.call(ctx, events.LeaseAcquireSubject, o.request(), &r, retryUndelivered)
 	return r.Lease, err
 }
 
 // Renew extends lease id once; ttl 0 keeps the lease's own TTL. The ID does not change.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (events.LeaseGrant, error) {
 	var r events.LeaseReply
-	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r)
+	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r, retryTransient)
 	return r.Lease, err
 }
 
@@ -96,7 +97,7 @@ func (c *Client) Release(ctx context.Context, id string) (bool, error) {
 // Reason says why nothing was released when nothing was.
 func (c *Client) ReleaseReply(ctx context.Context, id string) (events.ReleaseReply, error) {
 	var r events.ReleaseReply
-	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r)
+	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r, retryTransient)
 	return r, err
 }
 
@@ -129,7 +130,7 @@ func (c *Client) Report(ctx context.Context, id string, result Result, target st
 		o(&req)
 	}
 	var r events.ReportReply
-	err := c.call(ctx, events.LeaseReportSubject, req, &r)
+	err := c.call(ctx, events.LeaseReportSubject, req, &r, retryUndelivered)
 	return r, err
 }
 
@@ -139,13 +140,9 @@ const (
 	errorHeader     = "Nats-Service-Error"
 )
 
-// call sends req to subject and decodes the reply into resp, or the service error into an
-// *Error.
-func (c *Client) call(ctx context.Context, subject string, req, resp any) (err error) {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
+// callOnce sends data to subject once and decodes the reply into resp, or the service error
+// into an *Error.
+func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp any) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	span, h := c.startRequest(ctx, subject)

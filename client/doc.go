@@ -24,5 +24,11 @@
 // ErrNotFound, ErrLost, ErrEnded, ErrNoProxy and ErrInternal. When no lease service runs at all, the
 // error wraps nats.ErrNoResponders.
 //
+// Requests ride out a leaser's restart: a request no lease service received (no responders)
+// is tried again with backoff, within WithRetryBudget (DefaultRetryBudget, 10 s) and the
+// context; renew and release, which are harmless to repeat, are also tried again after a
+// timeout or ErrInternal. An acquire or a report that timed out is not: it may have been
+// granted or counted.
+//
 // This package imports only the standard library, nats.go and egressd's events.
 package client

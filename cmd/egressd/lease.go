@@ -30,6 +30,10 @@ this command is not renewed: renew it, or let it expire. For shell scripts:
   id=$(egressd lease acquire --target example.com --id-only)   # then renew, report, release --id "$id"
 `
 
+// cliRetryBudget is how long egressd lease tries a request again while no lease service
+// answers (and, for renew and release, after a timeout or an internal error).
+const cliRetryBudget = 3 * time.Second
+
 // leaseFlags are the flags of every lease subcommand; each registers the ones it takes.
 type leaseFlags struct {
 	natsURL  string
@@ -129,7 +133,9 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	defer nc.Close()
-	c := client.New(nc, client.WithRequestTimeout(f.timeout))
+	// A few seconds ride out a leaser's restart; a user with no lease service at all hears of it
+	// without waiting out the whole --timeout.
+	c := client.New(nc, client.WithRequestTimeout(f.timeout), client.WithRetryBudget(cliRetryBudget))
 
 	var reply any
 	switch sub {
