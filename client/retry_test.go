@@ -13,8 +13,31 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
+// recorder keeps the spans of a client's requests and the provider they come from.
+type recorder struct {
+	*tracetest.SpanRecorder
+	provider *sdktrace.TracerProvider
+}
+
+// tracedClient is a client of s on a connection of its own, and a traced caller's context:
+// the client records a span per try (only for traced callers), kept by the recorder.
+func tracedClient(t *testing.T, s *service, opts ...client.Option) (*client.Client, recorder, context.Context) {
+	t.Helper()
+	nc, err := nats.Connect(s.srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	rec := recorder{SpanRecorder: tracetest.NewSpanRecorder()}
+	rec.provider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec.SpanRecorder))
+	c := client.New(nc, append([]client.Option{client.WithTracerProvider(rec.provider)}, opts...)...)
+	ctx, root := rec.provider.Tracer("crawler").Start(context.Background(), "crawl")
+	t.Cleanup(func() { root.End() })
+	return c, rec, ctx
+}
+
 // tries counts the client's finished requests to subject: one span per try.
-func tries(rec *tracetest.SpanRecorder, subject string) int {
+func tries(rec recorder, subject string) int {
 	n := 0
 	for _, s := range rec.Ended() {
 		if s.Name() == "send "+subject {
@@ -29,17 +52,7 @@ func tries(rec *tracetest.SpanRecorder, subject string) int {
 // service comes back only once each call has failed at least twice.
 func TestRequestsRideOutALeaserRestart(t *testing.T) {
 	s, _ := startService(t)
-	rec := tracetest.NewSpanRecorder()
-	nc, err := nats.Connect(s.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	c := client.New(nc, client.WithTracerProvider(tp))
-	// A traced caller: the client records a span per try (only for traced callers).
-	ctx, root := tp.Tracer("crawler").Start(context.Background(), "crawl")
-	defer root.End()
+	c, rec, ctx := tracedClient(t, s)
 	g, err := c.AcquireOnce(ctx, client.AcquireOptions{TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -80,17 +93,7 @@ func TestRequestsRideOutALeaserRestart(t *testing.T) {
 // retry budget nothing is tried again.
 func TestRefusalsAreNotTriedAgain(t *testing.T) {
 	s, _ := startService(t)
-	rec := tracetest.NewSpanRecorder()
-	nc, err := nats.Connect(s.srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	sdk := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	tp := client.WithTracerProvider(sdk)
-	c := client.New(nc, tp)
-	ctx, root := sdk.Tracer("crawler").Start(context.Background(), "crawl")
-	defer root.End()
+	c, rec, ctx := tracedClient(t, s)
 	if _, err := c.Renew(ctx, "px-1.0.0123456789abcdef", 0); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("renew of an unknown lease: %v", err)
 	}
@@ -101,7 +104,7 @@ func TestRefusalsAreNotTriedAgain(t *testing.T) {
 		t.Errorf("%d renew and %d acquire tries, want 1 each", n, m)
 	}
 	s.stop()
-	once := client.New(nc, tp, client.WithRetryBudget(0))
+	once, _, _ := tracedClient(t, s, client.WithRetryBudget(0), client.WithTracerProvider(rec.provider))
 	if _, err := once.AcquireOnce(ctx, client.AcquireOptions{}); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no service, no retry budget: %v", err)
 	}
