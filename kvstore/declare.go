@@ -34,8 +34,22 @@ func declare[T any](ctx context.Context, call func(context.Context) (T, error)) 
 	}
 }
 
-// retryable: the try ran out of time or found no JetStream to answer it yet.
+// The JetStream API's codes for a cluster that cannot place a stream now: a peer missed its
+// heartbeats on a loaded machine, or the meta layer is between leaders. Another try mends
+// both; a cluster that truly lacks the peers still fails, with this message, at the end of
+// the declaration's budget.
+const (
+	errCodeNoPeers     jetstream.ErrorCode = 10005 // "no suitable peers for placement"
+	errCodeUnavailable jetstream.ErrorCode = 10008 // "JetStream system temporarily unavailable"
+)
+
+// retryable: the try ran out of time, found no JetStream to answer it yet, or found the
+// cluster unable to place a stream for now.
 func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == errCodeNoPeers || apiErr.ErrorCode == errCodeUnavailable) {
+		return true
+	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled)

@@ -3,15 +3,18 @@ package kvstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A declaration tries again after a try that found no answer, and not after a refusal.
 func TestDeclareRetriesOnlyWhatAnotherTryCanMend(t *testing.T) {
-	refused := errors.New("nats: API error: stream name already in use with a different configuration")
+	refused := &jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeStreamNameInUse, Description: "stream name already in use with a different configuration"}
+	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: "no suitable peers for placement, peer offline"}
 	for _, c := range []struct {
 		name      string
 		errs      []error // the tries' errors in turn; a try past the list succeeds
@@ -21,6 +24,7 @@ func TestDeclareRetriesOnlyWhatAnotherTryCanMend(t *testing.T) {
 		{"at once", nil, 1, nil},
 		{"a lost reply, then an answer", []error{context.DeadlineExceeded}, 2, nil},
 		{"no JetStream yet, twice", []error{nats.ErrNoResponders, nats.ErrTimeout}, 3, nil},
+		{"a peer offline for a moment", []error{fmt.Errorf("declare: %w", noPeers)}, 2, nil},
 		{"a refusal is final", []error{refused}, 1, refused},
 	} {
 		t.Run(c.name, func(t *testing.T) {
