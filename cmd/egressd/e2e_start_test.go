@@ -74,6 +74,7 @@ func fileStates(t *testing.T, dir string) map[string]string {
 func TestSecondRunOnTheSameDataDirChangesNothing(t *testing.T) {
 	needNats(t)
 	dir := t.TempDir()
+	defer killProcs(t, dir) // the forward proxies outlive egressd by design
 	n := startNode(t, dir, "--config", writeConfig(t, dir, 61))
 	// Ready, so that its forward proxy (a process of its own, writing under the data
 	// directory) is done starting; with egressd frozen, nothing sends it traffic to log.
