@@ -1,0 +1,69 @@
+package pools
+
+import (
+	"fmt"
+
+	"github.com/egressd/egressd/events"
+)
+
+// What a pass says of the pool: its phase, reason and message, from the ledger as the pass
+// left it.
+
+// summarize records the ledger with the pool's phase and reason.
+func (p *planner) summarize() {
+	spec := *p.in.Spec
+	act, ready, draining, retiring := 0, 0, 0, events.Reason("")
+	for _, m := range p.members {
+		if active(m) {
+			act++
+			if p.ready(m.Name) {
+				ready++
+			}
+		}
+		if !m.DrainingSince.IsZero() || m.Deleting {
+			draining++
+		}
+		if retiring == "" && m.Retire != "" {
+			retiring = m.Retire
+		}
+	}
+	phase, reason, msg := events.PoolReady, events.Reason(""), fmt.Sprintf("%d of %d members Ready", ready, *spec.Replicas)
+	switch {
+	case p.held != "":
+		phase, reason, msg = events.PoolProgressing, events.ReasonRotationHeld, p.held
+	case retiring != "" || draining > 0 || act != *spec.Replicas:
+		phase, reason = events.PoolProgressing, retiring
+		msg = fmt.Sprintf("%d of %d members Ready, %d draining", ready, *spec.Replicas, draining)
+	case ready < act:
+		phase = events.PoolDegraded
+		for _, m := range p.members {
+			switch p.in.Phase[m.Name] {
+			case "", events.PhasePending, events.PhaseProvisioning, events.PhaseRunning, events.PhaseReplacing:
+				phase = events.PoolProgressing
+			}
+		}
+	}
+	p.record(phase, reason, msg)
+}
+
+// record sets the outcome's ledger to the members with phase, reason and message.
+func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg string) {
+	st := events.PoolStatus{V: 1, Phase: phase, Reason: reason, Message: msg, SpecRevision: p.in.SpecRev,
+		Members: p.members, UpdatedAt: p.in.Now}
+	if st.Members == nil {
+		st.Members = []events.PoolMember{}
+	}
+	if p.in.Ledger != nil {
+		st.Replicas, st.MaxMembers = p.in.Ledger.Replicas, p.in.Ledger.MaxMembers
+	}
+	if s := p.in.Spec; s != nil && p.in.SpecErr == nil {
+		st.Replicas, st.MaxMembers = *s.Replicas, s.MaxMembers()
+		for _, m := range st.Members {
+			// A member already due but held (RotationHeld) counts: its time is in the past.
+			if active(m) && !m.RotateAt.IsZero() && (st.NextRotation.IsZero() || m.RotateAt.Before(st.NextRotation)) {
+				st.NextRotation = m.RotateAt
+			}
+		}
+	}
+	p.out.Ledger = &st
+}
