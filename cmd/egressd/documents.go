@@ -187,21 +187,42 @@ func kindOf(cmd string, pos []string, want int, stderr io.Writer, synopsis strin
 	return k, pos[0], true
 }
 
-func validateCmd(_ context.Context, args []string, sio stdio) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+// docCommand is the shape validate, apply and delete share: a flag set whose usage starts
+// with the synopsis, and positionals of which the first is a kind (proxy or pool).
+type docCommand struct {
+	name, synopsis string
+	fs             *flag.FlagSet
+}
+
+func newDocCommand(name, synopsis, about string, sio stdio) *docCommand {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(sio.errOut)
-	configPath := fs.String("config", "", "YAML config declaring the providers a document may name (default: one local provider named local, as egressd run)")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: egressd validate proxy|pool FILE [--config F]\n\nChecks a document as the reconciler and the pool controller would, without writing it (FILE - reads standard input).\nExits 0 if it is valid, 1 with every problem, each naming its field.\n\n")
+		fmt.Fprintf(fs.Output(), "Usage: egressd %s %s\n\n%s\n\n", name, synopsis, about)
 		fs.PrintDefaults()
 	}
-	pos, code, ok := positionals(fs, args)
+	return &docCommand{name: name, synopsis: synopsis, fs: fs}
+}
+
+// parse reads the flags and want positionals, the first a kind; when !ok, code is the exit
+// code and what is wrong has been said.
+func (c *docCommand) parse(args []string, want int, stderr io.Writer) (k docKind, kind string, pos []string, code int, ok bool) {
+	if pos, code, ok = positionals(c.fs, args); !ok {
+		return docKind{}, "", nil, code, false
+	}
+	if k, kind, ok = kindOf(c.name, pos, want, stderr, c.synopsis); !ok {
+		return docKind{}, "", nil, 2, false
+	}
+	return k, kind, pos, 0, true
+}
+
+func validateCmd(_ context.Context, args []string, sio stdio) int {
+	c := newDocCommand("validate", "proxy|pool FILE [--config F]",
+		"Checks a document as the reconciler and the pool controller would, without writing it (FILE - reads standard input).\nExits 0 if it is valid, 1 with every problem, each naming its field.", sio)
+	configPath := c.fs.String("config", "", "YAML config declaring the providers a document may name (default: one local provider named local, as egressd run)")
+	k, kind, pos, code, ok := c.parse(args, 2, sio.errOut)
 	if !ok {
 		return code
-	}
-	k, kind, ok := kindOf("validate", pos, 2, sio.errOut, "proxy|pool FILE [--config F]")
-	if !ok {
-		return 2
 	}
 	cat, err := configCatalog(*configPath)
 	if err != nil {
@@ -271,21 +292,13 @@ func liveCatalog(ctx context.Context, r *reader) (schemas.Catalog, error) {
 const commandBudget = 15 * time.Second
 
 func applyCmd(ctx context.Context, args []string, sio stdio) int {
-	fs := flag.NewFlagSet("apply", flag.ContinueOnError)
-	fs.SetOutput(sio.errOut)
-	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server (credentials: "+envUser+", "+envPassword+")")
-	configPath := fs.String("config", "", "the providers to check against when provider_catalog cannot be read (default: one local provider named local)")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: egressd apply proxy|pool NAME FILE [--nats-url URL]\n\nChecks a document as egressd validate does, against the providers egressd knows now\n(provider_catalog: names, and hosts for placement.zone), then writes it under NAME in the\nproxies or pools bucket and prints its revision. An invalid document writes nothing (exit 1).\nFILE - reads standard input.\n\n")
-		fs.PrintDefaults()
-	}
-	pos, code, ok := positionals(fs, args)
+	c := newDocCommand("apply", "proxy|pool NAME FILE [--nats-url URL]",
+		"Checks a document as egressd validate does, against the providers egressd knows now\n(provider_catalog: names, and hosts for placement.zone), then writes it under NAME in the\nproxies or pools bucket and prints its revision. An invalid document writes nothing (exit 1).\nFILE - reads standard input.", sio)
+	natsURL := c.fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server (credentials: "+envUser+", "+envPassword+")")
+	configPath := c.fs.String("config", "", "the providers to check against when provider_catalog cannot be read (default: one local provider named local)")
+	k, kind, pos, code, ok := c.parse(args, 3, sio.errOut)
 	if !ok {
 		return code
-	}
-	k, kind, ok := kindOf("apply", pos, 3, sio.errOut, "proxy|pool NAME FILE [--nats-url URL]")
-	if !ok {
-		return 2
 	}
 	name, path := pos[1], pos[2]
 	data, err := readDocument(path, sio.in)
@@ -331,20 +344,12 @@ func applyCmd(ctx context.Context, args []string, sio stdio) int {
 }
 
 func deleteCmd(ctx context.Context, args []string, sio stdio) int {
-	fs := flag.NewFlagSet("delete", flag.ContinueOnError)
-	fs.SetOutput(sio.errOut)
-	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server (credentials: "+envUser+", "+envPassword+")")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: egressd delete proxy|pool NAME [--nats-url URL]\n\nDeletes the key: the reconciler deletes a proxy's instance, the pool controller a pool's members.\n\n")
-		fs.PrintDefaults()
-	}
-	pos, code, ok := positionals(fs, args)
+	c := newDocCommand("delete", "proxy|pool NAME [--nats-url URL]",
+		"Deletes the key: the reconciler deletes a proxy's instance, the pool controller a pool's members.", sio)
+	natsURL := c.fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server (credentials: "+envUser+", "+envPassword+")")
+	k, kind, pos, code, ok := c.parse(args, 2, sio.errOut)
 	if !ok {
 		return code
-	}
-	k, kind, ok := kindOf("delete", pos, 2, sio.errOut, "proxy|pool NAME [--nats-url URL]")
-	if !ok {
-		return 2
 	}
 	name := pos[1]
 	ctx, cancel := context.WithTimeout(ctx, commandBudget)

@@ -48,6 +48,7 @@ func TestReadmeTourRunsAsWritten(t *testing.T) {
 	mapText := strings.NewReplacer(":8000", ":"+webPort, " 8000 ", " "+webPort+" ").Replace
 	addrs := regexp.MustCompile(`127\.0\.0\.([2-9]|[1-9][0-9]+)\b`)
 
+	store := bindStore(t, n)
 	sh := startShell(t, dir, append(n.environ(), "NATS_URL="+n.url, "PATH="+bin+":"+os.Getenv("PATH")))
 	for i, b := range blocks {
 		if strings.Contains(b.code, "go install") {
@@ -65,7 +66,7 @@ func TestReadmeTourRunsAsWritten(t *testing.T) {
 		if strings.Contains(code, "http.server") {
 			waitListening(t, "127.0.0.1:"+webPort)
 		}
-		waitSettled(t, n)
+		waitSettled(t, n, store)
 	}
 }
 
@@ -151,17 +152,25 @@ func sameShape(want, got any) bool {
 	}
 }
 
-// waitSettled waits, as a reader of the tour does, until every proxy is Ready on its
-// current spec and no pool is still changing.
-func waitSettled(t *testing.T, n *node) {
+// bindStore binds the node's buckets, for the test's own reads.
+func bindStore(t *testing.T, n *node) *kvstore.Store {
 	t.Helper()
 	_, js := n.client()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	store, err := kvstore.Bind(ctx, js)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store
+}
+
+// waitSettled waits, as a reader of the tour does, until every proxy is Ready on its
+// current spec and no pool is still changing.
+func waitSettled(t *testing.T, n *node, store *kvstore.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
 	waitUntil(t, "the fleet to settle", 90*time.Second, func() (bool, string) {
 		specs, err := kvstore.Latest(ctx, store.Proxies)
 		if err != nil {

@@ -275,13 +275,6 @@ func startNatsServerProc(t *testing.T) *natsServerProc {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	waitUntil(t, "nats-server to listen", 30*time.Second, func() (bool, string) {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false, err.Error()
-		}
-		c.Close()
-		return true, ""
-	})
+	waitListening(t, addr)
 	return &natsServerProc{url: "nats://" + addr, cmd: cmd}
 }

@@ -62,10 +62,10 @@ func (v *view) staleEnd(p *proxyView, l events.Lease) events.Reason {
 	switch {
 	case (p.specRev == 0 || p.specGone) && v.specHigh >= l.SpecRevision:
 		return events.ReasonProxyDeleted
-	case l.StatusRevision != 0 && p.hasStatus && p.statusRev > l.StatusRevision && (p.instance != l.Instance || p.teardown):
+	case l.StatusRevision != 0 && p.hasStatus && p.statusRev > l.StatusRevision && (p.instance != l.Instance || p.teardown != ""):
 		// The status may say "deleting" before the spec's deletion reaches this view (a pool
 		// deleting its member): the lease ended because its proxy was deleted all the same.
-		if p.deleting {
+		if p.teardown == events.ReasonProxyDeleted {
 			return events.ReasonProxyDeleted
 		}
 		return events.ReasonProxyReplaced

@@ -24,9 +24,9 @@ func TestLeaseStaleEnd(t *testing.T) {
 		{"spec not read up to the grant yet", 9, proxyView{}, lease, ""},
 		{"another instance", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, lease, events.ReasonProxyReplaced},
 		{"no instance any more", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25}, lease, events.ReasonProxyReplaced},
-		{"the instance must go", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: true}, lease, events.ReasonProxyReplaced},
+		{"the instance must go", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: events.ReasonSpecChanged}, lease, events.ReasonProxyReplaced},
 		// A pool deleting its member: the status says so before the spec's deletion arrives.
-		{"the instance must go, its proxy deleted", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: true, deleting: true}, lease, events.ReasonProxyDeleted},
+		{"the instance must go, its proxy deleted", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: events.ReasonProxyDeleted}, lease, events.ReasonProxyDeleted},
 		{"status older than the grant", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 15, instance: "i@0"}, lease, ""},
 		{"a lease from before the records", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, events.Lease{}, ""},
 		{"a lease from before the records, proxy deleted", 30, proxyView{specRev: 25, specGone: true}, events.Lease{}, events.ReasonProxyDeleted},

@@ -76,9 +76,8 @@ type proxyView struct {
 	provider  string
 	host      string
 	statusRev uint64
-	instance  string // events.ProxyStatus.Incarnation
-	teardown  bool   // the instance must go (replaced, recreated or deleted)
-	deleting  bool   // ... because its proxy was deleted
+	instance  string        // events.ProxyStatus.Incarnation
+	teardown  events.Reason // why the instance must go (replaced, recreated, deleted); "" while it stays
 	addressAt time.Time
 	// proxy_health
 	latencyMs float64            // 0: unknown
@@ -210,8 +209,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	p := v.proxy(e.Key())
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
-	p.statusRev, p.instance, p.teardown, p.addressAt = e.Revision(), st.Incarnation(), st.Teardown != "", st.AddressAt
-	p.deleting = st.Teardown == events.ReasonProxyDeleted
+	p.statusRev, p.instance, p.teardown, p.addressAt = e.Revision(), st.Incarnation(), st.Teardown, st.AddressAt
 	v.findStale(p)
 	v.changed(p)
 }
