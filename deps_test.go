@@ -131,13 +131,25 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 				if !ok || ds[0] != "workers" || len(ds) < 2 || ds[1] == "internal" || ds[1] == seg[1] {
 					return ""
 				}
-				// workers/fleet is the one read model of the fleet (DESIGN §5.8), not a role:
-				// status, the status page and the metrics all import it. It is itself held to
-				// this rule, so it never reaches a role, and a role reaches none through it.
-				if ds[1] == readModel {
-					return ""
-				}
 				return "roles talk only through NATS: workers/" + seg[1] + " must not depend on workers/" + ds[1]
+			})
+		}
+		// The read side (readside/: the fleet read model, the status page, the metrics) reads
+		// what the roles wrote to NATS; it never runs a role's code, and no role reads through
+		// it, so either can change without the other.
+		if seg[0] == "readside" || (seg[0] == "workers" && len(seg) > 1) {
+			reach(p, func(d string) string {
+				dr, ok := rel(d)
+				ds := strings.Split(dr, "/")
+				switch {
+				case !ok:
+					return ""
+				case seg[0] == "readside" && ds[0] == "workers" && len(ds) > 1 && ds[1] != "internal":
+					return "the read side never imports a role"
+				case seg[0] == "workers" && ds[0] == "readside":
+					return "roles never import the read side"
+				}
+				return ""
 			})
 		}
 		if !within(r, "cmd/egressd") {
@@ -182,9 +194,6 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 func otelSDK(path string) bool {
 	return strings.HasPrefix(path, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(path, "go.opentelemetry.io/otel/exporters/")
 }
-
-// readModel is the package under workers that every other may import (workers/fleet).
-const readModel = "fleet"
 
 // within reports whether the module-relative path r is dir or below it.
 func within(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/") }
@@ -246,9 +255,11 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		m + "/workers/leaser":            {m + "/workers", m + "/workers/internal/x"},
 		m + "/workers/provisioner":       {m + "/workers", m + "/providers/libvirt"},
 		m + "/workers/flowtest":          nil,
-		m + "/workers/fleet":             {m + "/kvstore", m + "/workers/prober"},
+		m + "/readside/fleet":            {m + "/kvstore", m + "/workers/prober"},
 		m + "/workers/prober":            {m + "/workers"},
-		m + "/workers/metrics":           {m + "/workers/fleet"},
+		m + "/readside/metrics":          {m + "/readside/fleet"},
+		m + "/workers/pools":             {m + "/workers", m + "/readside/statuspage"},
+		m + "/readside/statuspage":       {m + "/kvstore"},
 		m + "/cmd/egressd":               {m + "/cmd/egressd/config", m + "/providers/libvirt", m + "/workers/provisioner", otelSDKPkg},
 		m + "/client":                    {m + "/tracing"},
 		m + "/tracing":                   {"go.opentelemetry.io/otel", m + "/tracing/setup"},
@@ -290,9 +301,10 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		"events may import only the standard library: events imports example.com/lib",
 		"roles talk only through NATS: workers/leaser must not depend on workers/reconciler: workers/leaser imports workers/internal/x imports workers/reconciler",
 		"only cmd/egressd imports concrete providers (its registry is the one place they are chosen): workers/provisioner imports providers/libvirt",
-		// The read model may be imported, but may not import a role itself, nor lead one to.
-		"roles talk only through NATS: workers/fleet must not depend on workers/prober: workers/fleet imports workers/prober",
-		"roles talk only through NATS: workers/metrics must not depend on workers/prober: workers/metrics imports workers/fleet imports workers/prober",
+		// The read side may not import a role, nor lead to one; a role may not import it.
+		"the read side never imports a role: readside/fleet imports workers/prober",
+		"the read side never imports a role: readside/metrics imports readside/fleet imports workers/prober",
+		"roles never import the read side: workers/pools imports readside/statuspage",
 	}
 	got := dependencyViolations(m, pkgs)
 	for _, w := range want {

@@ -13,7 +13,7 @@ import (
 
 const dashboardFile = "grafana/egressd-dashboard.json"
 
-// exportedMetrics are the metrics egressd exports (workers/metrics), with their types; the
+// exportedMetrics are the metrics egressd exports (readside/metrics), with their types; the
 // dashboard may query these and nothing else.
 var exportedMetrics = map[string]string{
 	"egress_proxies":                         "gauge",

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

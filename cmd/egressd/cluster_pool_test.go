@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // Kill -9 of the process running the pool controller, 20 times at random moments, on the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go/jetstream"
 )
 

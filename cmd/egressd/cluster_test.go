@@ -9,7 +9,7 @@ import (
 
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The harness itself: the deployed cluster config on three real servers, every role its own

@@ -12,7 +12,7 @@ import (
 
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // writeProviders writes a config with one local provider per name, provider i on the

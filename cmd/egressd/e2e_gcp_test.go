@@ -18,7 +18,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/providers/gcp/gcptest"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The gcp end-to-end test: the real `egressd run` with a gcp provider pointed at the Compute

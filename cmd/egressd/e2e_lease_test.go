@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // acquire asks for a lease with the real nats CLI, as a shell-script crawler would.

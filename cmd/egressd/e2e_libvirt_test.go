@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The libvirt end-to-end test: the real `egressd run` with a libvirt provider, against a real

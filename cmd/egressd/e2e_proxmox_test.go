@@ -18,7 +18,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"github.com/egressd/egressd/providers/proxmox/pvetest"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The proxmox end-to-end test's VMs serve on 127.0.102.200–250 (this test's loopback net,

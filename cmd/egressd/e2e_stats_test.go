@@ -15,8 +15,8 @@ import (
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/internal/chromium"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/statuspage"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/statuspage"
 )
 
 // Block analytics end to end: scripted leases and reports through the real lease service of

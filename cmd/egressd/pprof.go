@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 
-	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/readside/metrics"
 )
 
 // pprofListener checks that addr is a loopback address before listening on it: the profiles

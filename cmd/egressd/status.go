@@ -15,7 +15,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -182,7 +182,7 @@ func judge(w io.Writer, rows []fleet.Row, pools []fleet.PoolRow) int {
 	return exitProblems
 }
 
-// loadFleet reads the fleet through the read model (workers/fleet). A bucket that cannot be
+// loadFleet reads the fleet through the read model (readside/fleet). A bucket that cannot be
 // opened or read is in the fleet's Errors, its part left empty, and the rest is read all the
 // same. A denied read fails at once (reader): the viewer of deploy/nats may not read specs, and
 // gets its rows from the statuses alone, without lease limits, attributes or probe intervals.

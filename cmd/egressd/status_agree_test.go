@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/metrics"
-	"github.com/egressd/egressd/workers/statuspage"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/metrics"
+	"github.com/egressd/egressd/readside/statuspage"
 )
 
 // readerCounts is what each reader says about the fleet.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // showLeases is `egressd status holders` (who holds the fleet's proxies, summed) and

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
 )
 
 func TestStatusHoldersAndLeases(t *testing.T) {

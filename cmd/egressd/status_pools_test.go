@@ -13,10 +13,10 @@ import (
 
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
-	"github.com/egressd/egressd/workers/metrics"
-	"github.com/egressd/egressd/workers/statuspage"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
+	"github.com/egressd/egressd/readside/metrics"
+	"github.com/egressd/egressd/readside/statuspage"
 	"github.com/nats-io/nats.go"
 )
 

@@ -1,5 +1,5 @@
 // Package chromium runs Debian's headless chromium for tests that look at the status page in
-// a real browser (workers/statuspage, and cmd/egressd's end-to-end tests), and reads its
+// a real browser (readside/statuspage, and cmd/egressd's end-to-end tests), and reads its
 // screenshots.
 package chromium
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
 )
 
 // Cooldowns lists the running ones by proxy, proxy-wide first; ended, undecodable and

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // seedStats publishes an hour of leaser records, one a minute from two replicas: local's

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // Paging of the proxies table, and the length of the top blocked targets.

@@ -12,7 +12,7 @@
 // lists the most blocked targets, every rate naming what it is of (reports); /api/stats.json serves those sums as `egressd stats --json`
 // does, through the same read model (fleet.LoadStats).
 //
-// Proxies come from the read model (workers/fleet) that `egressd status` and the metrics
+// Proxies come from the read model (readside/fleet) that `egressd status` and the metrics
 // share, so the three agree. At thousands of proxies the page shows one page of them (100 by
 // default) with the totals of the whole fleet; query parameters filter and page it (phase,
 // provider, selector, pool, q, page, per_page), the page's form and links carry them, and the

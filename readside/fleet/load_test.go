@@ -12,8 +12,8 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
 )
 
 func newStore(tb testing.TB) *kvstore.Store {

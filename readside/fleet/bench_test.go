@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
+	"github.com/egressd/egressd/readside/fleet"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
 )
 
 // BenchmarkLoad10k builds the model of 10,000 proxies (spec, status and health each, a

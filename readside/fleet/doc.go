@@ -8,9 +8,9 @@
 // through Load. Cooldowns reads the running cooldowns of proxy_cooldowns, Targets the
 // provider checks.
 //
-// It is a read model, not a role: it imports events, schemas and kvstore and never another
-// package of workers, so every reader may import it (deps_test.go names it as the one
-// exemption from "roles never import each other").
+// It is a read model, not a role: it lives in readside/ with the status page and the metrics,
+// imports events, schemas and kvstore and never a role, and no role imports it (deps_test.go
+// holds both directions).
 //
 // Of a proxy's spec it keeps the mode, provider, lease limit, attributes and probe interval;
 // user-data and credentials never leave the parser, so no reader can show them. Of a pool's

@@ -1,5 +1,5 @@
 // Package fleettest writes fleets into real buckets for the tests and benchmarks of every
-// reader of the read model (workers/fleet): the same KV state for status, the status page
+// reader of the read model (readside/fleet): the same KV state for status, the status page
 // and the metrics.
 package fleettest
 

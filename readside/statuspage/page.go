@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // Defaults of Config.

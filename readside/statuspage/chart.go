@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The lease traffic chart is SVG drawn here and written into the page by the template: no

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // The first screen answers "is my fleet fine, and if not, what is wrong": a verdict, then the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/fleet"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/readside/metrics"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )

@@ -8,8 +8,8 @@ import (
 
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/fleet/fleettest"
-	"github.com/egressd/egressd/workers/metrics"
+	"github.com/egressd/egressd/readside/fleet/fleettest"
+	"github.com/egressd/egressd/readside/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
