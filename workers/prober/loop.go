@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -82,8 +81,8 @@ type loop struct {
 	nudges  nudges
 	behind  bool
 
-	watchers                          []jetstream.KeyWatcher
-	specW, statusW, healthW, membersW jetstream.KeyWatcher
+	watchers                          []*kvstore.Watch
+	specW, statusW, healthW, membersW *kvstore.Watch
 
 	mu   sync.Mutex // guards last, read by the presence goroutine
 	last load
@@ -96,15 +95,13 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 		nudges: nudges{signal: make(chan struct{}, 1), names: map[string]bool{}}}
 	s := p.cfg.Store
 	for _, w := range []struct {
-		dst  *jetstream.KeyWatcher
-		kv   jetstream.KeyValue
-		name string
-	}{{&l.specW, s.Proxies, events.BucketProxies}, {&l.statusW, s.Status, events.BucketStatus},
-		{&l.healthW, s.Health, events.BucketHealth}, {&l.membersW, s.Probers, events.BucketProbers}} {
-		kw, err := w.kv.WatchAll(ctx)
+		dst *(*kvstore.Watch)
+		kv  jetstream.KeyValue
+	}{{&l.specW, s.Proxies}, {&l.statusW, s.Status}, {&l.healthW, s.Health}, {&l.membersW, s.Probers}} {
+		kw, err := kvstore.WatchBucket(ctx, w.kv)
 		if err != nil {
 			l.stopWatches()
-			return nil, fmt.Errorf("prober: watch %s: %w", w.name, err)
+			return nil, fmt.Errorf("prober: %w", err)
 		}
 		*w.dst = kw
 		l.watchers = append(l.watchers, kw)
@@ -114,7 +111,7 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 
 func (l *loop) stopWatches() {
 	for _, w := range l.watchers {
-		_ = kvstore.StopWatch(w)
+		_ = w.Stop()
 	}
 }
 
@@ -124,7 +121,6 @@ func (l *loop) stopWatches() {
 // it decides what is its and what is due.
 func (l *loop) run(ctx context.Context) error {
 	p := l.p
-	synced := map[jetstream.KeyWatcher]bool{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	stats := time.NewTicker(time.Second)
@@ -132,7 +128,7 @@ func (l *loop) run(ctx context.Context) error {
 	started := false
 	for {
 		now := p.cfg.Now()
-		if !started && len(synced) == len(l.watchers) {
+		if !started && l.synced() {
 			started = true
 			for _, t := range l.targets {
 				l.refresh(t, now)
@@ -149,7 +145,7 @@ func (l *loop) run(ctx context.Context) error {
 		var (
 			e   jetstream.KeyValueEntry
 			ok  bool
-			src jetstream.KeyWatcher
+			src *kvstore.Watch
 		)
 		select {
 		case <-ctx.Done():
@@ -183,18 +179,26 @@ func (l *loop) run(ctx context.Context) error {
 			l.sample(ctx, p.cfg.Now())
 			continue
 		}
-		if !ok {
-			if ctx.Err() != nil {
-				return nil // the watches end with ctx
-			}
-			return errors.New("prober: a watch closed")
+		c, err := src.Take(e, ok)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil // the watches end with ctx
+		case err != nil:
+			return fmt.Errorf("prober: %w", err)
+		case !c.Synced:
+			l.apply(src, c, started, p.cfg.Now())
 		}
-		if e == nil {
-			synced[src] = true
-			continue
-		}
-		l.apply(src, e, started, p.cfg.Now())
 	}
+}
+
+// synced reports whether every watch has delivered its initial values.
+func (l *loop) synced() bool {
+	for _, w := range l.watchers {
+		if !w.Synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // arm sets the timer to the next due slot, when a worker is free to take it.
@@ -206,7 +210,8 @@ func (l *loop) arm(timer *time.Timer, now time.Time) {
 }
 
 // apply folds one watch entry into the targets (and, for members, the ownership).
-func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, started bool, now time.Time) {
+func (l *loop) apply(src *kvstore.Watch, c kvstore.Change, started bool, now time.Time) {
+	e := c.Entry
 	if src == l.membersW {
 		if l.mem.apply(e) && started {
 			for _, t := range l.targets {
@@ -221,7 +226,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t = &target{name: name}
 		l.targets[name] = t
 	}
-	put := e.Operation() == jetstream.KeyValuePut
+	put := !c.Removed
 	switch src {
 	case l.specW:
 		t.spec = nil

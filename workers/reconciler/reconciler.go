@@ -122,37 +122,23 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
-	watch := func(kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
-		return kv.WatchAll(ctx)
-	}
-	specW, err := watch(s.Proxies)
-	if err != nil {
-		return fmt.Errorf("watch proxies: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(specW) }()
-	ciW, err := watch(s.CloudInit)
-	if err != nil {
-		return fmt.Errorf("watch cloud_init: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(ciW) }()
-	catW, err := watch(s.Catalog)
-	if err != nil {
-		return fmt.Errorf("watch provider_catalog: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(catW) }()
-	healthW, err := watch(s.Health)
-	if err != nil {
-		return fmt.Errorf("watch proxy_health: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(healthW) }()
-	for _, w := range []struct {
-		w     jetstream.KeyWatcher
+	// The catalog and the cloud-init documents first, so that the specs are judged with them.
+	var watches [4]*kvstore.Watch
+	for i, w := range []struct {
+		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry) []string
-	}{{catW, l.applyCatalog}, {ciW, l.applyCloudInit}, {specW, l.applySpec}, {healthW, l.applyHealth}} {
-		if err := initial(ctx, w.w, w.apply); err != nil {
+	}{{s.Catalog, l.applyCatalog}, {s.CloudInit, l.applyCloudInit}, {s.Proxies, l.applySpec}, {s.Health, l.applyHealth}} {
+		kw, err := kvstore.WatchBucket(ctx, w.kv)
+		if err != nil {
 			return err
 		}
+		defer func() { _ = kw.Stop() }()
+		if err := kw.SyncInitial(ctx, func(e jetstream.KeyValueEntry) { w.apply(e) }); err != nil {
+			return err
+		}
+		watches[i] = kw
 	}
+	catW, ciW, specW, healthW := watches[0], watches[1], watches[2], watches[3]
 
 	results := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -190,7 +176,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 
 // sources is what the leader waits on.
 type sources struct {
-	spec, cloudInit, catalog, health jetstream.KeyWatcher
+	spec, cloudInit, catalog, health *kvstore.Watch
 	results                          <-chan jetstream.Msg
 	resultsEnded                     <-chan error // the results consumer ended for good
 	tick                             <-chan time.Time
@@ -239,7 +225,7 @@ func (l *loop) gather(ctx context.Context, src sources) (*batch, error) {
 type received struct {
 	none   bool // poll: nothing buffered
 	done   bool // ctx ended
-	from   string
+	from   *kvstore.Watch
 	entry  jetstream.KeyValueEntry
 	closed bool
 	msg    jetstream.Msg
@@ -252,13 +238,13 @@ func wait(ctx context.Context, src sources) received {
 	case <-ctx.Done():
 		return received{done: true}
 	case e, ok := <-src.spec.Updates():
-		return received{from: events.BucketProxies, entry: e, closed: !ok}
+		return received{from: src.spec, entry: e, closed: !ok}
 	case e, ok := <-src.cloudInit.Updates():
-		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+		return received{from: src.cloudInit, entry: e, closed: !ok}
 	case e, ok := <-src.catalog.Updates():
-		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
-		return received{from: events.BucketHealth, entry: e, closed: !ok}
+		return received{from: src.health, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -271,13 +257,13 @@ func wait(ctx context.Context, src sources) received {
 func poll(src sources) received {
 	select {
 	case e, ok := <-src.spec.Updates():
-		return received{from: events.BucketProxies, entry: e, closed: !ok}
+		return received{from: src.spec, entry: e, closed: !ok}
 	case e, ok := <-src.cloudInit.Updates():
-		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+		return received{from: src.cloudInit, entry: e, closed: !ok}
 	case e, ok := <-src.catalog.Updates():
-		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
-		return received{from: events.BucketHealth, entry: e, closed: !ok}
+		return received{from: src.health, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -295,7 +281,8 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 	case got.done:
 		return ctx.Err()
 	case got.closed:
-		return fmt.Errorf("%s watch closed", got.from)
+		_, err := got.from.Take(nil, false)
+		return err
 	case got.err != nil:
 		return got.err
 	case got.tick:
@@ -304,7 +291,7 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 		l.takeResult(b, got.msg)
 	default:
 		var affected []string
-		switch got.from {
+		switch got.from.Bucket() {
 		case events.BucketProxies:
 			affected = l.applySpec(got.entry)
 		case events.BucketCloudInit:
@@ -339,24 +326,6 @@ func (l *loop) takeBacklog(b *batch) {
 	l.backlog = l.backlog[k:]
 	if len(l.backlog) == 0 {
 		l.backlog = nil // let a long one's array go
-	}
-}
-
-// initial applies a watch's initial values, up to the nil marker that ends them.
-func initial(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry) []string) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch closed during initial sync")
-			}
-			if e == nil {
-				return nil
-			}
-			apply(e)
-		}
 	}
 }
 
