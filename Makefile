@@ -6,7 +6,7 @@ NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos soak clean
+.PHONY: all build test vet lint fmt-check race fuzz bench tools cluster chaos soak clean
 
 all: build
 
@@ -28,7 +28,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-test: tools fmt-check vet
+# staticcheck at a pinned version, from the Go module proxy (built once, then cached).
+STATICCHECK_VERSION := v0.8.2
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+test: tools fmt-check vet lint
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
