@@ -95,7 +95,7 @@ func (p *Provisioner) checkRound(ctx context.Context, checker providers.Checker)
 	if !returned {
 		// Hung: every known target is reported as timed out.
 		for _, h := range p.cfg.Catalog.Hosts {
-			got = append(got, providers.TargetStatus{Name: h.Name, Reason: "Timeout",
+			got = append(got, providers.TargetStatus{Name: h.Name, Reason: providers.CheckTimeout,
 				Message: fmt.Sprintf("check did not return within %s", timeout), Latency: time.Since(start)})
 		}
 	}
@@ -112,7 +112,7 @@ func (p *Provisioner) recordTarget(ctx context.Context, order int, ts providers.
 	_, err := kvstore.GetJSON(ctx, p.cfg.Store.Providers, key, &prev)
 	had := err == nil
 	rec := events.TargetHealth{V: 1, Provider: p.cfg.Provider, Target: ts.Name, Order: order, Address: ts.Address,
-		Ready: ts.Ready, Reason: ts.Reason, Message: truncate(ts.Message, maxMessage),
+		Ready: ts.Ready, Reason: string(ts.Reason), Message: truncate(ts.Message, maxMessage),
 		LatencyMs: float64(ts.Latency.Microseconds()) / 1000, Details: ts.Details, CheckedAt: now,
 		LastTransitionTime: now, Checker: p.cfg.Worker}
 	if had && prev.Ready == rec.Ready {
