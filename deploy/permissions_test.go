@@ -18,6 +18,7 @@ import (
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/internal/testcert"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -377,7 +378,7 @@ func TestLeaseStatsPermissions(t *testing.T) {
 	})
 	viewer := ts.connect(t, "viewer")
 	viewer.mustAllow(t, "sum the statistics", func(ctx context.Context) error {
-		sums, err := kvstore.SumLeaseStats(ctx, viewer.js, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByTarget)
+		sums, err := fleet.SumLeaseStats(ctx, viewer.js, time.Now().Add(-time.Hour), time.Time{}, fleet.ByTarget)
 		if err != nil {
 			return err
 		}
@@ -392,7 +393,7 @@ func TestLeaseStatsPermissions(t *testing.T) {
 		return err
 	})
 	crawler.mustDeny(t, "read the statistics", "$JS.API.CONSUMER.CREATE.EGRESS_LEASE_STATS.", func(ctx context.Context) error {
-		_, err := kvstore.SumLeaseStats(ctx, crawler.js, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByTarget)
+		_, err := fleet.SumLeaseStats(ctx, crawler.js, time.Now().Add(-time.Hour), time.Time{}, fleet.ByTarget)
 		return err
 	})
 }
