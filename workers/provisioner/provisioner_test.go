@@ -39,7 +39,7 @@ func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Che
 		backend = r.fake
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: backend, Catalog: r.fake.Catalog(), Checks: checks,
-		Installation: "inst", Worker: "w1", Store: store, Timings: testTimings})
+		Installation: "inst", Worker: "w1", Buckets: provisioner.BucketsOf(store), Timings: testTimings})
 	if err != nil {
 		t.Fatal(err)
 	}
