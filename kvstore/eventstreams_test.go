@@ -2,7 +2,6 @@ package kvstore_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,23 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func publishEvent(t *testing.T, js jetstream.JetStream, ev events.Event) {
-	t.Helper()
-	if ev.ID == "" {
-		ev.ID = fmt.Sprintf("%s:%s:%d", ev.Kind, ev.Proxy, time.Now().UnixNano())
-	}
-	if ev.At.IsZero() {
-		ev.At = time.Now().UTC()
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
-		t.Fatalf("publish %s: %v", ev.ID, err)
-	}
-}
-
 func TestEventStreamOfEveryKind(t *testing.T) {
 	_, _, js := kvstoretest.Start(t)
 	ctx := context.Background()
@@ -39,7 +21,7 @@ func TestEventStreamOfEveryKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range events.Kinds {
-		publishEvent(t, js, events.Event{V: 1, Kind: k, Proxy: "px-1"})
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: k, Proxy: "px-1"})
 		want := events.EventStream(k)
 		for _, name := range []string{events.StreamEvents, events.StreamLeaseEvents} {
 			s, err := js.Stream(ctx, name)
@@ -120,13 +102,13 @@ func testUpgrade(t *testing.T, js jetstream.JetStream, replicas int) {
 		Replicas: replicas, Duplicates: 2 * time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	publishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: "px-1", Phase: events.PhaseReady})
-	publishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: "px-1"})
+	kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: "px-1", Phase: events.PhaseReady})
+	kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: "px-1"})
 	for i := range 10 {
-		publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", ID: fmt.Sprint("old-lease-", i),
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", ID: fmt.Sprint("old-lease-", i),
 			Reason: events.ReasonGranted, Lease: &events.LeaseEvent{ID: "x"}})
 	}
-	publishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "x"}})
+	kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "x"}})
 	for range 2 { // the second run is a plain restart
 		if _, err := kvstore.Ensure(ctx, js, kvstore.Options{Replicas: replicas}); err != nil {
 			t.Fatal(err)
@@ -154,7 +136,7 @@ func testUpgrade(t *testing.T, js jetstream.JetStream, replicas int) {
 			t.Errorf("%s event lost in the upgrade: %v", k, err)
 		}
 	}
-	publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "y"}})
+	kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: "px-1", Lease: &events.LeaseEvent{ID: "y"}})
 	ls, err := js.Stream(ctx, events.StreamLeaseEvents)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,14 @@
 package kvstoretest
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"iter"
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -36,5 +40,24 @@ func PutMany(t testing.TB, js jetstream.JetStream, records iter.Seq[Record]) {
 		case <-timeout:
 			t.Fatalf("seeding %d records: not acknowledged within a minute", len(futs))
 		}
+	}
+}
+
+// PublishEvent publishes ev on its subject as a role would, with an ID and a time when it has
+// none, failing the test if the stream does not take it.
+func PublishEvent(t testing.TB, js jetstream.JetStream, ev events.Event) {
+	t.Helper()
+	if ev.ID == "" {
+		ev.ID = fmt.Sprintf("%s:%s:%d", ev.Kind, ev.Proxy, time.Now().UnixNano())
+	}
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+		t.Fatalf("publish %s: %v", ev.ID, err)
 	}
 }

@@ -28,8 +28,8 @@ func TestLeaseFloodKeepsLifecycle(t *testing.T) {
 	}
 	proxies := []string{"px-a", "px-b", "px-c"}
 	for _, p := range proxies {
-		publishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: p, Phase: events.PhasePending, ID: "first-phase-" + p})
-		publishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: p, ID: "first-op-" + p})
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindPhase, Proxy: p, Phase: events.PhasePending, ID: "first-phase-" + p})
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindOpResult, Proxy: p, ID: "first-op-" + p})
 	}
 	ls, err := js.Stream(ctx, events.StreamLeaseEvents)
 	if err != nil {
@@ -78,11 +78,11 @@ func TestCountLeaseEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := func(proxy, target string, r events.Reason) {
-		publishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: proxy, Reason: r,
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindLease, Proxy: proxy, Reason: r,
 			Lease: &events.LeaseEvent{ID: "l", Target: target}})
 	}
 	report := func(proxy, target string, r events.ReportResult) {
-		publishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: proxy, Reason: events.Reason(r),
+		kvstoretest.PublishEvent(t, js, events.Event{V: 1, Kind: events.KindReport, Proxy: proxy, Reason: events.Reason(r),
 			Lease: &events.LeaseEvent{ID: "l", Target: target, Result: r}})
 	}
 	lease("px-a", "old.example", events.ReasonGranted) // before the window
@@ -122,19 +122,3 @@ func TestCountLeaseEvents(t *testing.T) {
 }
 
 // publishEvent publishes ev on its subject as a leaser would, with an ID and a time.
-func publishEvent(t *testing.T, js jetstream.JetStream, ev events.Event) {
-	t.Helper()
-	if ev.ID == "" {
-		ev.ID = fmt.Sprintf("%s:%s:%d", ev.Kind, ev.Proxy, time.Now().UnixNano())
-	}
-	if ev.At.IsZero() {
-		ev.At = time.Now().UTC()
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
-		t.Fatalf("publish %s: %v", ev.ID, err)
-	}
-}
