@@ -55,7 +55,7 @@ func goldenCases() map[string]any {
 			MachineTypes: map[string]MachineType{"small": {VCPUs: 1, MemoryMiB: 512}}, Images: []string{"debian-13"},
 			Limits: map[string]int{"instances": 40}, UpdatedAt: at},
 		"prober_member.v1.json": ProberMember{V: 1, ID: "3f9a0c1d2e4b5a69", Worker: "host-1", Filters: []string{"local", "kvm-home.h1"},
-			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4},
+			Concurrency: 64, StartedAt: at, Owned: 5000, Backlog: 12, LagSeconds: 0.4, ProbePathDown: true},
 		"lease.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60, Holder: "crawler-7",
 			Target: "example.com", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute)},
 		// A lease granted since leases record what they were granted against; lease.v1.json

@@ -127,6 +127,8 @@ type ProberMember struct {
 	Owned      int     `json:"owned"`      // proxies it schedules
 	Backlog    int     `json:"backlog"`    // of them, due and waiting for a free worker
 	LagSeconds float64 `json:"lagSeconds"` // how late the oldest waiting one is
+	// ProbePathDown: its echo endpoint does not answer it directly, so it judges no proxy.
+	ProbePathDown bool `json:"probePathDown,omitempty"`
 }
 
 // ProberLag is the detail of a prober event: it fell behind its schedule (Reason
@@ -143,6 +145,11 @@ type ProberLag struct {
 const (
 	ReasonProberBehind   Reason = "ProberBehind"
 	ReasonProberCaughtUp Reason = "ProberCaughtUp"
+	// ReasonProbePathDown: the prober cannot reach its own echo endpoint directly, so every
+	// probe would fail whatever the proxies do; it records no failed probe until the path is
+	// back (ReasonProbePathRestored).
+	ReasonProbePathDown     Reason = "ProbePathDown"
+	ReasonProbePathRestored Reason = "ProbePathRestored"
 )
 
 // Reasons of health events: the probers' verdict on a proxy turned.

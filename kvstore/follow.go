@@ -21,7 +21,8 @@ var ErrWatchEnded = errors.New("the watch ended (connection closed?)")
 //
 // A role selects on Updates (next to its own channels) and hands what it receives to Take,
 // or, with one bucket and nothing else to wait on, calls Follow. Stop ends it (see StopWatch
-// for why reading on after the SDK's Stop matters).
+// for why reading on after the SDK's Stop matters). A Watch belongs to one goroutine: Follow
+// stops it on return, so its owner ends Follow by its context, not by calling Stop.
 type Watch struct {
 	bucket string
 	w      jetstream.KeyWatcher

@@ -73,6 +73,12 @@ func (p *Prober) execute(ctx context.Context, j job) completion {
 		return c // cut short by shutdown: says nothing about the proxy
 	}
 	p.cfg.Observer.ObserveProbe(res.err == nil, res.latency)
+	if res.failed() && !p.sentinel.pathUp(ctx) {
+		// The echo endpoint does not answer the prober itself: the failure says nothing of
+		// the proxy, and recording it would judge the fleet for the probe path's fault.
+		log.Debug("probe failed while the probe path is down; not recorded", "address", j.addr, "err", res.firstErr())
+		return c
+	}
 	checkURL := ""
 	if j.target != nil {
 		checkURL = j.target.Redacted()

@@ -133,6 +133,7 @@ func (p *Prober) keepPresent(ctx context.Context, current func() load) error {
 		rec := p.member
 		l := current()
 		rec.Owned, rec.Backlog, rec.LagSeconds = l.owned, l.backlog, l.lag.Seconds()
+		rec.ProbePathDown = !p.sentinel.isUp()
 		b, err := json.Marshal(rec)
 		if err != nil {
 			return

@@ -84,6 +84,7 @@ type Prober struct {
 	defaultURL *url.URL
 	forwardURL *url.URL            // the plain-HTTP path's target: defaultURL when it is http, else nil
 	member     events.ProberMember // this process's presence record
+	sentinel   *sentinel           // whether the echo endpoint answers the prober directly
 
 	ready      chan struct{}  // closed once the watches are in sync and probes start
 	background sync.WaitGroup // event publishes; Run waits for them
@@ -128,7 +129,7 @@ func New(cfg Config) (*Prober, error) {
 	if u.Scheme == "http" {
 		forward = u
 	}
-	return &Prober{
+	p := &Prober{
 		cfg:        cfg,
 		forwardURL: forward,
 		log:        cfg.Log.With("role", "prober", "worker", cfg.Worker, "member", m.ID),
@@ -136,7 +137,11 @@ func New(cfg Config) (*Prober, error) {
 		defaultURL: u,
 		member:     m,
 		ready:      make(chan struct{}),
-	}, nil
+	}
+	// The plain-HTTP echo endpoint is the one every probe reaches; an https default has none
+	// the prober serves, and then nothing is checked.
+	p.sentinel = newSentinel(forward, p.probePathChanged)
+	return p, nil
 }
 
 // Ready is closed once the prober has read the fleet and starts probing.
@@ -193,6 +198,7 @@ func (p *Prober) Run(ctx context.Context) error {
 		g.Go(func() error { p.work(gctx, l.jobs, l.done); return nil })
 	}
 	g.Go(func() error { return p.keepPresent(gctx, l.currentLoad) })
+	g.Go(func() error { p.sentinel.watch(gctx); return nil })
 	err = l.run(gctx)
 	cancel()
 	close(l.jobs)

@@ -123,6 +123,11 @@ func (p *Prober) announceLag(ctx context.Context, reason events.Reason, l load) 
 	} else {
 		p.log.Info("prober caught up", "lag", l.lag.Round(time.Millisecond), "backlog", l.backlog, "owned", l.owned)
 	}
+	p.publishProberEvent(ctx, ev)
+}
+
+// publishProberEvent publishes a prober event in the background (Run waits for it).
+func (p *Prober) publishProberEvent(ctx context.Context, ev events.Event) {
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return
