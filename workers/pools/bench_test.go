@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BenchmarkPass is one steady-state pass over a settled pool of 20 members, in a fleet of 10
@@ -73,10 +74,16 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 	b.Cleanup(func() { cancel(); wg.Wait() })
 	synced := make(chan struct{}, 4)
 	s := r.store
-	wg.Go(func() { _ = follow(wctx, s.Pools, v.applyPool, synced) })
-	wg.Go(func() { _ = follow(wctx, s.PoolStatus, v.applyLedger, synced) })
-	wg.Go(func() { _ = follow(wctx, s.Proxies, v.applyProxy, synced) })
-	wg.Go(func() { _ = follow(wctx, s.Status, v.applyStatus, synced) })
+	for _, w := range []struct {
+		kv    jetstream.KeyValue
+		apply func(jetstream.KeyValueEntry)
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}} {
+		kw, err := kvstore.WatchBucket(wctx, w.kv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = kw.Follow(wctx, w.apply, func() { synced <- struct{}{} }) })
+	}
 	deadline := time.After(time.Minute)
 	for range 4 {
 		select {

@@ -3,7 +3,6 @@ package pools
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -79,7 +78,14 @@ func (c *Controller) lead(ctx context.Context) error {
 	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}}
 	synced := make(chan struct{}, len(watches))
 	for _, w := range watches {
-		g.Go(func() error { return follow(gctx, w.kv, w.apply, synced) })
+		g.Go(func() error {
+			kw, err := kvstore.WatchBucket(gctx, w.kv)
+			if err != nil {
+				return err
+			}
+			// A watch that ends is an error: the leader steps down and a new one starts clean.
+			return kw.Follow(gctx, w.apply, func() { synced <- struct{}{} })
+		})
 	}
 	g.Go(func() error {
 		for range watches {
@@ -98,34 +104,6 @@ func (c *Controller) lead(ctx context.Context) error {
 		return c.loop(gctx, v, b, pub, window)
 	})
 	return g.Wait()
-}
-
-// follow applies a bucket's entries, signalling synced after the initial values, until ctx
-// ends. A watch that closes is an error: the leader steps down and a new one starts clean.
-func follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced chan<- struct{}) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = kvstore.StopWatch(w) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("watch %s closed", kv.Bucket())
-			}
-			if e == nil {
-				synced <- struct{}{}
-				continue
-			}
-			apply(e)
-		}
-	}
 }
 
 // loop runs a pass for every pool that changed, and for all of them every Resync.
