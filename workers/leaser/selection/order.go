@@ -27,9 +27,13 @@ import (
 //     name are shuffled (SpreadTies), so that replicas do not all go for the same next proxy.
 //
 // A strict session's proxy is judged on its own (SessionCandidate), and a refusal is explained
-// by Availability. The index (index.go) only makes reading this order cheap: it keeps each
-// selector's eligible proxies sorted by orderCompare, and select_property_test.go holds it to
-// a plain sort by these rules.
+// by Availability. The shell tries the candidates in this order with one exception, which is
+// about reaching the server and not about the proxy: a candidate whose lease shard stalled a
+// write within the last second is tried after the others (workers/leaser/acquire.go).
+//
+// The index (index.go) only makes reading this order cheap: it keeps each selector's eligible
+// proxies sorted by orderCompare, and select_property_test.go holds it to a plain sort by
+// these rules. To change the order, change this file and that test's reference together.
 
 // rank is where a proxy stands in the selection orders below the sticky preference, which
 // depends on the request and is applied on top. It holds what every order compares; each
