@@ -50,9 +50,9 @@ func (f *Fleet) Heard(proxy string) (Heard, bool) {
 	return p.heard(), true
 }
 
-// HeldSlots calls fn with every slot of proxy the fleet holds, in no order, and returns what
-// it heard of the proxy (as Heard). fn runs under the fleet's read lock: it must not call
-// the fleet.
+// HeldSlots calls fn with every slot of proxy the fleet holds, in no order, each with what the
+// fleet heard of the proxy (as Heard returns it). fn runs under the fleet's read lock: it must
+// not call the fleet.
 func (f *Fleet) HeldSlots(proxy string, fn func(h Heard, s Slot)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
