@@ -158,11 +158,8 @@ func (v *view) noteReleased(key string, rev uint64) {
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if _, known := v.fleet.Heard(proxy); !known {
-		return // as it always was: a proxy the view forgot leaves the revision to the watch
-	}
-	if s, held := v.fleet.Slot(proxy, slot); held && s.Rev == rev {
-		v.fleet.SlotFreed(proxy, slot)
+	if !v.fleet.SlotFreedAt(proxy, slot, rev) {
+		return // a proxy the fleet forgot leaves the revision to the watch, as it always did
 	}
 	v.leaseRev[key] = max(v.leaseRev[key], rev)
 }

@@ -169,6 +169,23 @@ func (f *Fleet) SlotFreed(proxy string, slot int) (Slot, bool) {
 	return old, held
 }
 
+// SlotFreedAt forgets slot of proxy if it holds revision rev (the shell's own release: the
+// delete marker's revision is not returned, so rev is the lease's). known is false when the
+// fleet knows nothing of proxy.
+func (f *Fleet) SlotFreedAt(proxy string, slot int, rev uint64) (known bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.proxies[proxy]
+	if p == nil {
+		return false
+	}
+	if s, held := p.slots[slot]; held && s.Rev == rev {
+		p.dropSlot(slot)
+		f.changed(p)
+	}
+	return true
+}
+
 // trimSticky forgets the oldest tenth of the sticky memory once it is full. Callers hold mu.
 func (f *Fleet) trimSticky() {
 	if len(f.sticky) <= maxSticky {
