@@ -23,9 +23,9 @@ import (
 // PathPrefix is where the face serves the endpoints: POST /v1/leases/acquire, …
 const PathPrefix = "/v1/leases/"
 
-// Endpoints are the lease service's endpoints of the wire contract (docs/leases.md), as the
+// endpoints are the lease service's endpoints of the wire contract (docs/leases.md), as the
 // face serves them under PathPrefix.
-var Endpoints = []string{"acquire", "renew", "release", "report"}
+var endpoints = []string{"acquire", "renew", "release", "report"}
 
 // DefaultMaxBody bounds a request body. Every field of a request has a length limit (a
 // selector of 32 pairs of 256 bytes is the largest), so real requests are far below it.

@@ -21,7 +21,7 @@ import (
 
 // Service is the lease service as the face calls it; *leaser.Leaser implements it.
 type Service interface {
-	// Call runs endpoint (one of Endpoints) on body for crawler, the caller its bearer token
+	// Call runs endpoint (acquire, renew, release or report) on body for crawler, the caller its bearer token
 	// proved, as the NATS service would run it, and hands respond the HTTP status and the JSON
 	// body: the reply, or the error as an events.ErrorReply. headers are the request's trace
 	// context headers. Call returns once respond has, so what it records of the request (its
@@ -110,7 +110,7 @@ type handler struct {
 // error code as the status.
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	name, _ := strings.CutPrefix(r.URL.Path, PathPrefix)
-	known := slices.Contains(Endpoints, name)
+	known := slices.Contains(endpoints, name)
 	crawler, aerr := h.f.authenticate(r)
 	if aerr != nil {
 		if known {
