@@ -6,7 +6,7 @@ NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos soak clean
+.PHONY: all build test vet lint fmt-check race fuzz bench tools cluster chaos soak clean
 
 all: build
 
@@ -28,8 +28,18 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-test: tools fmt-check vet
-	$(GO) test -race -count=1 -timeout 30m ./...
+# staticcheck at a pinned version, from the Go module proxy (built once, then cached).
+STATICCHECK_VERSION := v0.8.2
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+# gotestsum runs go test and prints one line per package with its time (the failures in
+# full), keeps every test event in bin/test.json, and then names the ten slowest tests.
+GOTESTSUM := $(GO) run gotest.tools/gotestsum@v1.13.0
+test: tools fmt-check vet lint
+	@status=0; $(GOTESTSUM) --format pkgname --jsonfile $(BIN)/test.json -- -race -count=1 -timeout 30m ./... || status=$$?; \
+	  echo "The ten slowest tests:"; $(GOTESTSUM) tool slowest --jsonfile $(BIN)/test.json --threshold 1s | head -10; \
+	  exit $$status
 
 # Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
 FUZZTIME ?= 30s

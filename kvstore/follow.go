@@ -39,6 +39,16 @@ func WatchKeys(ctx context.Context, kv jetstream.KeyValue, filters []string, opt
 	if kv == nil {
 		return nil, errors.New("watch: a bucket is not open")
 	}
+	w, err := openWatch(ctx, kv, filters, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", kv.Bucket(), err)
+	}
+	return w, nil
+}
+
+// openWatch is WatchKeys without naming the bucket in its error, for a caller whose own error
+// names it already (Latest: "read bucket x: …").
+func openWatch(ctx context.Context, kv jetstream.KeyValue, filters []string, opts ...jetstream.WatchOpt) (*Watch, error) {
 	var (
 		w   jetstream.KeyWatcher
 		err error
@@ -50,7 +60,7 @@ func WatchKeys(ctx context.Context, kv jetstream.KeyValue, filters []string, opt
 		w, err = kv.WatchFiltered(ctx, slices.Clone(filters), opts...)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("watch %s: %w", kv.Bucket(), err)
+		return nil, err
 	}
 	return &Watch{bucket: kv.Bucket(), w: w}, nil
 }

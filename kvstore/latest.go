@@ -27,7 +27,7 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 	if kv == nil {
 		return nil, errors.New("a bucket is not open")
 	}
-	w, err := WatchBucket(ctx, kv)
+	w, err := openWatch(ctx, kv, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}

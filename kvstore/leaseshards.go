@@ -44,9 +44,6 @@ func (s LeaseShards) ForKey(key string) jetstream.KeyValue {
 	return s.Of(key)
 }
 
-// Shard is bucket i.
-func (s LeaseShards) Shard(i int) jetstream.KeyValue { return s.kvs[i] }
-
 // All is every shard's bucket, shard 0 first.
 func (s LeaseShards) All() []jetstream.KeyValue { return s.kvs }
 

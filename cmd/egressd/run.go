@@ -315,7 +315,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	}
 	for _, pb := range backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
-			Installation: installation, Worker: holder, Store: store, Log: log, GC: f.gc, Checks: f.checks, Observer: obs,
+			Installation: installation, Worker: holder, Buckets: provisioner.BucketsOf(store), Log: log, GC: f.gc, Checks: f.checks, Observer: obs,
 			Leftovers: leftoversOf(pb.b), LeaseMaster: leaseMaster})
 		if err != nil {
 			return err
@@ -337,7 +337,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			checkURL = "http://" + ln.Addr().String() + "/"
 			g.Go(func() error { return prober.ServeEcho(gctx, ln) })
 		}
-		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: holder, Filters: splitList(f.probe),
+		p, err := prober.New(prober.Config{Buckets: prober.BucketsOf(store), NC: nc, Worker: holder, Filters: splitList(f.probe),
 			DefaultCheckURL: checkURL, Concurrency: f.probeConc, Log: log, Observer: obs, LeaseMaster: leaseMaster})
 		if err != nil {
 			return err
@@ -363,7 +363,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	// Started once what it reloads exists.
 	g.Go(func() error { return reload.watch(gctx) })
 	if roles.reconciler {
-		r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
+		r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(store), Installation: installation, Holder: holder,
 			LeaderTTL: f.leaderTTL, LeaseSpreadInterval: spreadInterval(f.spread), Log: log})
 		if err != nil {
 			return err
@@ -371,7 +371,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 		g.Go(func() error { return r.Run(gctx) })
 		// The pool controller lives beside the reconciler, under a leader lease of its own:
 		// it only writes specs, which the reconciler then acts on like any other.
-		pc, err := pools.New(pools.Config{Store: store, Holder: holder, LeaderTTL: f.leaderTTL, Log: log})
+		pc, err := pools.New(pools.Config{Buckets: pools.BucketsOf(store), Holder: holder, LeaderTTL: f.leaderTTL, Log: log})
 		if err != nil {
 			return err
 		}

@@ -115,7 +115,7 @@ func TestCheckReason(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want string
+		want providers.CheckReason
 	}{
 		{ended, apiErr(500, ""), ReasonTimeout},
 		{live, context.DeadlineExceeded, ReasonTimeout},

@@ -47,7 +47,7 @@ func (h *harness) fleet() []string {
 	h.serveUntilCleanup(func(ctx context.Context) error { return prober.ServeEcho(ctx, echo) })
 	for i := range 2 {
 		nc, store := h.connectNC()
-		p, err := prober.New(prober.Config{Store: store, NC: nc, Worker: fmt.Sprintf("prober-%d", i),
+		p, err := prober.New(prober.Config{Buckets: prober.BucketsOf(store), NC: nc, Worker: fmt.Sprintf("prober-%d", i),
 			DefaultCheckURL: "http://" + echo.Addr().String() + "/", Log: h.log})
 		if err != nil {
 			h.t.Fatal(err)

@@ -21,7 +21,7 @@ func BenchmarkPass(b *testing.B) {
 		b.Run(fmt.Sprintf("fleet=%d", fleet), func(b *testing.B) {
 			c, v, blk := settledPool(b, fleet)
 			ctx, cancel := context.WithCancel(context.Background())
-			pub := kvstore.NewPublisher(c.cfg.Store.JS, c.cfg.Log, maxPendingEvents)
+			pub := kvstore.NewPublisher(c.cfg.Buckets.JS, c.cfg.Log, maxPendingEvents)
 			var ran sync.WaitGroup
 			ran.Go(func() { pub.Run(ctx) })
 			b.Cleanup(func() { pub.Close(); cancel(); ran.Wait() })
@@ -64,7 +64,7 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 	r.settled("web", 20, current)
 	stop()
 
-	c, err := New(Config{Store: r.store, Holder: "bench", Log: r.log})
+	c, err := New(Config{Buckets: BucketsOf(r.store), Holder: "bench", Log: r.log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // Config of the pool controller.
 type Config struct {
-	Store     *kvstore.Store
+	Buckets   Buckets       // BucketsOf(store)
 	Holder    string        // this process's identity in the leader lock
 	LeaderTTL time.Duration // default 10s
 	// Resync is how often every pool is looked at even without a change: ages, drains and
@@ -32,8 +32,8 @@ type Controller struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Store == nil || cfg.Holder == "" {
-		return nil, errors.New("pools: store and holder are required")
+	if !cfg.Buckets.complete() || cfg.Holder == "" {
+		return nil, errors.New("pools: buckets and holder are required")
 	}
 	if cfg.LeaderTTL == 0 {
 		cfg.LeaderTTL = 10 * time.Second
@@ -53,7 +53,7 @@ func New(cfg Config) (*Controller, error) {
 
 // Run blocks until ctx ends, keeping the pools whenever this process is the leader.
 func (c *Controller) Run(ctx context.Context) error {
-	l := &workers.Leader{JS: c.cfg.Store.JS, Locks: c.cfg.Store.Locks, Key: events.LockLeaderPools,
+	l := &workers.Leader{JS: c.cfg.Buckets.JS, Locks: c.cfg.Buckets.Locks, Key: events.LockLeaderPools,
 		Holder: c.cfg.Holder, TTL: c.cfg.LeaderTTL, Log: c.cfg.Log}
 	return l.Run(ctx, c.lead)
 }
@@ -70,7 +70,7 @@ const (
 func (c *Controller) lead(ctx context.Context) error {
 	v := newView()
 	b := newBlocks()
-	s := c.cfg.Store
+	s := c.cfg.Buckets
 	g, gctx := errgroup.WithContext(ctx)
 	watches := []struct {
 		kv    jetstream.KeyValue

@@ -20,7 +20,7 @@ import (
 // (compare-and-set: this checks the cap against every other writer), write the member specs
 // it allows, then record what was written.
 func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.Publisher, name string) error {
-	s := c.cfg.Store
+	s := c.cfg.Buckets
 	rctx, cancel := context.WithTimeout(ctx, readBudget)
 	defer cancel()
 	var ledger *events.PoolStatus
@@ -98,7 +98,7 @@ func (c *Controller) freshMembers(ctx context.Context, v *view, name string, led
 		if _, ok := snap.owned[m.Name]; ok {
 			continue
 		}
-		e, err := c.cfg.Store.Proxies.Get(ctx, m.Name)
+		e, err := c.cfg.Buckets.Proxies.Get(ctx, m.Name)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
@@ -158,7 +158,7 @@ func readSpec(ctx context.Context, pools jetstream.KeyValue, v *view, name strin
 func (c *Controller) recordLedger(ctx context.Context, name string, have *events.PoolStatus, rev uint64, want *events.PoolStatus, fence bool) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, writeBudget)
 	defer cancel()
-	kv := c.cfg.Store.PoolStatus
+	kv := c.cfg.Buckets.PoolStatus
 	if want == nil {
 		if have == nil {
 			return 0, nil
@@ -188,7 +188,7 @@ func sameLedger(a, b events.PoolStatus) bool {
 // the names deleted and the events of the writes made. A write that fails (someone else wrote
 // the key, NATS away) is left to the next pass.
 func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write) (map[string]uint64, map[string]bool, []events.Event) {
-	kv := c.cfg.Store.Proxies
+	kv := c.cfg.Buckets.Proxies
 	revs, deleted := map[string]uint64{}, map[string]bool{}
 	var evs []events.Event
 	for _, w := range ws {

@@ -92,7 +92,7 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 		jobs: make(chan job, p.cfg.Concurrency), done: make(chan completion, p.cfg.Concurrency),
 		mem:    members{self: p.member, others: map[string]events.ProberMember{}},
 		nudges: nudges{signal: make(chan struct{}, 1), names: map[string]bool{}}}
-	s := p.cfg.Store
+	s := p.cfg.Buckets
 	for _, w := range []struct {
 		dst *(*kvstore.Watch)
 		kv  jetstream.KeyValue

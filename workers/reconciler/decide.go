@@ -65,7 +65,6 @@ type decider struct {
 	now    time.Time
 	st     *events.ProxyStatus // nil until there is something to record
 	ops    []events.Op
-	events []events.Event
 	wake   time.Time
 	remove bool
 	bad    bool // the spec cannot be acted on

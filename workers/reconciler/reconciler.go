@@ -25,7 +25,7 @@ import (
 
 // Config of the reconciler.
 type Config struct {
-	Store        *kvstore.Store
+	Buckets      Buckets // BucketsOf(store)
 	Installation string
 	Holder       string // this process's identity in the leader lock
 	Policy       Policy
@@ -46,8 +46,8 @@ type Reconciler struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.Store == nil || cfg.Installation == "" || cfg.Holder == "" {
-		return nil, errors.New("reconciler: store, installation and holder are required")
+	if !cfg.Buckets.complete() || cfg.Installation == "" || cfg.Holder == "" {
+		return nil, errors.New("reconciler: buckets, installation and holder are required")
 	}
 	if cfg.Policy == (Policy{}) {
 		cfg.Policy = DefaultPolicy()
@@ -70,7 +70,7 @@ func New(cfg Config) (*Reconciler, error) {
 
 // Run blocks until ctx ends, reconciling whenever this process is the leader.
 func (r *Reconciler) Run(ctx context.Context) error {
-	l := &workers.Leader{JS: r.cfg.Store.JS, Locks: r.cfg.Store.Locks, Key: events.LockLeaderReconciler,
+	l := &workers.Leader{JS: r.cfg.Buckets.JS, Locks: r.cfg.Buckets.Locks, Key: events.LockLeaderReconciler,
 		Holder: r.cfg.Holder, TTL: r.cfg.LeaderTTL, Log: r.cfg.Log}
 	return l.Run(ctx, r.lead)
 }
@@ -114,7 +114,7 @@ type loop struct {
 const consumerName = "reconciler"
 
 func (r *Reconciler) lead(ctx context.Context) error {
-	s := r.cfg.Store
+	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
@@ -335,7 +335,7 @@ func (l *loop) takeBacklog(b *batch) {
 // leadership (this process's or a standby's) declares the consumer again, so the system keeps
 // converging instead of leading on without results.
 func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<- jetstream.Msg) (<-chan error, error) {
-	js := l.r.cfg.Store.JS
+	js := l.r.cfg.Buckets.JS
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "op results folded into status by the leading reconciler",

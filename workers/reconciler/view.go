@@ -18,7 +18,7 @@ import (
 // loadStatuses reads every status at once (kvstore.Latest: one watch, read to the stream's
 // last sequence, stopped on every return) rather than a key list and a Get per key.
 func (l *loop) loadStatuses(ctx context.Context) error {
-	entries, err := kvstore.Latest(ctx, l.r.cfg.Store.Status)
+	entries, err := kvstore.Latest(ctx, l.r.cfg.Buckets.Status)
 	if err != nil {
 		return fmt.Errorf("read statuses: %w", err)
 	}
