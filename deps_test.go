@@ -116,6 +116,21 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 				return r + " may import only the standard library"
 			})
 		}
+		// The lease service's pure parts: the selection core decides the lease order from typed
+		// updates and the HTTP face speaks HTTP; neither reaches NATS, KV or the service shell
+		// (workers/leaser), so each is read, changed and tested alone. Direct imports suffice:
+		// events and schemas are held to the standard library above.
+		if r == "workers/leaser/selection" || r == "workers/leaser/httpface" {
+			for _, imp := range p.Imports {
+				if dp := pkgs[imp]; imp == "C" || (dp != nil && dp.Standard) {
+					continue
+				}
+				if ir, ok := rel(imp); ok && (ir == "events" || ir == "schemas") {
+					continue
+				}
+				report(r+" may import only the standard library, events and schemas", p.ImportPath+" imports "+imp)
+			}
+		}
 		if seg[0] == "providers" && len(seg) > 1 {
 			reach(p, func(d string) string {
 				if !strings.HasPrefix(d, "github.com/nats-io/") {
@@ -253,6 +268,8 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		m + "/workers/reconciler":        {m + "/workers", m + "/workers/reconciler/policy"},
 		m + "/workers/reconciler/policy": {"fmt"},
 		m + "/workers/leaser":            {m + "/workers", m + "/workers/internal/x"},
+		m + "/workers/leaser/selection":  {m + "/events", m + "/schemas", "fmt", m + "/kvstore"},
+		m + "/workers/leaser/httpface":   {m + "/events", "net", "github.com/nats-io/nats.go"},
 		m + "/workers/provisioner":       {m + "/workers", m + "/providers/libvirt"},
 		m + "/workers/flowtest":          nil,
 		m + "/readside/fleet":            {m + "/kvstore", m + "/workers/prober"},
@@ -305,6 +322,9 @@ func TestDependencyRulesCatchViolations(t *testing.T) {
 		"the read side never imports a role: readside/fleet imports workers/prober",
 		"the read side never imports a role: readside/metrics imports readside/fleet imports workers/prober",
 		"roles never import the read side: workers/pools imports readside/statuspage",
+		// The lease selection core and the HTTP face stay off NATS, KV and the shell.
+		"workers/leaser/selection may import only the standard library, events and schemas: workers/leaser/selection imports kvstore",
+		"workers/leaser/httpface may import only the standard library, events and schemas: workers/leaser/httpface imports github.com/nats-io/nats.go",
 	}
 	got := dependencyViolations(m, pkgs)
 	for _, w := range want {

@@ -9,7 +9,24 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser/selection"
 )
+
+// attempt is what one acquire learned from the server beyond the view (selection.Learned:
+// proxies whose every believed-free slot turned out taken, cooldowns the view had not seen
+// yet). It also carries the holder slot it took (holders.go) until a grant uses it, the pools
+// where the holder turned out to be at its limit (with that limit; the query passes their
+// proxies over), and the candidates passed over for it.
+type attempt struct {
+	selection.Learned
+	holderFull map[string]int // pool → the holder's limit there
+	capped     map[string]bool
+	hold       *hold
+}
+
+func newAttempt() *attempt {
+	return &attempt{Learned: selection.NewLearned(), holderFull: map[string]int{}, capped: map[string]bool{}}
+}
 
 // candidateBatch is how many candidates an acquire reads from the view at a time: the first
 // usually succeeds, and a batch that is used up is followed by the next one.
@@ -25,11 +42,11 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := newQuery(r)
+	q := selection.NewQuery(r)
 	at := newAttempt()
-	q.capped = at.holderFull
+	q.Capped = at.holderFull
 	defer l.dropUnusedHold(at)
-	if !q.session {
+	if r.SessionSeconds == 0 {
 		return l.acquireAny(ctx, r, ttl, q, at)
 	}
 	s, err := l.openSession(ctx, r)
@@ -40,7 +57,7 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 		if s.bound && s.strict {
 			return l.acquireStrict(ctx, r, ttl, q, s, at)
 		}
-		q.prefer = s.ref.proxy
+		q.Prefer = s.ref.proxy
 		g, err := l.acquireAny(ctx, r, ttl, q, at)
 		if err != nil {
 			return nil, err
@@ -62,16 +79,16 @@ func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
 }
 
 // acquireAny leases the first candidate of q that has a free slot.
-func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q query, at *attempt) (any, error) {
-	var cur cursor
+func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q selection.Query, at *attempt) (any, error) {
+	var cur selection.Cursor
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
 	// Candidates in a shard that stalled lately go last, and a shard that stalls now moves
 	// the acquire on: a node's crash then holds up only the acquires that nothing else fits.
 	// Those last tries have the rest of the request's budget: with nothing else to move on
 	// to, waiting for the shard is all there is (and a write that was only slow succeeds).
-	var later []candidate
-	try := func(c candidate, patient bool) (any, bool, error) {
+	var later []selection.Candidate
+	try := func(c selection.Candidate, patient bool) (any, bool, error) {
 		g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at, patient)
 		if errors.Is(err, errShardStalled) {
 			later = append(later, c)
@@ -81,17 +98,17 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 		return g, err != nil || g != nil, err
 	}
 	for {
-		batch := l.view.next(q, &cur, tried, candidateBatch)
+		batch := l.view.fleet.Next(q, &cur, tried, candidateBatch)
 		if len(batch) == 0 {
 			break
 		}
 		for i := 0; i < len(batch); i++ {
 			if lost {
-				spreadTies(batch[i:])
+				selection.SpreadTies(batch[i:])
 			}
 			c := batch[i]
-			tried[c.name] = true
-			if l.shards.stalled(c.name) {
+			tried[c.Name] = true
+			if l.shards.stalled(c.Name) {
 				later = append(later, c)
 				continue
 			}
@@ -105,7 +122,7 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 			return g, err
 		}
 	}
-	av := l.view.availability(q, at)
+	av := l.view.fleet.Availability(q, at.Learned)
 	if len(at.holderFull) > 0 {
 		return nil, holderAtCapError(r.Holder, at, &av)
 	}
@@ -119,7 +136,7 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 
 // tryCandidate tries c's free slots in turn while it reads c's cooldowns, returning the grant
 // or how many of its slots turned out taken.
-func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt, patient bool) (any, int, error) {
+func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt, patient bool) (any, int, error) {
 	// The view learns of a cooldown through a watch, a moment after the report that set it;
 	// reading the keys here means a report answered before this acquire is honoured whichever
 	// replica served it. The read runs alongside the Create, since a proxy the view holds
@@ -131,18 +148,18 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	if err != nil {
 		return nil, 0, err
 	}
-	cooling := l.startCoolingCheck(ctx, c.name, r.Target)
+	cooling := l.startCoolingCheck(ctx, c.Name, r.Target)
 	conflicts := 0
 	var (
 		lease events.Lease
 		key   string
 		rev   uint64
 	)
-	for _, slot := range c.free {
+	for _, slot := range c.Free {
 		now := l.now()
-		lease = events.Lease{V: 1, Proxy: c.name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
+		lease = events.Lease{V: 1, Proxy: c.Name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
 			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
-			SpecRevision: c.basis.specRev, StatusRevision: c.basis.statusRev, Instance: c.basis.instance}
+			SpecRevision: c.Basis.SpecRev, StatusRevision: c.Basis.StatusRev, Instance: c.Basis.Instance}
 		if h != nil {
 			lease.Hold = &events.LeaseHold{Key: h.key, Token: h.token}
 		}
@@ -150,9 +167,9 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		if b, err = json.Marshal(lease); err != nil {
 			break
 		}
-		key = slotKey(c.name, slot)
+		key = slotKey(c.Name, slot)
 		wctx, cancel := l.shards.writeContext(ctx, patient)
-		rev, err = l.createSlot(wctx, l.cfg.Store.Leases.Of(c.name), key, slot, b, ttl)
+		rev, err = l.createSlot(wctx, l.cfg.Store.Leases.Of(c.Name), key, slot, b, ttl)
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
 			conflicts++
@@ -165,7 +182,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			l.view.abandon(lease.Token)
 			err = fmt.Errorf("create %s: %w", key, err)
 			if ctx.Err() == nil && l.cfg.Store.Leases.Len() > 1 && !patient {
-				l.shards.markStalled(c.name)
+				l.shards.markStalled(c.Name)
 				err = fmt.Errorf("%w: %w", errShardStalled, err)
 			}
 		}
@@ -179,25 +196,25 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	case cerr != nil:
 		return nil, 0, cerr
 	case which == "global":
-		at.coolingGlobal[c.name] = true
+		at.CoolingGlobal[c.Name] = true
 		return nil, 0, nil
 	case which == "target":
-		at.coolingTarget[c.name] = true
+		at.CoolingTarget[c.Name] = true
 		return nil, 0, nil
 	case err != nil:
 		return nil, 0, err
 	case rev == 0:
-		at.full[c.name] = true
+		at.Full[c.Name] = true
 		return nil, conflicts, nil
 	}
 	// Counted in the view at once, before the watch echoes it, so this replica's next acquire
 	// already ranks the proxy by its new load.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
-	id := leaseID{Proxy: c.name, Slot: lease.Slot, Token: lease.Token}.String()
+	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)
-	return events.LeaseReply{Lease: l.grant(id, lease, c.endpoint)}, conflicts, nil
+	return events.LeaseReply{Lease: l.grant(id, lease, c.Endpoint)}, conflicts, nil
 }
 
 // giveBack deletes a slot just created for a proxy that turned out to be cooling down. If

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/leaser/selection"
 )
 
 // grant is the reply form of a lease. Its URL carries the credentials the holder presents
@@ -15,14 +16,14 @@ import (
 //   - auth.mode "lease": the lease ID and a token signed with the proxy's key
 //     (internal/leaseauth), valid until this grant's or renewal's expiry, so every renewal
 //     hands out a fresh one while the previous one runs out on its own.
-func (l *Leaser) grant(id string, rec events.Lease, t endpoint) events.LeaseGrant {
-	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.ip, strconv.Itoa(t.port))}
+func (l *Leaser) grant(id string, rec events.Lease, t selection.Endpoint) events.LeaseGrant {
+	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.IP, strconv.Itoa(t.Port))}
 	switch {
-	case t.auth.Lease():
+	case t.Auth.Lease():
 		u.User = url.UserPassword(l.cfg.LeaseMaster.ProxyKey(rec.Proxy).Sign(id, rec.ExpiresAt))
-	case t.auth != nil:
-		u.User = url.UserPassword(t.auth.Username, t.auth.Password)
+	case t.Auth != nil:
+		u.User = url.UserPassword(t.Auth.Username, t.Auth.Password)
 	}
-	return events.LeaseGrant{ID: id, Proxy: rec.Proxy, Host: t.ip, Port: t.port, URL: u.String(),
+	return events.LeaseGrant{ID: id, Proxy: rec.Proxy, Host: t.IP, Port: t.Port, URL: u.String(),
 		ExpiresAt: rec.ExpiresAt, TTLSeconds: rec.TTLSeconds}
 }

@@ -11,5 +11,14 @@
 // record: the ID stays valid across renewals and restarts of every replica, and a later grant
 // of the same slot has another token, so an old holder can neither renew nor release it.
 //
+// The package is the service shell around two parts of its own:
+//   - selection, the pure core where the lease order is decided (selection/order.go): the
+//     view (view.go) turns watch entries into its typed updates, acquire.go reads ranked
+//     candidates from it and commits them;
+//   - httpface, the HTTP face, which calls the service in-process (face.go).
+//
+// The shell keeps everything that talks to NATS: the watches, every KV write (slots, holder
+// slots, sessions, cooldowns), leftovers, statistics, events and the micro service.
+//
 // See docs/leases.md for the wire contract.
 package leaser

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/workers/leaser/selection"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -75,16 +75,8 @@ func parseHoldKey(key string) (holdScope, int, bool) {
 	return holdScope{pool: pool, holder: string(h)}, n, true
 }
 
-// capFor is the holder limit on the proxies of pool; 0 is none. Callers hold mu.
-func (v *view) capFor(pool string) int {
-	if c, ok := v.poolCaps[pool]; ok && pool != "" {
-		return c
-	}
-	return v.defaultCap
-}
-
 // applyPool folds an entry of pools: its leases.maxPerHolder overrides the default for its
-// members. An invalid spec sets nothing; the pool controller reports it.
+// members (candidates carry it). An invalid spec sets nothing; the pool controller reports it.
 func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	var spec schemas.PoolSpec
 	ok := false
@@ -93,13 +85,13 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 		spec, err = schemas.ParsePoolSpec(e.Value())
 		ok = err == nil && spec.Leases != nil && spec.Leases.MaxPerHolder != nil
 	}
+	limit := 0
+	if ok {
+		limit = *spec.Leases.MaxPerHolder
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if ok {
-		v.poolCaps[e.Key()] = *spec.Leases.MaxPerHolder
-	} else {
-		delete(v.poolCaps, e.Key())
-	}
+	v.fleet.SetPoolCap(e.Key(), limit, ok)
 }
 
 // holdRef is a held holder slot as the view knows it.
@@ -168,34 +160,34 @@ var errHolderFull = errors.New("holder at its limit")
 // takeHold takes a holder slot for a lease on c, or reuses the one this acquire already
 // holds in c's pool: (nil, nil) when c's pool caps no holder, errHolderFull when the holder is
 // at its limit there (at records it).
-func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c candidate, at *attempt, ttl time.Duration) (*hold, error) {
-	if c.holderCap == 0 {
+func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c selection.Candidate, at *attempt, ttl time.Duration) (*hold, error) {
+	if c.HolderCap == 0 {
 		return nil, nil
 	}
 	if r.Holder == "" {
 		return nil, badRequest("holder", "holder is required: leases %s are capped at %d per holder (maxPerHolder)",
-			holdScope{pool: c.pool}.where(), c.holderCap)
+			holdScope{pool: c.Pool}.where(), c.HolderCap)
 	}
-	sc := holdScope{pool: c.pool, holder: r.Holder}
+	sc := holdScope{pool: c.Pool, holder: r.Holder}
 	if at.hold != nil && at.hold.scope == sc {
 		return at.hold, nil
 	}
 	l.dropUnusedHold(at) // taken in another pool
-	if _, full := at.holderFull[sc]; full {
-		at.capped[c.name] = true
+	if _, full := at.holderFull[c.Pool]; full {
+		at.capped[c.Name] = true
 		return nil, errHolderFull
 	}
-	free := l.view.freeHolds(sc, c.holderCap, slotsPerCandidate)
+	free := l.view.freeHolds(sc, c.HolderCap, selection.SlotsPerCandidate)
 	if len(free) == 0 {
 		// The view may lag behind a release on another replica: read before refusing.
 		held, err := l.listHolds(ctx, sc)
 		if err != nil {
 			return nil, err
 		}
-		free = freeAmong(c.holderCap, func(n int) bool { return held[n] }, slices.Collect(maps.Keys(held)), slotsPerCandidate)
+		free = freeAmong(c.HolderCap, func(n int) bool { return held[n] }, slices.Collect(maps.Keys(held)), selection.SlotsPerCandidate)
 	}
 	token := newToken()
-	b, err := json.Marshal(events.HolderSlot{V: 1, Holder: r.Holder, Pool: c.pool, Token: token})
+	b, err := json.Marshal(events.HolderSlot{V: 1, Holder: r.Holder, Pool: c.Pool, Token: token})
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +205,8 @@ func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c candid
 		at.hold = &hold{scope: sc, key: key, rev: rev, token: token, at: now, ttl: ttl}
 		return at.hold, nil
 	}
-	at.holderFull[sc] = c.holderCap
-	at.capped[c.name] = true
+	at.holderFull[c.Pool] = c.HolderCap
+	at.capped[c.Name] = true
 	return nil, errHolderFull
 }
 
@@ -360,9 +352,9 @@ func (l *Leaser) dropHold(ctx context.Context, h *events.LeaseHold) {
 // holderAtCapError is the refusal of an acquire that found only pools where the holder is at
 // its limit (and nothing else free): 429, naming the limit.
 func holderAtCapError(holder string, at *attempt, av *events.Availability) *apiError {
-	scopes := slices.SortedFunc(maps.Keys(at.holderFull), func(a, b holdScope) int { return cmp.Compare(a.pool, b.pool) })
-	sc := scopes[0]
-	limit := at.holderFull[sc]
+	pools := slices.Sorted(maps.Keys(at.holderFull))
+	sc := holdScope{pool: pools[0], holder: holder}
+	limit := at.holderFull[sc.pool]
 	return &apiError{code: events.CodeTooMany, reason: events.ErrorHolderAtCap, limit: limit, avail: av,
 		msg: fmt.Sprintf("holder %q holds %d leases %s, its limit (maxPerHolder); release one or wait for one to expire",
 			truncate(holder, 80), limit, sc.where())}
@@ -378,32 +370,5 @@ func freeAmong(max int, held func(int) bool, taken []int, limit int) []int {
 			count++
 		}
 	}
-	return freeCounted(max, count, held, limit)
-}
-
-// freeCounted is freeAmong given the count of held numbers below max.
-func freeCounted(max, count int, held func(int) bool, limit int) []int {
-	free := max - count
-	if free <= 0 {
-		return nil
-	}
-	var out []int
-	if max <= 4*limit || 4*free < max {
-		for n := range max {
-			if !held(n) {
-				out = append(out, n)
-			}
-		}
-		rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-		return out[:min(len(out), limit)]
-	}
-	picked := map[int]bool{}
-	for len(out) < min(limit, free) {
-		n := rand.IntN(max)
-		if !held(n) && !picked[n] {
-			picked[n] = true
-			out = append(out, n)
-		}
-	}
-	return out
+	return selection.FreeNumbers(max, count, held, limit)
 }

@@ -3,46 +3,20 @@ package leaser
 import (
 	"encoding/json"
 	"errors"
-	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/egressd/egressd/events"
 )
 
-// FuzzHTTPFaceInput feeds arbitrary Authorization headers and acquire bodies to the HTTP
-// face's own decoding: only the exact token lets a request in, as its crawler; an acquire
+// FuzzHTTPAcquireHolder feeds arbitrary acquire bodies to what the service does with an HTTP
+// acquire of an authenticated crawler (the token check is httpface's FuzzHTTPFaceInput): the
 // body either comes out naming the token's crawler as holder (and decodes as the service
 // would decode it) or is a 400 naming a field. None panics.
-func FuzzHTTPFaceInput(f *testing.F) {
-	const token = "egt_0123456789abcdef"
-	for _, s := range [][2]string{
-		{"Bearer " + token, `{}`}, {"bearer  " + token + " ", `{"holder":"crawler-a"}`}, {"Bearer", `{"holder":"x"}`},
-		{"Basic " + token, `{"holder":null}`}, {"Bearer " + token + "x", `{"target":"a","target":"a"}`}, {"", `[`},
-	} {
-		f.Add(s[0], []byte(s[1]))
+func FuzzHTTPAcquireHolder(f *testing.F) {
+	for _, s := range []string{`{}`, `{"holder":"crawler-a"}`, `{"holder":"x"}`, `{"holder":null}`, `{"target":"a","target":"a"}`, `[`} {
+		f.Add([]byte(s))
 	}
-	face := &httpFace{l: &Leaser{cfg: Config{HTTP: &HTTPConfig{}}}}
-	if err := face.l.SetHTTPCrawlers([]Crawler{
-		{Name: "crawler-a", TokenSHA256: TokenHash(token)}, {Name: "crawler-b", TokenSHA256: TokenHash("other")},
-	}); err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, auth string, body []byte) {
-		r, err := http.NewRequest(http.MethodPost, "http://127.0.0.1"+HTTPPathPrefix+"acquire", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Header.Set("Authorization", auth)
-		crawler, aerr := face.authenticate(r)
-		switch tok := r.Header.Get("Authorization"); {
-		case aerr == nil && crawler != "crawler-a" && crawler != "crawler-b":
-			t.Fatalf("%q let in as %q", tok, crawler)
-		case crawler == "crawler-a" && (len(tok) < 7 || strings.TrimSpace(tok[7:]) != token):
-			t.Fatalf("%q let in as crawler-a", tok)
-		case aerr != nil && aerr.code != events.CodeUnauthorized:
-			t.Fatalf("%q refused with %d", tok, aerr.code)
-		}
+	f.Fuzz(func(t *testing.T, body []byte) {
 		out, err := withHolder(body, "crawler-a")
 		var ae *apiError
 		if err != nil {

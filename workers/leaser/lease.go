@@ -94,12 +94,8 @@ func leaseEvent(lease events.Lease, reason events.Reason) *events.LeaseEvent {
 
 // originOf is what the lease statistics carry of proxy besides its name.
 func (v *view) originOf(proxy string) origin {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	if p := v.proxies[proxy]; p != nil {
-		return p.origin
-	}
-	return origin{}
+	o := v.fleet.Origin(proxy)
+	return origin{provider: o.Provider, pool: o.Pool}
 }
 
 // deleteLease releases id's slot if it still holds this grant. It reports false, without
@@ -161,17 +157,11 @@ func (v *view) heldLease(key, token string) (events.Lease, uint64, bool) {
 	if !ok {
 		return events.Lease{}, 0, false
 	}
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	p := v.proxies[proxy]
-	if p == nil {
+	s, held := v.fleet.Slot(proxy, slot)
+	if !held || s.Rev == 0 || s.Lease.Token != token {
 		return events.Lease{}, 0, false
 	}
-	s, held := p.slots[slot]
-	if !held || s.rev == 0 || s.lease.Token != token {
-		return events.Lease{}, 0, false
-	}
-	return s.lease, s.rev, true
+	return s.Lease, s.Rev, true
 }
 
 // renewTTL is the TTL of a renewal: ttlSeconds, or the lease's own TTL when it is 0 (clamped to

@@ -14,6 +14,7 @@ import (
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
+	"github.com/egressd/egressd/workers/leaser/httpface"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	StatsInterval time.Duration
 	RawEvents     events.RawLeaseEvents
 
-	// HTTP, when set, also serves the endpoints as JSON over HTTP (http.go).
+	// HTTP, when set, also serves the endpoints as JSON over HTTP (package httpface, face.go).
 	HTTP *HTTPConfig
 
 	Log      *slog.Logger
@@ -105,7 +106,7 @@ type Leaser struct {
 	inflight atomic.Int64
 	ready    chan struct{}
 	tracer   trace.Tracer
-	crawlers atomic.Pointer[[]Crawler] // of the HTTP face; SetHTTPCrawlers swaps them
+	face     *httpface.Face // nil without Config.HTTP
 }
 
 // New checks the config and applies defaults; it does no I/O.
@@ -147,7 +148,7 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	if cfg.HTTP != nil {
 		hc := *cfg.HTTP
-		if err := hc.check(); err != nil {
+		if err := hc.Check(); err != nil {
 			return nil, err
 		}
 		cfg.HTTP = &hc
@@ -169,14 +170,11 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	v := newView()
-	v.defaultCap = cfg.MaxPerHolder
-	l := &Leaser{cfg: cfg, log: log, view: v, shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
+	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}
 	if cfg.HTTP != nil {
-		cs := slices.Clone(cfg.HTTP.Crawlers)
-		l.crawlers.Store(&cs)
+		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}
 	return l, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser/selection"
 )
 
 // The slots of a proxy that was deleted, or whose instance was replaced, go with it
@@ -24,16 +25,6 @@ import (
 //     instance, or says the instance must go.
 //
 // A view that lags behind the grant sees neither, so it never removes a fresh lease.
-
-// basis is what a grant is made against, from the view.
-type basis struct {
-	specRev, statusRev uint64
-	instance           string
-}
-
-func (p *proxyView) basis() basis {
-	return basis{specRev: p.specRev, statusRev: p.statusRev, instance: p.instance}
-}
 
 // removal is a slot to delete at rev: an ended lease (end set: the delete marker says why,
 // and an event is published) or a grant given up on (end empty).
@@ -57,15 +48,16 @@ const (
 	maxRemembered = 100_000
 )
 
-// staleEnd is why p's slot holding l must go, "" when it may stay. Callers hold mu.
-func (v *view) staleEnd(p *proxyView, l events.Lease) events.Reason {
+// staleEnd is why a slot holding l must go, "" when it may stay, from h, what the view heard
+// of its proxy. Callers hold mu.
+func (v *view) staleEnd(h selection.Heard, l events.Lease) events.Reason {
 	switch {
-	case (p.specRev == 0 || p.specGone) && v.specHigh >= l.SpecRevision:
+	case (h.SpecRev == 0 || h.SpecGone) && v.specHigh >= l.SpecRevision:
 		return events.ReasonProxyDeleted
-	case l.StatusRevision != 0 && p.hasStatus && p.statusRev > l.StatusRevision && (p.instance != l.Instance || p.teardown != ""):
+	case l.StatusRevision != 0 && h.HasStatus && h.StatusRev > l.StatusRevision && (h.Instance != l.Instance || h.Teardown != ""):
 		// The status may say "deleting" before the spec's deletion reaches this view (a pool
 		// deleting its member): the lease ended because its proxy was deleted all the same.
-		if p.teardown == events.ReasonProxyDeleted {
+		if h.Teardown == events.ReasonProxyDeleted {
 			return events.ReasonProxyDeleted
 		}
 		return events.ReasonProxyReplaced
@@ -73,16 +65,16 @@ func (v *view) staleEnd(p *proxyView, l events.Lease) events.Reason {
 	return ""
 }
 
-// findStale queues p's stale slots for the sweeper. Callers hold mu.
-func (v *view) findStale(p *proxyView) {
+// findStale queues the stale slots of proxy for the sweeper. Callers hold mu.
+func (v *view) findStale(proxy string) {
 	if !v.sweeping {
 		return
 	}
-	for _, s := range p.slots {
-		if end := v.staleEnd(p, s.lease); end != "" && s.rev != 0 {
-			v.queue(removal{key: slotKey(p.name, s.lease.Slot), rev: s.rev, lease: s.lease, end: end})
+	v.fleet.HeldSlots(proxy, func(h selection.Heard, s selection.Slot) {
+		if end := v.staleEnd(h, s.Lease); end != "" && s.Rev != 0 {
+			v.queue(removal{key: slotKey(proxy, s.Lease.Slot), rev: s.Rev, lease: s.Lease, end: end})
 		}
-	}
+	})
 }
 
 // queue hands r to the sweeper; a newer removal of the same key replaces an older one.
@@ -104,8 +96,8 @@ func (v *view) startSweeping() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.sweeping = true
-	for _, p := range v.proxies {
-		v.findStale(p)
+	for _, name := range v.fleet.Names() {
+		v.findStale(name)
 	}
 }
 
@@ -128,7 +120,7 @@ func (v *view) abandon(token string) {
 
 // noteSlot is called for every slot the watch brings: an abandoned grant is given back, a
 // stale lease removed. Callers hold mu.
-func (v *view) noteSlot(p *proxyView, key string, rev uint64, l events.Lease) {
+func (v *view) noteSlot(proxy, key string, rev uint64, l events.Lease) {
 	if _, ok := v.abandoned[l.Token]; ok && l.Token != "" {
 		delete(v.abandoned, l.Token)
 		v.queue(removal{key: key, rev: rev, lease: l})
@@ -137,7 +129,8 @@ func (v *view) noteSlot(p *proxyView, key string, rev uint64, l events.Lease) {
 	if !v.sweeping {
 		return
 	}
-	if end := v.staleEnd(p, l); end != "" {
+	h, _ := v.fleet.Heard(proxy)
+	if end := v.staleEnd(h, l); end != "" {
 		v.queue(removal{key: key, rev: rev, lease: l, end: end})
 	}
 }
@@ -258,11 +251,11 @@ func endedError(id leaseID, end events.Reason) error {
 func (v *view) staleLease(key string, rev uint64, l events.Lease) events.Reason {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	p := v.proxies[l.Proxy]
-	if p == nil || !v.sweeping {
+	h, known := v.fleet.Heard(l.Proxy)
+	if !known || !v.sweeping {
 		return ""
 	}
-	end := v.staleEnd(p, l)
+	end := v.staleEnd(h, l)
 	if end != "" {
 		v.queue(removal{key: key, rev: rev, lease: l, end: end})
 	}

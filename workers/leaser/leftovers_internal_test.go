@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/leaser/selection"
 )
 
 // A slot goes only on positive evidence: a view that lags behind the grant, in either
@@ -13,27 +14,27 @@ func TestLeaseStaleEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		specHigh uint64
-		p        proxyView
+		h        selection.Heard
 		lease    events.Lease
 		want     events.Reason
 	}{
-		{"current", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 20, instance: "i@1"}, lease, ""},
-		{"spec updated, same instance", 30, proxyView{specRev: 25, hasStatus: true, statusRev: 28, instance: "i@1"}, lease, ""},
-		{"spec deleted", 30, proxyView{specRev: 25, specGone: true, hasStatus: true, statusRev: 20, instance: "i@1"}, lease, events.ReasonProxyDeleted},
-		{"spec absent, read past the grant", 30, proxyView{}, lease, events.ReasonProxyDeleted},
-		{"spec not read up to the grant yet", 9, proxyView{}, lease, ""},
-		{"another instance", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, lease, events.ReasonProxyReplaced},
-		{"no instance any more", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25}, lease, events.ReasonProxyReplaced},
-		{"the instance must go", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: events.ReasonSpecChanged}, lease, events.ReasonProxyReplaced},
+		{"current", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 20, Instance: "i@1"}, lease, ""},
+		{"spec updated, same instance", 30, selection.Heard{SpecRev: 25, HasStatus: true, StatusRev: 28, Instance: "i@1"}, lease, ""},
+		{"spec deleted", 30, selection.Heard{SpecRev: 25, SpecGone: true, HasStatus: true, StatusRev: 20, Instance: "i@1"}, lease, events.ReasonProxyDeleted},
+		{"spec absent, read past the grant", 30, selection.Heard{}, lease, events.ReasonProxyDeleted},
+		{"spec not read up to the grant yet", 9, selection.Heard{}, lease, ""},
+		{"another instance", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2"}, lease, events.ReasonProxyReplaced},
+		{"no instance any more", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25}, lease, events.ReasonProxyReplaced},
+		{"the instance must go", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@1", Teardown: events.ReasonSpecChanged}, lease, events.ReasonProxyReplaced},
 		// A pool deleting its member: the status says so before the spec's deletion arrives.
-		{"the instance must go, its proxy deleted", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@1", teardown: events.ReasonProxyDeleted}, lease, events.ReasonProxyDeleted},
-		{"status older than the grant", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 15, instance: "i@0"}, lease, ""},
-		{"a lease from before the records", 30, proxyView{specRev: 10, hasStatus: true, statusRev: 25, instance: "i@2"}, events.Lease{}, ""},
-		{"a lease from before the records, proxy deleted", 30, proxyView{specRev: 25, specGone: true}, events.Lease{}, events.ReasonProxyDeleted},
+		{"the instance must go, its proxy deleted", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@1", Teardown: events.ReasonProxyDeleted}, lease, events.ReasonProxyDeleted},
+		{"status older than the grant", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 15, Instance: "i@0"}, lease, ""},
+		{"a lease from before the records", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2"}, events.Lease{}, ""},
+		{"a lease from before the records, proxy deleted", 30, selection.Heard{SpecRev: 25, SpecGone: true}, events.Lease{}, events.ReasonProxyDeleted},
 	} {
-		v := newView()
+		v := newView(0)
 		v.specHigh = tc.specHigh
-		if got := v.staleEnd(&tc.p, tc.lease); got != tc.want {
+		if got := v.staleEnd(tc.h, tc.lease); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
@@ -42,7 +43,7 @@ func TestLeaseStaleEnd(t *testing.T) {
 // A grant given up on that is committed after all is queued for removal, without a reason
 // (it never carried a grant), and only once the watch brings it.
 func TestLeaseAbandonedGrantIsGivenBack(t *testing.T) {
-	v := newView()
+	v := newView(0)
 	v.sweeping = true
 	v.abandon("tok")
 	v.noteLease("px.0", 7, events.Lease{Proxy: "px", Token: "tok", SpecRevision: 1})

@@ -28,7 +28,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if gone := endedError(id, l.view.staleLease(key, rev, rec)); gone != nil {
 			return nil, gone // its proxy went: the sweeper removes the slot
 		}
-		t, known, inRange := l.view.lookup(id.Proxy, id.Slot)
+		t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
 		switch {
 		case !known:
 			return nil, &apiError{code: events.CodeConflict, field: "id",

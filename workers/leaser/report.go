@@ -66,15 +66,15 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 // probeNow asks the probers to check proxy at once (core NATS, like the reconciler's
 // interval probes). It is best effort: the interval probe follows anyway.
 func (l *Leaser) probeNow(proxy string, now time.Time) {
-	t, known, _ := l.view.lookup(proxy, 0)
-	if !known || t.provider == "" || t.host == "" || t.ip == "" {
+	t, known, _ := l.view.fleet.Endpoint(proxy, 0)
+	if !known || t.Provider == "" || t.Host == "" || t.IP == "" {
 		l.log.Warn("no probe requested: the proxy's provider, host or address is unknown", "proxy", proxy)
 		return
 	}
-	b, err := json.Marshal(events.ProbeRequest{V: 1, Proxy: proxy, Provider: t.provider, Host: t.host,
-		Address: t.ip, Port: t.port, Reason: events.ReasonReport, At: now})
+	b, err := json.Marshal(events.ProbeRequest{V: 1, Proxy: proxy, Provider: t.Provider, Host: t.Host,
+		Address: t.IP, Port: t.Port, Reason: events.ReasonReport, At: now})
 	if err == nil {
-		err = l.cfg.NC.Publish(events.ProbeSubject(t.provider, t.host, proxy), b)
+		err = l.cfg.NC.Publish(events.ProbeSubject(t.Provider, t.Host, proxy), b)
 	}
 	if err != nil {
 		l.log.Warn("request probe", "proxy", proxy, "err", err)

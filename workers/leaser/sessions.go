@@ -11,6 +11,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser/selection"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -175,31 +176,6 @@ func cmpErr(err error) error {
 	return err
 }
 
-// sessionCandidate is the proxy a strict session is bound to as a candidate, or why it cannot
-// be leased now (with its phase when it is not Ready).
-func (v *view) sessionCandidate(q query, name string) (candidate, events.SessionCause, events.Phase) {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	p := v.proxies[name]
-	switch {
-	case p == nil || !p.hasSpec:
-		return candidate{}, events.SessionProxyDeleted, ""
-	case p.drain:
-		return candidate{}, events.SessionProxyDraining, ""
-	case !p.leasable():
-		return candidate{}, events.SessionProxyNotReady, p.phase
-	case !matches(p.attrs, q.selector):
-		return candidate{}, events.SessionProxyNotMatched, ""
-	case !p.anonymity().AtLeast(q.min):
-		return candidate{}, events.SessionProxyBelowAnon, ""
-	case p.cooling[""] || (q.target != "" && p.cooling[q.target]):
-		return candidate{}, events.SessionProxyCooling, ""
-	case !hasFreeSlot(p):
-		return candidate{}, events.SessionProxyAtCapacity, ""
-	}
-	return p.candidate(true, v.capFor(p.origin.pool)), "", ""
-}
-
 // sessionError is the refusal of a strict session whose proxy cannot be leased: 503 naming
 // the proxy and why.
 func sessionError(s *session, cause events.SessionCause, phase events.Phase) *apiError {
@@ -222,8 +198,8 @@ func sessionError(s *session, cause events.SessionCause, phase events.Phase) *ap
 }
 
 // acquireStrict leases the proxy a strict session is bound to, or says why it cannot.
-func (l *Leaser) acquireStrict(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q query, s *session, at *attempt) (any, error) {
-	c, cause, phase := l.view.sessionCandidate(q, s.ref.proxy)
+func (l *Leaser) acquireStrict(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q selection.Query, s *session, at *attempt) (any, error) {
+	c, cause, phase := l.view.fleet.SessionCandidate(q, s.ref.proxy)
 	if cause != "" {
 		return nil, sessionError(s, cause, phase)
 	}
@@ -233,9 +209,9 @@ func (l *Leaser) acquireStrict(ctx context.Context, r events.AcquireRequest, ttl
 		return nil, err
 	case g != nil:
 		return g, nil
-	case at.capped[c.name]:
+	case at.capped[c.Name]:
 		return nil, holderAtCapError(r.Holder, at, nil)
-	case at.coolingGlobal[c.name] || at.coolingTarget[c.name]:
+	case at.CoolingGlobal[c.Name] || at.CoolingTarget[c.Name]:
 		return nil, sessionError(s, events.SessionProxyCooling, "")
 	}
 	return nil, sessionError(s, events.SessionProxyAtCapacity, "")

@@ -8,6 +8,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
+	"github.com/egressd/egressd/workers/leaser/selection"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -29,8 +30,8 @@ func requestResult(span trace.Span, result string) {
 }
 
 // tryCandidateTraced is tryCandidate inside a span naming the proxy and what became of it.
-func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c candidate, at *attempt, patient bool) (any, int, error) {
-	ctx, span := l.tracer.Start(ctx, "lease candidate", trace.WithAttributes(tracing.Proxy.String(c.name)))
+func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt, patient bool) (any, int, error) {
+	ctx, span := l.tracer.Start(ctx, "lease candidate", trace.WithAttributes(tracing.Proxy.String(c.Name)))
 	defer span.End()
 	g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at, patient)
 	outcome := "granted"
@@ -41,9 +42,9 @@ func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest
 		outcome = "error"
 		tracing.Fail(span, "error")
 	case g != nil:
-	case at.coolingGlobal[c.name]:
+	case at.CoolingGlobal[c.Name]:
 		outcome = "cooling_global"
-	case at.coolingTarget[c.name]:
+	case at.CoolingTarget[c.Name]:
 		outcome = "cooling_target"
 	default:
 		outcome = "full"

@@ -1,4 +1,4 @@
-package leaser
+package selection
 
 import (
 	"slices"
@@ -6,10 +6,10 @@ import (
 )
 
 func TestLeaseFreeSlots(t *testing.T) {
-	held := func(slots ...int) map[int]slotState {
-		m := map[int]slotState{}
+	held := func(slots ...int) map[int]Slot {
+		m := map[int]Slot{}
 		for _, s := range slots {
-			m[s] = slotState{}
+			m[s] = Slot{}
 		}
 		return m
 	}
@@ -19,13 +19,13 @@ func TestLeaseFreeSlots(t *testing.T) {
 		count int
 	}{
 		{0, nil, 0}, {1, nil, 1}, {1, []int{0}, 0}, {3, []int{1}, 2}, {2, []int{5, 7}, 2}, // slots above max drain
-		{10000, nil, slotsPerCandidate}, {10000, []int{0, 1, 2}, slotsPerCandidate},
+		{10000, nil, SlotsPerCandidate}, {10000, []int{0, 1, 2}, SlotsPerCandidate},
 	} {
-		p := &proxyView{maxLeases: tc.max, slots: map[int]slotState{}}
+		p := &proxyView{maxLeases: tc.max, slots: map[int]Slot{}}
 		for s := range held(tc.held...) {
-			p.setSlot(s, slotState{})
+			p.setSlot(s, Slot{})
 		}
-		got := freeSlots(p, slotsPerCandidate)
+		got := freeSlots(p, SlotsPerCandidate)
 		if len(got) != tc.count || hasFreeSlot(p) != (tc.count > 0) {
 			t.Errorf("max %d held %v: %v", tc.max, tc.held, got)
 		}
@@ -38,13 +38,13 @@ func TestLeaseFreeSlots(t *testing.T) {
 		}
 	}
 	// Nearly full: the free ones are found by enumeration.
-	p := &proxyView{maxLeases: 1000, slots: map[int]slotState{}}
+	p := &proxyView{maxLeases: 1000, slots: map[int]Slot{}}
 	for s := range 999 {
 		if s != 500 {
-			p.setSlot(s, slotState{})
+			p.setSlot(s, Slot{})
 		}
 	}
-	if got := freeSlots(p, slotsPerCandidate); !slices.Equal(got, []int{500, 999}) && !slices.Equal(got, []int{999, 500}) {
+	if got := freeSlots(p, SlotsPerCandidate); !slices.Equal(got, []int{500, 999}) && !slices.Equal(got, []int{999, 500}) {
 		t.Fatalf("nearly full: %v", got)
 	}
 }

@@ -1,19 +1,19 @@
-package leaser
+package selection
 
 import (
 	"maps"
-
-	"github.com/egressd/egressd/events"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+
+	"github.com/egressd/egressd/events"
 )
 
 // The index answers an acquire from structures the watches keep current, so its cost does not
 // grow with the fleet (DESIGN §5.8): an index of proxies by attribute pair, and per distinct
 // selector a set built on its first use from the smallest posting it names, holding the
-// availability counters and the eligible members ordered by rank. Every change the view
+// availability counters and the eligible members ordered by rank. Every change the fleet
 // applies to a proxy is folded into the sets it belongs to as a difference (reindex).
 
 // attrPair is one attribute of a spec, key and value.
@@ -45,16 +45,10 @@ type selSet struct {
 // guard against a client sending a new selector with every request, not a working size.
 const maxSets = 1024
 
-// standing is how a proxy counts in every set it is a member of.
-type standing struct {
-	ready, full, coolingAll, eligible bool
-	anon                              events.Anonymity // the verdict on the current instance; "" unknown
-}
-
 // indexed is how the index currently accounts for a proxy, so a change can be applied as the
 // difference between that and the proxy's new state.
 type indexed struct {
-	posted bool              // in v.specced and v.byAttr under attrs
+	posted bool              // in f.specced and f.byAttr under attrs
 	attrs  map[string]string // the attributes it is posted under
 	sets   map[*selSet]struct{}
 	st     standing
@@ -76,29 +70,14 @@ func selectorKey(sel map[string]string) string {
 	return b.String()
 }
 
-func (p *proxyView) standing() standing {
-	st := standing{ready: p.leasable()}
-	if st.ready {
-		st.anon = p.anonymity()
-		free := hasFreeSlot(p)
-		st.full, st.coolingAll = !free, p.cooling[""]
-		st.eligible = free && !st.coolingAll
-	}
-	return st
-}
-
-func (p *proxyView) rank() rank {
-	return rank{active: len(p.slots), lastLeased: p.lastLeased, latencyMs: p.latencyMs, name: p.name}
-}
-
 // reindex folds whatever changed in p into the index. Callers hold mu for writing and call
-// it after every change of p, before forget.
-func (v *view) reindex(p *proxyView) {
+// it after every change of p (changed does).
+func (f *Fleet) reindex(p *proxyView) {
 	ix := &p.ix
 	if ix.posted != p.hasSpec || (p.hasSpec && !maps.Equal(ix.attrs, p.attrs)) {
-		v.unpost(p)
+		f.unpost(p)
 		if p.hasSpec {
-			v.post(p)
+			f.post(p)
 		}
 	}
 	st, rk := p.standing(), p.rank()
@@ -166,47 +145,47 @@ func (s *selSet) remove(st standing, rk rank) {
 }
 
 // post enters p under its attributes and into every indexed set it matches.
-func (v *view) post(p *proxyView) {
+func (f *Fleet) post(p *proxyView) {
 	ix := &p.ix
 	ix.posted, ix.attrs = true, p.attrs
-	v.specced[p] = struct{}{}
+	f.specced[p] = struct{}{}
 	for k, val := range p.attrs {
 		pair := attrPair{k, val}
-		m := v.byAttr[pair]
+		m := f.byAttr[pair]
 		if m == nil {
 			m = map[*proxyView]struct{}{}
-			v.byAttr[pair] = m
+			f.byAttr[pair] = m
 		}
 		m[p] = struct{}{}
 	}
-	for _, s := range v.sets {
+	for _, s := range f.sets {
 		if matches(p.attrs, s.selector) {
-			v.join(s, p)
+			f.join(s, p)
 		}
 	}
 }
 
 // unpost undoes post.
-func (v *view) unpost(p *proxyView) {
+func (f *Fleet) unpost(p *proxyView) {
 	ix := &p.ix
 	if !ix.posted {
 		return
 	}
 	for s := range ix.sets {
-		v.leave(s, p)
+		f.leave(s, p)
 	}
-	delete(v.specced, p)
+	delete(f.specced, p)
 	for k, val := range ix.attrs {
 		pair := attrPair{k, val}
-		delete(v.byAttr[pair], p)
-		if len(v.byAttr[pair]) == 0 {
-			delete(v.byAttr, pair)
+		delete(f.byAttr[pair], p)
+		if len(f.byAttr[pair]) == 0 {
+			delete(f.byAttr, pair)
 		}
 	}
 	ix.posted, ix.attrs = false, nil
 }
 
-func (v *view) join(s *selSet, p *proxyView) {
+func (f *Fleet) join(s *selSet, p *proxyView) {
 	ix := &p.ix
 	if ix.sets == nil {
 		ix.sets = map[*selSet]struct{}{}
@@ -217,7 +196,7 @@ func (v *view) join(s *selSet, p *proxyView) {
 	s.add(ix.st, ix.rank, p)
 }
 
-func (v *view) leave(s *selSet, p *proxyView) {
+func (f *Fleet) leave(s *selSet, p *proxyView) {
 	ix := &p.ix
 	delete(ix.sets, s)
 	delete(s.members, p)
@@ -231,29 +210,29 @@ func (s *selSet) member(p *proxyView) bool {
 	return ok
 }
 
-// withSet runs f on the set of sel (whose key is key) keeping order o, building the set or
-// the order first if this is their first use. f runs under mu, for reading unless something
+// withSet runs use on the set of sel (whose key is key) keeping order o, building the set or
+// the order first if this is their first use. use runs under mu, for reading unless something
 // had to be built.
-func (v *view) withSet(sel map[string]string, key string, o int, f func(*selSet)) {
-	v.mu.RLock()
-	if s := v.sets[key]; s != nil && s.kept[o] {
-		s.used.Store(v.clock.Add(1))
-		defer v.mu.RUnlock()
-		f(s)
+func (f *Fleet) withSet(sel map[string]string, key string, o int, use func(*selSet)) {
+	f.mu.RLock()
+	if s := f.sets[key]; s != nil && s.kept[o] {
+		s.used.Store(f.clock.Add(1))
+		defer f.mu.RUnlock()
+		use(s)
 		return
 	}
-	v.mu.RUnlock()
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := v.sets[key]
+	f.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sets[key]
 	if s == nil {
-		s = v.buildSet(sel, key)
+		s = f.buildSet(sel, key)
 	}
 	if !s.kept[o] {
 		s.keep(o)
 	}
-	s.used.Store(v.clock.Add(1))
-	f(s)
+	s.used.Store(f.clock.Add(1))
+	use(s)
 }
 
 // keep builds order o of s from its eligible members and keeps it from then on. Callers hold
@@ -274,7 +253,7 @@ func (s *selSet) keep(o int) {
 
 // buildSet indexes a new selector from the smallest posting among its pairs (every proxy with
 // a spec for the empty selector). Callers hold mu for writing.
-func (v *view) buildSet(sel map[string]string, key string) *selSet {
+func (f *Fleet) buildSet(sel map[string]string, key string) *selSet {
 	s := &selSet{selector: maps.Clone(sel), members: map[*proxyView]struct{}{}}
 	s.kept[orderBalanced] = true
 	for o := range s.orders {
@@ -282,29 +261,29 @@ func (v *view) buildSet(sel map[string]string, key string) *selSet {
 			s.orders[o][i].by = o
 		}
 	}
-	pool := v.specced
+	pool := f.specced
 	for k, val := range sel {
-		if m := v.byAttr[attrPair{k, val}]; len(m) < len(pool) {
+		if m := f.byAttr[attrPair{k, val}]; len(m) < len(pool) {
 			pool = m
 		}
 	}
 	for p := range pool {
 		if matches(p.attrs, sel) {
-			v.join(s, p)
+			f.join(s, p)
 		}
 	}
-	if len(v.sets) >= maxSets {
-		v.evictSet()
+	if len(f.sets) >= maxSets {
+		f.evictSet()
 	}
-	v.sets[key] = s
+	f.sets[key] = s
 	return s
 }
 
 // evictSet drops the least recently used set. Callers hold mu for writing.
-func (v *view) evictSet() {
+func (f *Fleet) evictSet() {
 	var oldKey string
 	var old *selSet
-	for k, s := range v.sets {
+	for k, s := range f.sets {
 		if old == nil || s.used.Load() < old.used.Load() {
 			oldKey, old = k, s
 		}
@@ -312,24 +291,65 @@ func (v *view) evictSet() {
 	for p := range old.members {
 		delete(p.ix.sets, old)
 	}
-	delete(v.sets, oldKey)
+	delete(f.sets, oldKey)
 }
 
-// noteTargetCooling keeps v.coolTarget, the proxies cooling down per target, which makes a
+// noteTargetCooling keeps f.coolTarget, the proxies cooling down per target, which makes a
 // refusal's count for one target cost the proxies cooling for it rather than the fleet.
 // Callers hold mu for writing.
-func (v *view) noteTargetCooling(p *proxyView, target string, on bool) {
-	m := v.coolTarget[target]
+func (f *Fleet) noteTargetCooling(p *proxyView, target string, on bool) {
+	m := f.coolTarget[target]
 	if on {
 		if m == nil {
 			m = map[*proxyView]struct{}{}
-			v.coolTarget[target] = m
+			f.coolTarget[target] = m
 		}
 		m[p] = struct{}{}
 		return
 	}
 	delete(m, p)
 	if len(m) == 0 {
-		delete(v.coolTarget, target)
+		delete(f.coolTarget, target)
 	}
+}
+
+// minLevels are the minAnonymity values an acquire may ask for; each has an ordered set of
+// the eligible proxies that meet it in every selector's set (selSet.orders).
+var minLevels = [...]events.Anonymity{events.AnonymityAnonymous, events.AnonymityElite}
+
+// levels counts the verdicts a set tallies its Ready members by: unknown and each verdict.
+const levels = 1 + 3
+
+// level is the index of a verdict in selSet.readyBy: 0 unknown, then events.Anonymities'.
+func level(a events.Anonymity) int {
+	for i, v := range events.Anonymities {
+		if a == v {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// order is the ordered set an acquire with minAnonymity min reads in order o.
+func (s *selSet) order(o int, min events.Anonymity) *ranked {
+	for i, m := range minLevels {
+		if m == min {
+			return &s.orders[o][1+i]
+		}
+	}
+	return &s.orders[o][0]
+}
+
+// belowAnonymity counts the Ready members less anonymous than min, unknown included.
+func (s *selSet) belowAnonymity(min events.Anonymity) int {
+	if min == "" {
+		return 0
+	}
+	n := s.readyBy[0]
+	for i, a := range events.Anonymities {
+		if !a.AtLeast(min) {
+			n += s.readyBy[i+1]
+		}
+	}
+	return n
 }

@@ -1,12 +1,11 @@
-package leaser
+package selection
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 
 	"github.com/egressd/egressd/events"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/egressd/egressd/schemas"
 )
 
 // A fleet of anonymous proxies with one elite proxy that ranks last: an acquire with
@@ -14,13 +13,9 @@ import (
 // pass over filtering the eligible order, and a verdict that changes moves a proxy between
 // the orders.
 func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
-	v := newView()
+	v := NewFleet(0)
 	rev := uint64(0)
-	put := func(apply func(jetstream.KeyValueEntry), key string, val any) {
-		rev++
-		b, _ := json.Marshal(val)
-		apply(entry{key: key, value: b, op: jetstream.KeyValuePut, rev: rev})
-	}
+	health := func(name string, h events.ProxyHealth) { v.SetHealth(name, h) }
 	const n = 5000
 	for i := range n {
 		name := fmt.Sprintf("px-%05d", i)
@@ -28,14 +23,16 @@ func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
 		if i == n-1 {
 			a, latency = events.AnonymityElite, 999 // the slowest: last in the eligible order
 		}
-		put(v.applySpec, name, map[string]any{"provider": "local", "maxLeases": 1})
-		put(v.applyStatus, name, events.ProxyStatus{V: 1, Phase: events.PhaseReady, IP: "127.0.0.1", Port: 3128})
-		put(v.applyHealth, name, events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: latency, Anonymity: a})
+		rev++
+		v.SetSpec(name, rev, false, &schemas.ProxySpec{Provider: "local", MaxLeases: new(1)})
+		rev++
+		v.SetStatus(name, rev, events.ProxyStatus{V: 1, Phase: events.PhaseReady, IP: "127.0.0.1", Port: 3128}, true)
+		health(name, events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: latency, Anonymity: a})
 	}
-	elite := newQuery(events.AcquireRequest{MinAnonymity: events.AnonymityElite})
-	var cur cursor
-	got := v.next(elite, &cur, map[string]bool{}, candidateBatch)
-	if len(got) != 1 || got[0].name != fmt.Sprintf("px-%05d", n-1) {
+	elite := NewQuery(events.AcquireRequest{MinAnonymity: events.AnonymityElite})
+	var cur Cursor
+	got := v.Next(elite, &cur, map[string]bool{}, batchSize)
+	if len(got) != 1 || got[0].Name != fmt.Sprintf("px-%05d", n-1) {
 		t.Fatalf("minAnonymity elite: %d candidates %v", len(got), got)
 	}
 	v.withSet(nil, "", orderBalanced, func(s *selSet) {
@@ -47,14 +44,14 @@ func TestMinAnonymityReadsOnlyWhatMeetsIt(t *testing.T) {
 		}
 	})
 	// px-00000 turns elite, and the elite proxy turns transparent.
-	put(v.applyHealth, "px-00000", events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: 1, Anonymity: events.AnonymityElite})
-	put(v.applyHealth, fmt.Sprintf("px-%05d", n-1), events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: 999, Anonymity: events.AnonymityTransparent})
-	cur = cursor{}
-	got = v.next(elite, &cur, map[string]bool{}, candidateBatch)
-	if len(got) != 1 || got[0].name != "px-00000" {
+	health("px-00000", events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: 1, Anonymity: events.AnonymityElite})
+	health(fmt.Sprintf("px-%05d", n-1), events.ProxyHealth{V: 1, Address: "127.0.0.1:3128", LatencyMs: 999, Anonymity: events.AnonymityTransparent})
+	cur = Cursor{}
+	got = v.Next(elite, &cur, map[string]bool{}, batchSize)
+	if len(got) != 1 || got[0].Name != "px-00000" {
 		t.Fatalf("after the verdicts changed: %v", got)
 	}
-	av := v.availability(newQuery(events.AcquireRequest{MinAnonymity: events.AnonymityAnonymous}), newAttempt())
+	av := v.Availability(NewQuery(events.AcquireRequest{MinAnonymity: events.AnonymityAnonymous}), NewLearned())
 	if av.Ready != n || av.BelowAnonymity != 1 {
 		t.Errorf("availability for anonymous: %+v", av)
 	}

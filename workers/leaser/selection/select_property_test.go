@@ -1,4 +1,4 @@
-package leaser
+package selection
 
 import (
 	"cmp"
@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/egressd/egressd/schemas"
 )
 
-// The index must choose as the simple rule does: sort every eligible proxy (the reference
-// below, which is what the leaser did before the index). Thousands of proxies go through
-// random spec, status, health, lease and cooldown changes in the order the watches could
-// deliver them; at intervals every selector's whole order and its refusal numbers are
-// compared with the reference, and some selectors are first used half way through, so sets
-// built late are checked against sets maintained all along.
+// This file is the specification of the selection core: whatever the index does to be fast,
+// Next and Availability must answer as the plain rules of order.go do, written out here as a
+// sort of every eligible proxy (refCandidates, which is what the leaser did before the index)
+// and a count over the whole fleet (refAvailability). Thousands of proxies go through random
+// spec, status, health, lease and cooldown updates, as the shell makes them from the watches
+// in the order they could deliver them; at intervals every selector's whole order and its
+// refusal numbers are compared with the reference, and some selectors are first used half
+// way through, so sets built late are checked against sets maintained all along.
 func TestLeaseIndexMatchesFullSort(t *testing.T) {
 	const proxies, steps, checkEvery = 2000, 30_000, 1500
 	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
@@ -26,7 +28,7 @@ func TestLeaseIndexMatchesFullSort(t *testing.T) {
 	rng = rand.New(rand.NewPCG(1, seed))
 	t.Logf("seed %d", seed)
 
-	w := &world{t: t, rng: rng, v: newView(), proxies: proxies}
+	w := &world{t: t, rng: rng, f: NewFleet(0), proxies: proxies}
 	selectors := []map[string]string{
 		{}, {"geo": "a"}, {"geo": "b", "tier": "1"}, {"tier": "2"}, {"geo": "zz"}, {"geo": "c", "tier": "2", "x": "y"},
 	}
@@ -61,11 +63,11 @@ func TestLeaseIndexMatchesFullSort(t *testing.T) {
 // strategies are those a property check draws from ("" is balanced).
 var strategies = []events.Strategy{events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency}
 
-// world drives a view with random entries as the watches would deliver them.
+// world drives a fleet with random updates as the shell would make them from the watches.
 type world struct {
 	t       *testing.T
 	rng     *rand.Rand
-	v       *view
+	f       *Fleet
 	proxies int
 	rev     uint64
 }
@@ -89,7 +91,11 @@ func (w *world) putSpec(i int) {
 	if w.rng.IntN(50) == 0 {
 		b = []byte(`{"provider":"local","maxLeases":-3}`) // invalid: unleasable
 	}
-	w.v.applySpec(entry{key: w.name(i), value: b, op: jetstream.KeyValuePut, rev: w.nextRev()})
+	var spec *schemas.ProxySpec
+	if s, err := schemas.ParseProxySpec(b); err == nil {
+		spec = &s
+	}
+	w.f.SetSpec(w.name(i), w.nextRev(), false, spec)
 }
 
 func (w *world) putStatus(i int) {
@@ -102,8 +108,7 @@ func (w *world) putStatus(i int) {
 	case 2:
 		st.IP = ""
 	}
-	b, _ := json.Marshal(st)
-	w.v.applyStatus(entry{key: w.name(i), value: b, op: jetstream.KeyValuePut, rev: w.nextRev()})
+	w.f.SetStatus(w.name(i), w.nextRev(), st, true)
 }
 
 // times are few, so that proxies tie on lastLeased and the later keys decide.
@@ -113,87 +118,65 @@ func (w *world) randomChange() {
 	i := w.rng.IntN(w.proxies)
 	name := w.name(i)
 	slot := w.rng.IntN(6)
-	key := slotKey(name, slot)
 	switch op := w.rng.IntN(100); {
 	case op < 5:
 		w.putSpec(i)
 	case op < 7:
-		w.v.applySpec(entry{key: name, op: jetstream.KeyValueDelete, rev: w.nextRev()})
+		w.f.SetSpec(name, w.nextRev(), true, nil)
 	case op < 12:
 		w.putStatus(i)
 	case op < 13:
-		w.v.applyStatus(entry{key: name, op: jetstream.KeyValueDelete, rev: w.nextRev()})
+		w.f.SetStatus(name, w.nextRev(), events.ProxyStatus{}, false)
 	case op < 20:
 		// Latencies are few, with unknown among them, so ties reach the name.
 		// Verdicts are few too, some about another address (so unknown for this instance).
 		h := events.ProxyHealth{V: 1, Proxy: name, LatencyMs: []float64{0, 10, 20}[w.rng.IntN(3)],
 			Address:   []string{"127.0.0.1:3128", "127.0.0.1:3128", "127.0.0.1:3128", "127.0.0.9:3128"}[w.rng.IntN(4)],
 			Anonymity: append([]events.Anonymity{""}, events.Anonymities...)[w.rng.IntN(4)]}
-		b, _ := json.Marshal(h)
-		w.v.applyHealth(entry{key: name, value: b, op: jetstream.KeyValuePut, rev: w.nextRev()})
+		w.f.SetHealth(name, h)
 	case op < 50:
 		l := events.Lease{V: 1, Proxy: name, Slot: slot, AcquiredAt: times[w.rng.IntN(len(times))]}
 		if w.rng.IntN(3) == 0 {
 			l.Sticky = fmt.Sprintf("s%d", w.rng.IntN(5))
 		}
-		if w.rng.IntN(2) == 0 {
-			w.v.noteLease(key, w.nextRev(), l) // this replica's own grant
-		} else {
-			b, _ := json.Marshal(l)
-			w.v.applyLease(entry{key: key, value: b, op: jetstream.KeyValuePut, rev: w.nextRev()})
-		}
+		w.f.SlotHeld(name, slot, Slot{Rev: w.nextRev(), Lease: l}) // a grant, or a slot a watch brought
 	case op < 80:
-		kind := []jetstream.KeyValueOp{jetstream.KeyValueDelete, jetstream.KeyValuePurge}[w.rng.IntN(2)]
-		if w.rng.IntN(3) == 0 {
-			if s, held := w.heldSlot(name, slot); held {
-				w.v.noteReleased(key, s.rev) // this replica's own release
-				return
-			}
-		}
-		w.v.applyLease(entry{key: key, op: kind, rev: w.nextRev()})
+		w.f.SlotFreed(name, slot) // released, expired or removed, held or not
 	case op < 88:
-		w.v.noteCooldown(w.cooldownKey(name), w.nextRev(), true)
+		w.f.SetCooling(name, w.cooldownTarget(), true)
 	default:
-		w.v.noteCooldown(w.cooldownKey(name), w.nextRev(), false)
+		w.f.SetCooling(name, w.cooldownTarget(), false)
 	}
 }
 
-func (w *world) heldSlot(name string, slot int) (slotState, bool) {
-	p := w.v.proxies[name]
-	if p == nil {
-		return slotState{}, false
-	}
-	s, ok := p.slots[slot]
-	return s, ok
-}
-
-func (w *world) cooldownKey(name string) string {
+// cooldownTarget is "" (every target) or one of the targets the checks ask for.
+func (w *world) cooldownTarget() string {
 	if w.rng.IntN(3) == 0 {
-		return globalCooldownKey(name)
+		return ""
 	}
-	return targetCooldownKey(name, []string{"t1", "t2"}[w.rng.IntN(2)])
+	return []string{"t1", "t2"}[w.rng.IntN(2)]
 }
 
 // compare checks the index's order and refusal numbers for one request against the
 // reference, with an attempt that learned of a few proxies the view knows otherwise.
 func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) {
 	w.t.Helper()
-	q := newQuery(events.AcquireRequest{Selector: sel, Target: tgt, Sticky: sticky, MinAnonymity: minAnon, Strategy: strategy})
-	var cur cursor
+	q := NewQuery(events.AcquireRequest{Selector: sel, Target: tgt, Sticky: sticky, MinAnonymity: minAnon, Strategy: strategy})
+	var cur Cursor
 	var got []string
 	for {
-		batch := w.v.next(q, &cur, map[string]bool{}, candidateBatch)
+		batch := w.f.Next(q, &cur, map[string]bool{}, batchSize)
 		if len(batch) == 0 {
 			break
 		}
 		for _, c := range batch {
-			got = append(got, c.name)
+			got = append(got, c.Name)
 		}
 	}
-	want := refCandidates(w.v, sel, tgt, sticky, minAnon, strategy)
+	want := refCandidates(w.f, sel, tgt, sticky, minAnon, strategy)
 	if strategy == events.StrategyRandom {
 		// Any order but the sticky proxy's first place; every candidate once.
-		if len(got) > 0 && len(want) > 0 && (w.v.proxies[want[0]].name == w.v.sticky[sticky].proxy) && got[0] != want[0] {
+		if len(got) > 0 && len(want) > 0 && (w.f.proxies[want[0]].name == w.f.sticky[sticky].proxy) && got[0] != want[0] {
 			w.t.Fatalf("random: %s first, want the sticky %s", got[0], want[0])
 		}
 		slices.Sort(got)
@@ -207,13 +190,13 @@ func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon event
 		w.t.Fatalf("selector %v target %q sticky %s minAnonymity %q: %d candidates, want %d; from #%d\n%v\nwant\n%v", sel, tgt, sticky, minAnon,
 			len(got), len(want), i, w.describe(got[i:]), w.describe(want[i:]))
 	}
-	at := newAttempt()
+	at := NewLearned()
 	for range 5 {
-		at.full[w.name(w.rng.IntN(w.proxies))] = true
-		at.coolingGlobal[w.name(w.rng.IntN(w.proxies))] = true
-		at.coolingTarget[w.name(w.rng.IntN(w.proxies))] = true
+		at.Full[w.name(w.rng.IntN(w.proxies))] = true
+		at.CoolingGlobal[w.name(w.rng.IntN(w.proxies))] = true
+		at.CoolingTarget[w.name(w.rng.IntN(w.proxies))] = true
 	}
-	if got, want := w.v.availability(q, at), refAvailability(w.v, sel, tgt, minAnon, at); got != want {
+	if got, want := w.f.Availability(q, at), refAvailability(w.f, sel, tgt, minAnon, at); got != want {
 		w.t.Fatalf("selector %v target %q minAnonymity %q: availability %+v, want %+v", sel, tgt, minAnon, got, want)
 	}
 }
@@ -221,14 +204,14 @@ func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon event
 func (w *world) describe(names []string) []string {
 	var out []string
 	for _, n := range names[:min(len(names), 4)] {
-		p := w.v.proxies[n]
+		p := w.f.proxies[n]
 		out = append(out, fmt.Sprintf("%s st %+v ix %+v held %d ref %d max %d slots %v cool %v", n, p.standing(), p.ix.st, p.held, refHeldBelowMax(p), p.maxLeases, p.slots, p.cooling))
 	}
 	return out
 }
 
 // refCandidates is the simple rule: every eligible proxy, sorted.
-func refCandidates(v *view, selector map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) []string {
+func refCandidates(v *Fleet, selector map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) []string {
 	prev := ""
 	if sticky != "" {
 		prev = v.sticky[sticky].proxy
@@ -300,7 +283,7 @@ func refCandidates(v *view, selector map[string]string, tgt, sticky string, minA
 }
 
 // refAvailability counts a refusal over the whole fleet.
-func refAvailability(v *view, selector map[string]string, tgt string, minAnon events.Anonymity, a *attempt) events.Availability {
+func refAvailability(v *Fleet, selector map[string]string, tgt string, minAnon events.Anonymity, a Learned) events.Availability {
 	var av events.Availability
 	for name, p := range v.proxies {
 		if !p.hasSpec || !matches(p.attrs, selector) {
@@ -311,13 +294,13 @@ func refAvailability(v *view, selector map[string]string, tgt string, minAnon ev
 			continue
 		}
 		av.Ready++
-		if a.full[name] || p.maxLeases-refHeldBelowMax(p) <= 0 {
+		if a.Full[name] || p.maxLeases-refHeldBelowMax(p) <= 0 {
 			av.AtCapacity++
 		}
-		if tgt != "" && (p.cooling[tgt] || a.coolingTarget[name]) {
+		if tgt != "" && (p.cooling[tgt] || a.CoolingTarget[name]) {
 			av.CoolingTarget++
 		}
-		if p.cooling[""] || a.coolingGlobal[name] {
+		if p.cooling[""] || a.CoolingGlobal[name] {
 			av.CoolingGlobal++
 		}
 		if minAnon != "" && !refAnonymity(p).AtLeast(minAnon) {
@@ -342,19 +325,5 @@ func refHeldBelowMax(p *proxyView) int {
 	return n
 }
 
-// entry is a KV entry as a watch delivers it, for feeding the view without a server: the
-// view is a pure structure, and this test is about its arithmetic, not about NATS.
-type entry struct {
-	key   string
-	value []byte
-	op    jetstream.KeyValueOp
-	rev   uint64
-}
-
-func (e entry) Bucket() string                  { return "test" }
-func (e entry) Key() string                     { return e.key }
-func (e entry) Value() []byte                   { return e.value }
-func (e entry) Revision() uint64                { return e.rev }
-func (e entry) Created() time.Time              { return time.Time{} }
-func (e entry) Delta() uint64                   { return 0 }
-func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+// batchSize is how many candidates the shell's acquire reads at a time.
+const batchSize = 4

@@ -1,0 +1,78 @@
+package selection
+
+// Reads of what the fleet knows of one proxy, for the shell's renewals, releases, probes,
+// statistics and leftovers. None of them ranks anything.
+
+// Endpoint returns the connection details of proxy, and whether slot is still within its
+// maxLeases (a shrunk maxLeases lets the slots above it drain); known is false without a
+// valid spec.
+func (f *Fleet) Endpoint(proxy string, slot int) (e Endpoint, known, inRange bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.proxies[proxy]
+	if p == nil || !p.hasSpec {
+		return Endpoint{}, false, false
+	}
+	return p.endpoint(), true, slot < p.maxLeases
+}
+
+// Origin is proxy's provider and pool as its spec last said (zero if unknown).
+func (f *Fleet) Origin(proxy string) Origin {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if p := f.proxies[proxy]; p != nil {
+		return p.origin
+	}
+	return Origin{}
+}
+
+// Slot returns what slot of proxy holds, if the fleet holds it.
+func (f *Fleet) Slot(proxy string, slot int) (Slot, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.proxies[proxy]
+	if p == nil {
+		return Slot{}, false
+	}
+	s, held := p.slots[slot]
+	return s, held
+}
+
+// Heard returns what the fleet last heard of proxy's spec and status; false if it knows
+// nothing of it.
+func (f *Fleet) Heard(proxy string) (Heard, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.proxies[proxy]
+	if p == nil {
+		return Heard{}, false
+	}
+	return p.heard(), true
+}
+
+// HeldSlots calls fn with every slot of proxy the fleet holds, in no order, each with what the
+// fleet heard of the proxy (as Heard returns it). fn runs under the fleet's read lock: it must
+// not call the fleet.
+func (f *Fleet) HeldSlots(proxy string, fn func(h Heard, s Slot)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p := f.proxies[proxy]
+	if p == nil {
+		return
+	}
+	h := p.heard()
+	for _, s := range p.slots {
+		fn(h, s)
+	}
+}
+
+// Names returns the proxies the fleet knows of, in no order.
+func (f *Fleet) Names() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]string, 0, len(f.proxies))
+	for name := range f.proxies {
+		out = append(out, name)
+	}
+	return out
+}
