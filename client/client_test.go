@@ -61,7 +61,7 @@ func (s *service) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := leaser.Config{Store: s.store, NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := leaser.Config{Buckets: leaser.BucketsOf(s.store), NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if s.tune != nil {
 		s.tune(&cfg)
 	}

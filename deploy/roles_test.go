@@ -131,7 +131,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 
 	// Leaser.
 	lc, lstore := role("leaser")
-	ls, err := leaser.New(leaser.Config{Store: lstore, NC: lc.nc, Worker: "leaser-1", Log: log.With("role", "leaser")})
+	ls, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(lstore), NC: lc.nc, Worker: "leaser-1", Log: log.With("role", "leaser")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func leaseService(t *testing.T) string {
 	if _, err := kvstore.PutJSON(ctx, store.Status, "de-1", st); err != nil {
 		t.Fatal(err)
 	}
-	l, err := leaser.New(leaser.Config{Store: store, NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -350,7 +350,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 			return err
 		}
 		raw, interval := cfg.leaseHistory()
-		l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: holder, Log: log, Observer: obs,
+		l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, Worker: holder, Log: log, Observer: obs,
 			RawEvents: raw, StatsInterval: interval, LeaseMaster: leaseMaster, HTTP: lh, MaxPerHolder: cfg.maxPerHolder()})
 		if err != nil {
 			return err

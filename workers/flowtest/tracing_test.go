@@ -233,7 +233,7 @@ func verdict(t *testing.T, h *harness, st events.ProxyStatus) {
 // startLeaser starts a leaser replica on its own connection with its own TracerProvider.
 func startLeaser(t *testing.T, h *harness, tp trace.TracerProvider) {
 	nc, store := h.connectNC()
-	l, err := leaser.New(leaser.Config{Store: store, NC: nc, Worker: "leaser-1", Log: h.log, Tracing: tp})
+	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, Worker: "leaser-1", Log: h.log, Tracing: tp})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		}
 		key = slotKey(c.Name, slot)
 		wctx, cancel := l.shards.writeContext(ctx, patient)
-		rev, err = l.createSlot(wctx, l.cfg.Store.Leases.Of(c.Name), key, slot, b, ttl)
+		rev, err = l.createSlot(wctx, l.cfg.Buckets.Leases.Of(c.Name), key, slot, b, ttl)
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
 			conflicts++
@@ -181,7 +181,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			// the watch delivers it.
 			l.view.abandon(lease.Token)
 			err = fmt.Errorf("create %s: %w", key, err)
-			if ctx.Err() == nil && l.cfg.Store.Leases.Len() > 1 && !patient {
+			if ctx.Err() == nil && l.cfg.Buckets.Leases.Len() > 1 && !patient {
 				l.shards.markStalled(c.Name)
 				err = fmt.Errorf("%w: %w", errShardStalled, err)
 			}
@@ -220,7 +220,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 // giveBack deletes a slot just created for a proxy that turned out to be cooling down. If
 // that fails the slot is only lost until its TTL runs out: it never carried a grant.
 func (l *Leaser) giveBack(ctx context.Context, key string, rev uint64) {
-	if err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases.ForKey(key), key, rev); err != nil {
+	if err := kvstore.DeleteAt(ctx, l.cfg.Buckets.Leases.ForKey(key), key, rev); err != nil {
 		l.log.Warn("give back a slot of a proxy cooling down; it frees itself at its TTL", "slot", key, "err", err)
 	}
 }
@@ -252,7 +252,7 @@ func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string) (string, err
 		keys = append(keys, targetCooldownKey(proxy, tgt))
 	}
 	for i, key := range keys {
-		_, rev, err := kvstore.Get(ctx, l.cfg.Store.Cooldowns, key)
+		_, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
 		if errors.Is(err, kvstore.ErrNotFound) {
 			continue
 		}

@@ -57,7 +57,7 @@ func startBenchLeaser(b *testing.B, tp trace.TracerProvider, cfg func(*leaser.Co
 		}
 	}
 	lnc, _ := kvstoretest.Connect(b, srv)
-	c := leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler), Tracing: tp}
+	c := leaser.Config{Buckets: leaser.BucketsOf(store), NC: lnc, Log: slog.New(slog.DiscardHandler), Tracing: tp}
 	if cfg != nil {
 		cfg(&c)
 	}

@@ -1,6 +1,7 @@
 package leaser
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -8,7 +9,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
 )
 
 // FuzzLeaseRequestDecoders feeds arbitrary bytes to every request decoder: each either accepts a
@@ -25,7 +26,13 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	l, err := New(Config{Store: &kvstore.Store{}, NC: &nats.Conn{}})
+	// New does no I/O, but it wants every handle there: a real server's.
+	_, nc, js := kvstoretest.Start(f)
+	store, err := kvstore.Ensure(context.Background(), js, kvstore.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	l, err := New(Config{Buckets: BucketsOf(store), NC: nc})
 	if err != nil {
 		f.Fatal(err)
 	}

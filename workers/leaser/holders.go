@@ -194,7 +194,7 @@ func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c select
 	for _, n := range free {
 		key := sc.key(n)
 		now := time.Now()
-		rev, err := kvstore.CreateTTL(ctx, l.cfg.Store.LeaseState, key, b, ttl+holdMargin)
+		rev, err := kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, key, b, ttl+holdMargin)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue // taken since the view or the listing saw it
 		}
@@ -212,7 +212,7 @@ func (l *Leaser) takeHold(ctx context.Context, r events.AcquireRequest, c select
 
 // listHolds reads the holder slots of sc that are held now.
 func (l *Leaser) listHolds(ctx context.Context, sc holdScope) (map[int]bool, error) {
-	lister, err := l.cfg.Store.LeaseState.ListKeysFiltered(ctx, sc.prefix()+".*")
+	lister, err := l.cfg.Buckets.LeaseState.ListKeysFiltered(ctx, sc.prefix()+".*")
 	if err != nil {
 		return nil, fmt.Errorf("list holder slots: %w", err)
 	}
@@ -247,9 +247,9 @@ func (l *Leaser) putHold(ctx context.Context, sc holdScope, key, token string, r
 	}
 	var nrev uint64
 	if rev == 0 {
-		nrev, err = kvstore.CreateTTL(ctx, l.cfg.Store.LeaseState, key, b, ttl+holdMargin)
+		nrev, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, key, b, ttl+holdMargin)
 	} else {
-		nrev, err = kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.LeaseState, key, b, rev, ttl+holdMargin)
+		nrev, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, key, b, rev, ttl+holdMargin)
 	}
 	if err != nil {
 		return err
@@ -268,7 +268,7 @@ func (l *Leaser) dropUnusedHold(at *attempt) {
 	at.hold = nil
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.RequestBudget)
 	defer cancel()
-	if err := kvstore.DeleteAt(ctx, l.cfg.Store.LeaseState, h.key, h.rev); err != nil {
+	if err := kvstore.DeleteAt(ctx, l.cfg.Buckets.LeaseState, h.key, h.rev); err != nil {
 		l.log.Warn("give back an unused holder slot; it frees itself at its TTL", "slot", h.key, "err", err)
 		return
 	}
@@ -278,7 +278,7 @@ func (l *Leaser) dropUnusedHold(at *attempt) {
 // readHold reads a lease's holder slot: its revision, or 0 when it is gone or holds another
 // lease's hold.
 func (l *Leaser) readHold(ctx context.Context, h *events.LeaseHold) (uint64, error) {
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.LeaseState, h.Key)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, h.Key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		return 0, nil
 	}
@@ -338,7 +338,7 @@ func (l *Leaser) dropHold(ctx context.Context, h *events.LeaseHold) {
 		if rev == 0 {
 			return nil // gone, or another lease's
 		}
-		err := kvstore.DeleteAt(ctx, l.cfg.Store.LeaseState, h.Key, rev)
+		err := kvstore.DeleteAt(ctx, l.cfg.Buckets.LeaseState, h.Key, rev)
 		if err == nil {
 			l.view.noteStateGone(h.Key, rev)
 		}

@@ -15,7 +15,7 @@ import (
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
 	key := slotKey(id.Proxy, id.Slot)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.Leases.Of(id.Proxy), key)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		if gone := l.goneError(id); gone != nil {
 			return events.Lease{}, 0, gone
@@ -126,7 +126,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, wh
 		}
 		// At rev only: if the lease expired and was granted again since the read, this fails
 		// instead of removing the new holder's lease.
-		err := kvstore.DeleteAt(ctx, l.cfg.Store.Leases.Of(id.Proxy), key, rev)
+		err := kvstore.DeleteAt(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key, rev)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue
 		}

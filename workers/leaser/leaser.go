@@ -12,7 +12,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/internal/leaseauth"
-	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/tracing"
 	"github.com/egressd/egressd/workers/leaser/httpface"
 	"github.com/nats-io/nats.go"
@@ -24,9 +23,9 @@ const ServiceVersion = "1.0.0"
 
 // Config of one leaser replica. Zero durations take the defaults below.
 type Config struct {
-	Store  *kvstore.Store
-	NC     *nats.Conn // serves the micro service and publishes probe requests
-	Worker string     // this process's identity, in the service metadata; default host-pid
+	Buckets Buckets    // BucketsOf(store)
+	NC      *nats.Conn // serves the micro service and publishes probe requests
+	Worker  string     // this process's identity, in the service metadata; default host-pid
 
 	// TTLs a request may ask for: ttlSeconds must lie in [MinTTL, MaxTTL]; 0 means DefaultTTL
 	// on acquire and the lease's own TTL on renew. Whole seconds.
@@ -111,8 +110,8 @@ type Leaser struct {
 
 // New checks the config and applies defaults; it does no I/O.
 func New(cfg Config) (*Leaser, error) {
-	if cfg.Store == nil || cfg.NC == nil {
-		return nil, errors.New("leaser: store and NATS connection are required")
+	if !cfg.Buckets.complete() || cfg.NC == nil {
+		return nil, errors.New("leaser: buckets and NATS connection are required")
 	}
 	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
 	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
@@ -170,9 +169,9 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Store.Leases, cfg.SlotWriteBudget),
-		emitter: newEmitter(cfg.Store.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
-		stats: newStats(cfg.Store.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}
+	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
+		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
+		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}

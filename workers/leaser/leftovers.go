@@ -200,13 +200,13 @@ func (l *Leaser) sweep(ctx context.Context) {
 func (l *Leaser) remove(ctx context.Context, r removal) {
 	ctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
 	defer cancel()
-	kv := l.cfg.Store.Leases.ForKey(r.key)
+	kv := l.cfg.Buckets.Leases.ForKey(r.key)
 	var err error
 	if r.end == "" {
 		err = kvstore.DeleteAt(ctx, kv, r.key, r.rev)
 	} else {
 		note, _ := json.Marshal(events.SlotEnd{V: 1, Token: r.lease.Token, End: r.end})
-		err = kvstore.DeleteNoted(ctx, l.cfg.Store.JS, kv, r.key, r.rev, note)
+		err = kvstore.DeleteNoted(ctx, l.cfg.Buckets.JS, kv, r.key, r.rev, note)
 	}
 	switch {
 	case errors.Is(err, kvstore.ErrConflict) || errors.Is(err, kvstore.ErrNotFound):

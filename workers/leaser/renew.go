@@ -49,7 +49,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err := l.renewHold(ctx, rec, ttl); err != nil {
 			return nil, fmt.Errorf("renew the holder slot of %s: %w", key, err)
 		}
-		nrev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Leases.Of(id.Proxy), key, b, rev, ttl)
+		nrev, err := kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), key, b, rev, ttl)
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue // renewed (or released) concurrently: read again
 		}

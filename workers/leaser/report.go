@@ -38,7 +38,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		rev, err := kvstore.PutTTL(ctx, l.cfg.Store.JS, l.cfg.Store.Cooldowns, key, b, 0, cooldown)
+		rev, err := kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.Cooldowns, key, b, 0, cooldown)
 		if err != nil {
 			return nil, fmt.Errorf("write cooldown %s: %w", key, err)
 		}

@@ -99,7 +99,7 @@ func (r *rig) startLeasers(n int) {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		cfg := leaser.Config{Store: store, NC: nc, Worker: fmt.Sprintf("leaser-%d", i), MinTTL: time.Second,
+		cfg := leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, Worker: fmt.Sprintf("leaser-%d", i), MinTTL: time.Second,
 			Log: slog.New(slog.NewTextHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
 		if r.cfg != nil {
 			r.cfg(&cfg)

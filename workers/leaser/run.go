@@ -25,7 +25,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopWatches()
 
-	st := l.cfg.Store
+	st := l.cfg.Buckets
 	type watch struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)

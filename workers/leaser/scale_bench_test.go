@@ -74,7 +74,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 	for _, mode := range []events.RawLeaseEvents{events.RawEnds, events.RawAll, events.RawReports} {
 		b.Run("acquire-release/raw="+string(mode), func(b *testing.B) {
 			lnc, _ := kvstoretest.Connect(b, srv)
-			l, err := leaser.New(leaser.Config{Store: store, NC: lnc, Log: slog.New(slog.DiscardHandler), RawEvents: mode})
+			l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: lnc, Log: slog.New(slog.DiscardHandler), RawEvents: mode})
 			if err != nil {
 				b.Fatal(err)
 			}

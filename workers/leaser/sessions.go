@@ -56,7 +56,7 @@ func (l *Leaser) openSession(ctx context.Context, r events.AcquireRequest) (*ses
 	if s.ref, s.bound = l.view.session(s.key, l.now()); s.bound && !s.strict {
 		return s, nil
 	}
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Store.LeaseState, s.key)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, s.key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		s.ref, s.bound = sessionRef{}, false
 		return s, nil
@@ -143,10 +143,10 @@ func (l *Leaser) bindSession(ctx context.Context, s *session, proxy string) sess
 	if err != nil {
 		return sessionRef{proxy: proxy}
 	}
-	kv := l.cfg.Store.LeaseState
+	kv := l.cfg.Buckets.LeaseState
 	var rev uint64
 	if s.bound {
-		rev, err = kvstore.PutTTL(ctx, l.cfg.Store.JS, kv, s.key, b, s.ref.rev, ttl)
+		rev, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, kv, s.key, b, s.ref.rev, ttl)
 	} else {
 		rev, err = kvstore.CreateTTL(ctx, kv, s.key, b, ttl)
 	}

@@ -87,7 +87,7 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := leaser.New(leaser.Config{Store: lstore, NC: lnc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(lstore), NC: lnc, MinTTL: time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
