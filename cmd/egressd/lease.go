@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,11 @@ this command is not renewed: renew it, or let it expire. For shell scripts:
   curl -x "$(egressd lease acquire --target example.com --url-only)" https://example.com/
   id=$(egressd lease acquire --target example.com --id-only)   # then renew, report, release --id "$id"
 `
+
+// leaseSubcommands are the lease subcommands that talk to the lease service, in the order the
+// usage text lists them; leaseCmd refuses any other (token, which only writes a token, is
+// dispatched before them).
+var leaseSubcommands = []string{"acquire", "renew", "release", "report"}
 
 // cliRetryBudget is how long egressd lease tries a request again while no lease service
 // answers (and, for renew and release, after a timeout or an internal error).
@@ -68,6 +74,10 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if sub == "token" {
 		return leaseTokenCmd(args[1:], stdout, stderr)
 	}
+	if !slices.Contains(leaseSubcommands, sub) {
+		fmt.Fprintf(stderr, "egressd lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
+		return 2
+	}
 	var f leaseFlags
 	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -97,9 +107,6 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fs.StringVar(&f.target, "target", "", "the site that blocked the proxy (required for blocked)")
 		fs.Var(&f.cooldown, "cooldown", "cooldown: a duration or seconds; default the service's (10m blocked, 5m failed)")
 		fs.BoolVar(&f.release, "release", false, "release the lease too")
-	default:
-		fmt.Fprintf(stderr, "egressd lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
-		return 2
 	}
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
