@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/internal/health"
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
@@ -24,7 +26,7 @@ import (
 type daemon struct {
 	f      runFlags
 	log    *slog.Logger
-	cfg    fileConfig
+	cfg    config.File
 	roles  roleSet
 	reload *reloader
 	ls     *listeners
@@ -49,7 +51,7 @@ type daemon struct {
 
 type namedBackend struct {
 	name string
-	b    backend
+	b    config.Backend
 }
 
 func (d *daemon) onClose(f func()) { d.closers = append(d.closers, f) }
@@ -83,7 +85,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 // builds the providers: everything that can fail on this machine alone, before NATS.
 func (d *daemon) prepare() error {
 	f := d.f
-	cfg, err := loadConfig(f.configPath)
+	cfg, err := config.Load(f.configPath)
 	if err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func (d *daemon) prepare() error {
 		if len(serve) > 0 && !slices.Contains(serve, pc.Name) {
 			continue
 		}
-		b, err := buildProvider(pc, f.dataDir, d.log, d.hooks)
+		b, err := config.Build(pc, f.dataDir, d.log, d.hooks.forProviders())
 		if err != nil {
 			return err
 		}
@@ -162,7 +164,7 @@ func (d *daemon) open(ctx, setupCtx context.Context) error {
 	}
 	// Only an admin declares resources on a shared NATS (deploy/nats); every other role binds.
 	d.declare = f.natsURL == "" || f.declare
-	d.ko = kvstore.Options{Replicas: f.replicas, Events: d.cfg.eventLimits()}
+	d.ko = kvstore.Options{Replicas: f.replicas, Events: d.cfg.EventLimits()}
 	if err := d.openStore(setupCtx, js); err != nil {
 		return err
 	}

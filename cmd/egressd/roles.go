@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/readside/metrics"
 	"github.com/egressd/egressd/readside/statuspage"
 	"github.com/egressd/egressd/workers/leaser"
@@ -101,7 +103,7 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 	for _, pb := range d.backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
 			Installation: d.installation, Worker: d.holder, Store: d.store, Log: d.log, GC: d.f.gc, Checks: d.f.checks,
-			Observer: d.obs, Leftovers: leftoversOf(pb.b), LeaseMaster: d.leaseMaster})
+			Observer: d.obs, Leftovers: config.LeftoversOf(pb.b), LeaseMaster: d.leaseMaster})
 		if err != nil {
 			return nil, err
 		}
@@ -141,9 +143,9 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, interval := d.cfg.leaseHistory()
+	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Store: d.store, NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
-		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.maxPerHolder()})
+		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder()})
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"fmt"
@@ -14,15 +14,15 @@ type leasesConfig struct {
 }
 
 // maxPerHolder is the configured default holder limit (0: none).
-func (c fileConfig) maxPerHolder() int {
+func (c File) MaxPerHolder() int {
 	if c.Leases == nil {
 		return 0
 	}
 	return c.Leases.MaxPerHolder
 }
 
-func (c fileConfig) validateLeases() error {
-	if n := c.maxPerHolder(); n < 0 || n > leaser.MaxPerHolderLimit {
+func (c File) validateLeases() error {
+	if n := c.MaxPerHolder(); n < 0 || n > leaser.MaxPerHolderLimit {
 		return fmt.Errorf("leases.maxPerHolder: must be between 0 (no cap) and %d, got %d", leaser.MaxPerHolderLimit, n)
 	}
 	return nil

@@ -1,8 +1,12 @@
-package main
+package config
 
 import (
+	"log/slog"
+
 	"reflect"
 	"testing"
+
+	"github.com/egressd/egressd/providers/local"
 )
 
 // Every registry entry builds from its own block type: a build func asserting another type
@@ -12,10 +16,10 @@ func TestRegistryBuildsEachKind(t *testing.T) {
 	for _, name := range providerTypes() {
 		t.Run(name, func(t *testing.T) {
 			k := providerKinds[name]
-			pc := providerConfig{Name: "p", Type: name, Block: reflect.New(k.block).Interface()}
-			b, err := buildProvider(pc, t.TempDir(), discardLogger(), nil)
+			pc := Provider{Name: "p", Type: name, Block: reflect.New(k.block).Interface()}
+			b, err := Build(pc, t.TempDir(), slog.New(slog.DiscardHandler), nil)
 			if err == nil && b == nil {
-				t.Fatal("no backend and no error")
+				t.Fatal("no Backend and no error")
 			}
 			if err != nil && !k.required {
 				t.Fatalf("a type whose block is optional must build from its zero block: %v", err)
@@ -27,14 +31,14 @@ func TestRegistryBuildsEachKind(t *testing.T) {
 // A provider entry decoded from YAML carries the block as the registered type, and an
 // optional missing block becomes its zero value.
 func TestProviderDocDecodesBlocks(t *testing.T) {
-	cfg, err := parseConfig([]byte("providers:\n  - {name: a, type: local}\n  - name: b\n    type: local\n    local: {maxConcurrentOps: 3}\n"))
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local}\n  - name: b\n    type: local\n    local: {maxConcurrentOps: 3}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := blockOf[localConfig](cfg.Providers[0]); got.MaxConcurrentOps != 0 {
+	if got := blockOf[local.Config](cfg.Providers[0]); got.MaxConcurrentOps != 0 {
 		t.Fatalf("zero block = %+v", got)
 	}
-	if got := blockOf[localConfig](cfg.Providers[1]); got.MaxConcurrentOps != 3 {
+	if got := blockOf[local.Config](cfg.Providers[1]); got.MaxConcurrentOps != 3 {
 		t.Fatalf("block = %+v", got)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"errors"
@@ -40,9 +40,9 @@ type statsConfig struct {
 	Interval           configDuration `yaml:"interval"`
 }
 
-// leaseHistory is what the leasers write: the raw mode and the statistics interval (zero:
+// LeaseHistory is what the leasers write: the raw mode and the statistics interval (zero:
 // the defaults).
-func (c fileConfig) leaseHistory() (events.RawLeaseEvents, time.Duration) {
+func (c File) LeaseHistory() (events.RawLeaseEvents, time.Duration) {
 	if c.Events == nil {
 		return "", 0
 	}
@@ -50,8 +50,8 @@ func (c fileConfig) leaseHistory() (events.RawLeaseEvents, time.Duration) {
 }
 
 // validateLeaseHistory names the key of a bad raw mode or interval.
-func (c fileConfig) validateLeaseHistory() error {
-	raw, interval := c.leaseHistory()
+func (c File) validateLeaseHistory() error {
+	raw, interval := c.LeaseHistory()
 	var errs []error
 	if raw != "" && !slices.Contains(events.RawLeaseEventModes, raw) {
 		errs = append(errs, fmt.Errorf("events.leases.raw: %q is not one of %v", raw, events.RawLeaseEventModes))
@@ -62,8 +62,8 @@ func (c fileConfig) validateLeaseHistory() error {
 	return errors.Join(errs...)
 }
 
-// eventLimits are the limits the config asks for (zero: the defaults).
-func (c fileConfig) eventLimits() kvstore.EventLimits {
+// EventLimits are the limits the config asks for (zero: the defaults).
+func (c File) EventLimits() kvstore.EventLimits {
 	if c.Events == nil {
 		return kvstore.EventLimits{}
 	}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"path/filepath"
@@ -19,6 +19,9 @@ func TestParseConfig(t *testing.T) {
 		{"unknown top-level key names the file's type", "provider: []\n", "line 1: field provider not found in type main.fileConfig"},
 		{"unknown key of a provider entry names its type", "providers:\n  - name: local\n    type: local\n    lokal: {}\n", "line 4: field lokal not found in type main.providerConfig"},
 		{"a provider list of the wrong kind names its type", "providers: 5\n", "into []main.providerConfig"},
+		// The local block is providers/local.Config, registered like every other provider's;
+		// its fields for tests and embedders are not config keys.
+		{"local's binary is not a config key", "providers:\n  - name: local\n    type: local\n    local:\n      binary: /bin/sh\n", "line 5: field binary not found in type local.Config"},
 		{"unknown nested key names it and its line", "providers:\n  - name: local\n    type: local\n    local:\n      stateDirr: /x\n", "line 5: field stateDirr not found"},
 		{"bad provider name", "providers:\n  - name: Local_1\n    type: local\n", "providers[0].name:"},
 		{"duplicate name", "providers:\n  - {name: a, type: local}\n  - {name: a, type: local}\n", "providers[1].name: duplicate"},
@@ -48,7 +51,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseConfig([]byte(tc.in))
+			cfg, err := Parse([]byte(tc.in))
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -66,7 +69,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestDefaultConfigIsValid(t *testing.T) {
-	c := defaultConfig()
+	c := Default()
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -78,13 +81,13 @@ func TestDefaultConfigIsValid(t *testing.T) {
 // The sample configs in deploy/ parse with the real loader, so they cannot drift. Each is
 // named for the type it shows (deploy/<type>.example.yaml) and must declare one of that type.
 func TestSampleConfigsParse(t *testing.T) {
-	paths, err := filepath.Glob("../../deploy/*.example.yaml")
+	paths, err := filepath.Glob("../../../../deploy/*.example.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no sample configs: %v", err)
 	}
 	for _, p := range paths {
 		typ := strings.TrimSuffix(filepath.Base(p), ".example.yaml")
-		cfg, err := loadConfig(p)
+		cfg, err := Load(p)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
 		}
@@ -108,7 +111,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("version: 1\nproviders: []\nleases: {maxPerHolder: 2}\n"))
 	f.Add([]byte("providers:\n  - name: g\n    type: gcp\n    gcp: {project: p-123456, zones: [{name: us-east1-b}], budgets: {call: 5s}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cfg, err := parseConfig(b)
+		cfg, err := Parse(b)
 		if err != nil {
 			return
 		}

@@ -1,4 +1,4 @@
-package main
+package config
 
 import (
 	"strings"
@@ -36,7 +36,7 @@ func TestEventsConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseConfig([]byte(head + tc.in))
+			cfg, err := Parse([]byte(head + tc.in))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
@@ -46,7 +46,7 @@ func TestEventsConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := cfg.eventLimits(); got != tc.want {
+			if got := cfg.EventLimits(); got != tc.want {
 				t.Fatalf("limits %+v, want %+v", got, tc.want)
 			}
 		})
@@ -54,14 +54,14 @@ func TestEventsConfig(t *testing.T) {
 }
 
 func TestLeaseHistoryConfig(t *testing.T) {
-	cfg, err := parseConfig([]byte("providers:\n  - {name: a, type: local}\nevents:\n  leases: {raw: reports, maxAge: 1h}\n  stats: {interval: 10s}\n"))
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local}\nevents:\n  leases: {raw: reports, maxAge: 1h}\n  stats: {interval: 10s}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if raw, interval := cfg.leaseHistory(); raw != events.RawReports || interval != 10*time.Second {
+	if raw, interval := cfg.LeaseHistory(); raw != events.RawReports || interval != 10*time.Second {
 		t.Fatalf("raw %q, interval %s", raw, interval)
 	}
-	if raw, interval := (fileConfig{}).leaseHistory(); raw != "" || interval != 0 {
+	if raw, interval := (File{}).LeaseHistory(); raw != "" || interval != 0 {
 		t.Fatalf("no events block: raw %q, interval %s", raw, interval)
 	}
 }

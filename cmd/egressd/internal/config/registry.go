@@ -1,6 +1,7 @@
-package main
+package config
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -18,17 +19,17 @@ import (
 // and run all read it; nothing else in cmd/ names a concrete provider package.
 var providerKinds = map[string]providerKind{
 	"local": {
-		block: reflect.TypeFor[localConfig](),
+		block: reflect.TypeFor[local.Config](),
 		build: buildLocal,
 	},
 	"libvirt": {
 		block:    reflect.TypeFor[libvirt.Config](),
 		required: true,
-		build: func(pc providerConfig, env buildEnv) (backend, error) {
+		build: func(pc Provider, env buildEnv) (Backend, error) {
 			var h libvirt.Hooks
 			if env.hooks != nil {
-				h = libvirt.Hooks{Lock: env.hooks.lock, Progress: func(ev libvirt.ProgressEvent) {
-					env.hooks.progress(progress{Provider: ev.Provider, Host: ev.Host, Image: ev.Image, Phase: ev.Phase, Done: ev.Done, Total: ev.Total})
+				h = libvirt.Hooks{Lock: env.hooks.Lock, Progress: func(ev libvirt.ProgressEvent) {
+					env.hooks.Progress(Progress{Provider: ev.Provider, Host: ev.Host, Image: ev.Image, Phase: ev.Phase, Done: ev.Done, Total: ev.Total})
 				}}
 			}
 			return libvirt.New(pc.Name, *blockOf[libvirt.Config](pc), env.log, h)
@@ -37,14 +38,14 @@ var providerKinds = map[string]providerKind{
 	"gcp": {
 		block:    reflect.TypeFor[gcp.Config](),
 		required: true,
-		build: func(pc providerConfig, env buildEnv) (backend, error) {
+		build: func(pc Provider, env buildEnv) (Backend, error) {
 			return gcp.New(pc.Name, *blockOf[gcp.Config](pc), env.log)
 		},
 	},
 	"proxmox": {
 		block:    reflect.TypeFor[proxmox.Config](),
 		required: true,
-		build: func(pc providerConfig, env buildEnv) (backend, error) {
+		build: func(pc Provider, env buildEnv) (Backend, error) {
 			return proxmox.New(pc.Name, *blockOf[proxmox.Config](pc), env.log)
 		},
 	},
@@ -56,7 +57,7 @@ type providerKind struct {
 	block reflect.Type
 	// required means the block must be present; otherwise a missing block is its zero value.
 	required bool
-	build    func(pc providerConfig, env buildEnv) (backend, error)
+	build    func(pc Provider, env buildEnv) (Backend, error)
 }
 
 // buildEnv is what a provider may be built with beyond its own block. hooks is nil when only
@@ -64,12 +65,27 @@ type providerKind struct {
 type buildEnv struct {
 	dataDir string
 	log     *slog.Logger
-	hooks   *providerHooks
+	hooks   *Hooks
+}
+
+// Hooks are the NATS-backed services the daemon hands providers through their own hook
+// types (cmd/egressd/hooks.go): a lock shared by every process, and progress events.
+type Hooks struct {
+	// Lock blocks until this process holds key (or ctx ends), and keeps it until release.
+	Lock func(ctx context.Context, key string) (release func(), err error)
+	// Progress publishes a long task's progress; it must not block.
+	Progress func(Progress)
+}
+
+// Progress is a long provider task's progress (an image download or upload).
+type Progress struct {
+	Provider, Host, Image, Phase string
+	Done, Total                  int64
 }
 
 // blockOf returns pc's block as the type its kind declares. It panics on a mismatch, which
 // only a registry entry naming the wrong type can cause (TestRegistryBuildsEachKind builds each).
-func blockOf[T any](pc providerConfig) *T {
+func blockOf[T any](pc Provider) *T {
 	return pc.Block.(*T)
 }
 
@@ -83,26 +99,23 @@ func providerTypes() []string {
 	return names
 }
 
-func buildLocal(pc providerConfig, env buildEnv) (backend, error) {
-	lc := blockOf[localConfig](pc)
-	stateDir := lc.StateDir
-	if stateDir == "" {
-		stateDir = filepath.Join(env.dataDir, "local", pc.Name)
+// buildLocal builds a local provider from its block; a state directory left out is one of
+// its own under the data directory.
+func buildLocal(pc Provider, env buildEnv) (Backend, error) {
+	lc := *blockOf[local.Config](pc)
+	if lc.StateDir == "" {
+		lc.StateDir = filepath.Join(env.dataDir, "local", pc.Name)
 	}
-	abs, err := filepath.Abs(stateDir)
+	abs, err := filepath.Abs(lc.StateDir)
 	if err != nil {
 		return nil, err
 	}
-	return local.New(pc.Name, local.Config{
-		StateDir:         abs,
-		Addresses:        lc.Addresses,
-		BindSource:       lc.BindSource,
-		MaxConcurrentOps: lc.MaxConcurrentOps,
-	}, env.log)
+	lc.StateDir = abs
+	return local.New(pc.Name, lc, env.log)
 }
 
-// buildProvider builds pc through its registry entry.
-func buildProvider(pc providerConfig, dataDir string, log *slog.Logger, hooks *providerHooks) (backend, error) {
+// Build builds pc through its registry entry.
+func Build(pc Provider, dataDir string, log *slog.Logger, hooks *Hooks) (Backend, error) {
 	k, ok := providerKinds[pc.Type]
 	if !ok {
 		return nil, fmt.Errorf("provider %s: unknown type %q (one of %v)", pc.Name, pc.Type, providerTypes())
@@ -133,10 +146,10 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 	return reflect.StructOf(fields), kinds
 }()
 
-// providerFromDoc turns one decoded providerDoc into a providerConfig. Blocks keyed by a type
+// providerFromDoc turns one decoded providerDoc into a Provider. Blocks keyed by a type
 // other than the entry's are kept in Others, for validation to name.
-func providerFromDoc(v reflect.Value) providerConfig {
-	pc := providerConfig{Name: v.Field(0).String(), Type: v.Field(1).String()}
+func providerFromDoc(v reflect.Value) Provider {
+	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String()}
 	for i, k := range providerDocKinds {
 		f := v.Field(2 + i)
 		if f.IsNil() {
@@ -153,7 +166,7 @@ func providerFromDoc(v reflect.Value) providerConfig {
 
 // validateKind checks pc's type and blocks against the registry and fills an optional
 // missing block with its zero value.
-func (pc *providerConfig) validateKind(at string) []error {
+func (pc *Provider) validateKind(at string) []error {
 	var errs []error
 	if len(pc.Others) > 0 {
 		errs = append(errs, fmt.Errorf("%s: a block of another type is set (%v; type is %q)", at, pc.Others, pc.Type))

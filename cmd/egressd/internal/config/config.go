@@ -1,4 +1,8 @@
-package main
+// Package config is egressd's YAML config (egressd run --config, egressd setup, egressd
+// validate) and the one registry of provider types (registry.go): loading, strict decoding,
+// validation naming each field, and building the providers a config declares. Only
+// cmd/egressd imports it; it is the one place concrete providers are chosen.
+package config
 
 import (
 	"bytes"
@@ -10,24 +14,25 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/egressd/egressd/providers/local"
 	"github.com/egressd/egressd/schemas"
 	"go.yaml.in/yaml/v3"
 )
 
-// fileConfig is egressd's YAML config. Decoding is strict: an unknown key is an error that
+// File is egressd's YAML config. Decoding is strict: an unknown key is an error that
 // names it and its line.
-type fileConfig struct {
+type File struct {
 	Version int `yaml:"version"`
 	// Providers is decoded through providerDoc (registry.go), not by tag.
-	Providers []providerConfig `yaml:"-"`
-	Events    *eventsConfig    `yaml:"events"`
-	LeaseHTTP *leaseHTTPConfig `yaml:"leaseHTTP"`
-	Leases    *leasesConfig    `yaml:"leases"`
+	Providers []Provider    `yaml:"-"`
+	Events    *eventsConfig `yaml:"events"`
+	LeaseHTTP *LeaseHTTP    `yaml:"leaseHTTP"`
+	Leases    *leasesConfig `yaml:"leases"`
 }
 
-// providerConfig declares one provider instance: a name users put in specs, a type, and the
+// Provider declares one provider instance: a name users put in specs, a type, and the
 // block of that type (a pointer to the type's config, as the registry declares it).
-type providerConfig struct {
+type Provider struct {
 	Name  string
 	Type  string
 	Block any
@@ -35,38 +40,30 @@ type providerConfig struct {
 	Others []string
 }
 
-// localConfig is the `local:` block (providers/local.Config).
-type localConfig struct {
-	StateDir         string   `yaml:"stateDir"`
-	Addresses        []string `yaml:"addresses"`
-	BindSource       *bool    `yaml:"bindSource"`
-	MaxConcurrentOps int      `yaml:"maxConcurrentOps"`
+// Default is what runs with no config file: one local provider named "local".
+func Default() File {
+	return File{Version: 1, Providers: []Provider{{Name: "local", Type: "local", Block: &local.Config{}}}}
 }
 
-// defaultConfig is what runs with no config file: one local provider named "local".
-func defaultConfig() fileConfig {
-	return fileConfig{Version: 1, Providers: []providerConfig{{Name: "local", Type: "local", Block: &localConfig{}}}}
-}
-
-// loadConfig reads path, or returns the default when path is empty.
-func loadConfig(path string) (fileConfig, error) {
+// Load reads path, or returns the default when path is empty.
+func Load(path string) (File, error) {
 	if path == "" {
-		return defaultConfig(), nil
+		return Default(), nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fileConfig{}, fmt.Errorf("config: %w", err)
+		return File{}, fmt.Errorf("config: %w", err)
 	}
-	cfg, err := parseConfig(b)
+	cfg, err := Parse(b)
 	if err != nil {
-		return fileConfig{}, fmt.Errorf("config %s: %w", filepath.Base(path), err)
+		return File{}, fmt.Errorf("config %s: %w", filepath.Base(path), err)
 	}
 	return cfg, nil
 }
 
-// fileDoc is the YAML shape of the whole file: fileConfig with its providers as providerDoc.
+// fileDoc is the YAML shape of the whole file: File with its providers as providerDoc.
 var fileDoc = reflect.StructOf([]reflect.StructField{
-	{Name: "Config", Type: reflect.TypeFor[fileConfig](), Tag: `yaml:",inline"`},
+	{Name: "Config", Type: reflect.TypeFor[File](), Tag: `yaml:",inline"`},
 	{Name: "Providers", Type: reflect.SliceOf(providerDoc), Tag: `yaml:"providers"`},
 })
 
@@ -74,15 +71,17 @@ var fileDoc = reflect.StructOf([]reflect.StructField{
 // type ..."): yaml.v3 spells an anonymous struct out, every field and tag of every registered
 // type, in one line; the messages name them as the types they stand for. fileDoc first: its
 // spelling holds providerDoc's.
+// The names are those the messages had before this package left package main, kept because
+// docs/configuration.md quotes them to users.
 var docTypeNames = strings.NewReplacer(fileDoc.String(), "main.fileConfig", providerDoc.String(), "main.providerConfig")
 
-func parseConfig(b []byte) (fileConfig, error) {
+func Parse(b []byte) (File, error) {
 	doc := reflect.New(fileDoc)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(doc.Interface()); err != nil {
 		if errors.Is(err, io.EOF) {
-			return fileConfig{}, errors.New("empty config")
+			return File{}, errors.New("empty config")
 		}
 		var te *yaml.TypeError
 		if errors.As(err, &te) {
@@ -90,9 +89,9 @@ func parseConfig(b []byte) (fileConfig, error) {
 				te.Errors[i] = docTypeNames.Replace(msg)
 			}
 		}
-		return fileConfig{}, withPlace(b, err)
+		return File{}, withPlace(b, err)
 	}
-	cfg := doc.Elem().Field(0).Interface().(fileConfig)
+	cfg := doc.Elem().Field(0).Interface().(File)
 	docs := doc.Elem().Field(1)
 	for i := range docs.Len() {
 		cfg.Providers = append(cfg.Providers, providerFromDoc(docs.Index(i)))
@@ -100,7 +99,7 @@ func parseConfig(b []byte) (fileConfig, error) {
 	if docs.IsNil() {
 		// No providers key (a config holding only leaseHTTP, say): the default's one local
 		// provider, as with no config at all. An empty list stays an error.
-		cfg.Providers = defaultConfig().Providers
+		cfg.Providers = Default().Providers
 	}
 	if cfg.Version == 0 {
 		cfg.Version = 1
@@ -108,7 +107,7 @@ func parseConfig(b []byte) (fileConfig, error) {
 	return cfg, cfg.validate()
 }
 
-func (c fileConfig) validate() error {
+func (c File) validate() error {
 	var errs []error
 	if c.Version != 1 {
 		errs = append(errs, fmt.Errorf("version: unsupported version %d (this egressd understands 1)", c.Version))
@@ -127,7 +126,7 @@ func (c fileConfig) validate() error {
 		seen[p.Name] = true
 		errs = append(errs, c.Providers[i].validateKind(at)...)
 	}
-	if err := c.eventLimits().Validate(); err != nil {
+	if err := c.EventLimits().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.validateLeaseHistory(); err != nil {
