@@ -85,7 +85,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "local", Backend: fake, Catalog: fake.Catalog(),
-		Installation: installation, Worker: "prov-1", Store: ps, Log: log.With("role", "provisioner"),
+		Installation: installation, Worker: "prov-1", Buckets: provisioner.BucketsOf(ps), Log: log.With("role", "provisioner"),
 		Timings: provisioner.Timings{LockTTL: 3 * time.Second, Heartbeat: time.Second, CreateBudget: 10 * time.Second,
 			CallBudget: 5 * time.Second, LockBusyWait: 200 * time.Millisecond, FetchWait: time.Second},
 		GC:     provisioner.GC{Interval: time.Second, MinAge: time.Millisecond},
@@ -98,7 +98,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 	// Two reconcilers: one leads, the other watches the leader lease.
 	for i := range 2 {
 		_, s := role("reconciler")
-		r, err := reconciler.New(reconciler.Config{Store: s, Installation: installation, Holder: fmt.Sprintf("rec-%d", i),
+		r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(s), Installation: installation, Holder: fmt.Sprintf("rec-%d", i),
 			Policy: reconciler.Policy{ProvisioningPoll: 200 * time.Millisecond, DriftPoll: time.Second, DeletionPoll: 200 * time.Millisecond,
 				QuotaRetry: time.Second, ProvisionDeadline: 30 * time.Second, MaxDeadlines: 3, BackoffBase: 100 * time.Millisecond,
 				BackoffMax: time.Second, OpTimeout: 10 * time.Second, AddrMissLimit: 3},
@@ -111,7 +111,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 
 	// The pool controller, in the reconciler's process and under its user.
 	_, pcs := role("reconciler")
-	pcon, err := pools.New(pools.Config{Store: pcs, Holder: "rec-0", LeaderTTL: 2 * time.Second, Resync: 200 * time.Millisecond,
+	pcon, err := pools.New(pools.Config{Buckets: pools.BucketsOf(pcs), Holder: "rec-0", LeaderTTL: 2 * time.Second, Resync: 200 * time.Millisecond,
 		Log: log.With("role", "pools")})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func TestRolesRunUnderTheirUsers(t *testing.T) {
 	echo := httptest.NewServer(prober.EchoHandler())
 	defer echo.Close()
 	pc, pstore := role("prober")
-	pr, err := prober.New(prober.Config{Store: pstore, NC: pc.nc, Worker: "prober-1", DefaultCheckURL: echo.URL + "/",
+	pr, err := prober.New(prober.Config{Buckets: prober.BucketsOf(pstore), NC: pc.nc, Worker: "prober-1", DefaultCheckURL: echo.URL + "/",
 		Log: log.With("role", "prober")})
 	if err != nil {
 		t.Fatal(err)

@@ -29,3 +29,39 @@ func LeaseShard(proxy string, n int) int {
 	_, _ = h.Write([]byte(proxy))
 	return int(h.Sum32() % uint32(n))
 }
+
+// MaxSlot bounds slot numbers to what a spec allows (maxLeases ≤ 10,000): slots 0–9999.
+const MaxSlot = 10000
+
+// SlotKey is the key of a lease slot in its shard of proxy_leases: <proxy>.<slot>. It is the
+// one home of the format; every reader splits keys with ParseSlotKey.
+func SlotKey(proxy string, slot int) string { return proxy + "." + strconv.Itoa(slot) }
+
+// ParseSlotKey splits a slot key into proxy and slot. The proxy part holds no dot (names are
+// DNS-1123 labels; callers that must check the whole name use schemas.ValidName) and the slot
+// is canonical, so one slot has exactly one key.
+func ParseSlotKey(key string) (proxy string, slot int, ok bool) {
+	for i := 0; i < len(key); i++ {
+		if key[i] == '.' {
+			proxy = key[:i]
+			slot, ok = ParseSlot(key[i+1:])
+			return proxy, slot, ok && proxy != ""
+		}
+	}
+	return "", 0, false
+}
+
+// ParseSlot parses a canonical slot number: digits only, no leading zero, below MaxSlot.
+func ParseSlot(s string) (int, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n := 0
+	for _, c := range []byte(s) {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n < MaxSlot
+}

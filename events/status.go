@@ -48,7 +48,6 @@ const (
 	ReasonProxyDeleted      Reason = "ProxyDeleted"
 	ReasonCreating          Reason = "Creating"
 	ReasonWaitingForAddress Reason = "WaitingForAddress"
-	ReasonOpTimeout         Reason = "OpTimeout"
 	ReasonProbeFailing      Reason = "ProbeFailing"
 	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates
 	// the mode, and readers of the fleet show a reason that explains more (ProbeOverdue) over it.

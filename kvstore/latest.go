@@ -27,12 +27,12 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 	if kv == nil {
 		return nil, errors.New("a bucket is not open")
 	}
-	w, err := kv.WatchAll(ctx)
+	w, err := openWatch(ctx, kv, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 	}
 	// Latest stops reading as soon as it has what it needs, often with entries still coming.
-	defer func() { _ = StopWatch(w) }()
+	defer func() { _ = w.Stop() }()
 	out := map[string]jetstream.KeyValueEntry{}
 	var seen, last uint64 // highest revision delivered; the stream's last sequence at the marker
 	settled := false
@@ -48,10 +48,11 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 		case <-idle.C:
 			return out, nil // nothing more came: what was removed at the end left no marker
 		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("read bucket %s: watcher stopped", kv.Bucket())
+			c, err := w.Take(e, ok)
+			if err != nil {
+				return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
 			}
-			if e == nil {
+			if c.Synced {
 				st, err := kv.Status(ctx)
 				if err != nil {
 					return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
@@ -64,10 +65,10 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 				continue
 			}
 			seen = max(seen, e.Revision())
-			if e.Operation() == jetstream.KeyValuePut {
-				out[e.Key()] = e
-			} else {
+			if c.Removed {
 				delete(out, e.Key())
+			} else {
+				out[e.Key()] = e
 			}
 			if settled {
 				idle.Reset(settleIdle)

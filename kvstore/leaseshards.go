@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/egressd/egressd/events"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,12 +38,11 @@ func (s LeaseShards) Of(proxy string) jetstream.KeyValue { return s.kvs[s.Index(
 
 // ForKey is the bucket of slot key <proxy>.<slot>.
 func (s LeaseShards) ForKey(key string) jetstream.KeyValue {
-	proxy, _, _ := strings.Cut(key, ".")
-	return s.Of(proxy)
+	if proxy, _, _ := events.ParseSlotKey(key); proxy != "" {
+		return s.Of(proxy)
+	}
+	return s.Of(key)
 }
-
-// Shard is bucket i.
-func (s LeaseShards) Shard(i int) jetstream.KeyValue { return s.kvs[i] }
 
 // All is every shard's bucket, shard 0 first.
 func (s LeaseShards) All() []jetstream.KeyValue { return s.kvs }
@@ -152,12 +150,12 @@ func (s LeaseShards) Held(ctx context.Context, proxies ...string) (map[string]in
 	list := func(kv jetstream.KeyValue, filters []string) error {
 		seen := map[string]bool{}
 		err := eachKey(ctx, kv, filters, func(k string) {
-			i := strings.LastIndexByte(k, '.')
-			if _, err := strconv.Atoi(k[i+1:]); i <= 0 || err != nil || seen[k] {
+			proxy, _, ok := events.ParseSlotKey(k)
+			if !ok || seen[k] {
 				return
 			}
 			seen[k] = true
-			out[k[:i]]++
+			out[proxy]++
 		})
 		if err != nil {
 			return fmt.Errorf("list %s: %w", kv.Bucket(), err)

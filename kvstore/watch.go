@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -58,24 +57,10 @@ func StopWatch(w jetstream.KeyWatcher) error {
 // bare Stop, which leaves the SDK's delivery goroutine blocked (see StopWatch) on a bucket of
 // more than 256 keys.
 func eachKey(ctx context.Context, kv jetstream.KeyValue, filters []string, f func(string)) error {
-	// WatchFiltered prefixes the filters in place.
-	w, err := kv.WatchFiltered(ctx, slices.Clone(filters), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	w, err := WatchKeys(ctx, kv, filters, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 	if err != nil {
 		return err
 	}
-	defer func() { _ = StopWatch(w) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			switch {
-			case !ok:
-				return errors.New("the watch ended before its initial values (connection closed?)")
-			case e == nil:
-				return nil
-			}
-			f(e.Key())
-		}
-	}
+	defer func() { _ = w.Stop() }()
+	return w.SyncInitial(ctx, func(e jetstream.KeyValueEntry) { f(e.Key()) })
 }

@@ -152,12 +152,31 @@ type MachineType struct {
 	MemoryMiB int `json:"memoryMiB"`
 }
 
+// CheckReason is why a Checker judged a target as it did, one word in UpperCamelCase. The
+// reasons every provider can meet are declared here, so that one cause reads the same on
+// every provider; a provider declares its own only for what no other has (a zone, a storage
+// pool, a template).
+type CheckReason string
+
+// The reasons shared by every provider.
+const (
+	CheckReachable              CheckReason = "Reachable"
+	CheckUnreachable            CheckReason = "Unreachable"
+	CheckCredentialsUnavailable CheckReason = "CredentialsUnavailable" // the credential file cannot be read
+	CheckCredentialsInvalid     CheckReason = "CredentialsInvalid"     // it is read, but does not parse
+	CheckUnauthorized           CheckReason = "Unauthorized"           // the API refuses who we are
+	CheckForbidden              CheckReason = "Forbidden"              // it refuses what we asked
+	CheckTimeout                CheckReason = "Timeout"
+	CheckRateLimited            CheckReason = "RateLimited"
+	CheckAPIError               CheckReason = "APIError" // any other answer of the API
+)
+
 // TargetStatus is one verdict of a Checker.
 type TargetStatus struct {
 	Name    string            `json:"name"`
 	Address string            `json:"address,omitempty"`
 	Ready   bool              `json:"ready"`
-	Reason  string            `json:"reason"`
+	Reason  CheckReason       `json:"reason"`
 	Message string            `json:"message,omitempty"`
 	Latency time.Duration     `json:"latency"`
 	Details map[string]string `json:"details,omitempty"`

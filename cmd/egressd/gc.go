@@ -10,7 +10,7 @@ import (
 // heap may grow to 1.5× the live data between collections instead of Go's 2×. At 10,000
 // proxies that keeps the all-in-one's RSS at 180 MiB instead of 243 (live heap 89 MiB), for
 // a quarter longer convergence, still under half a probe interval (docs/performance.md,
-// architecture decision 65). GOGC (or GOMEMLIMIT next to it) set by the operator wins.
+// docs/decisions/0065-gogc-50.md). GOGC (or GOMEMLIMIT next to it) set by the operator wins.
 const defaultGCPercent = 50
 
 // setGCPercent applies defaultGCPercent unless the environment sets GOGC.

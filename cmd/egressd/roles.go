@@ -67,7 +67,7 @@ var roleTable = []role{
 	// for a provider that is only a moment away.
 	{name: "reconciler", after: []string{"provisioner"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
 		build: func(_ context.Context, d *daemon) (runner, error) {
-			r, err := reconciler.New(reconciler.Config{Store: d.store, Installation: d.installation, Holder: d.holder,
+			r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(d.store), Installation: d.installation, Holder: d.holder,
 				LeaderTTL: d.f.leaderTTL, LeaseSpreadInterval: spreadInterval(d.f.spread), Log: d.log})
 			if err != nil {
 				return nil, err
@@ -78,7 +78,7 @@ var roleTable = []role{
 	// only writes specs, which the reconciler then acts on like any other.
 	{name: "pools", after: []string{"reconciler"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
 		build: func(_ context.Context, d *daemon) (runner, error) {
-			pc, err := pools.New(pools.Config{Store: d.store, Holder: d.holder, LeaderTTL: d.f.leaderTTL, Log: d.log})
+			pc, err := pools.New(pools.Config{Buckets: pools.BucketsOf(d.store), Holder: d.holder, LeaderTTL: d.f.leaderTTL, Log: d.log})
 			if err != nil {
 				return nil, err
 			}
@@ -102,7 +102,7 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 	var runs []runner
 	for _, pb := range d.backends {
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
-			Installation: d.installation, Worker: d.holder, Store: d.store, Log: d.log, GC: d.f.gc, Checks: d.f.checks,
+			Installation: d.installation, Worker: d.holder, Buckets: provisioner.BucketsOf(d.store), Log: d.log, GC: d.f.gc, Checks: d.f.checks,
 			Observer: d.obs, Leftovers: config.LeftoversOf(pb.b), LeaseMaster: d.leaseMaster})
 		if err != nil {
 			return nil, err
@@ -130,7 +130,7 @@ func buildProber(_ context.Context, d *daemon) (runner, error) {
 	if ln := d.ls.echo; ln != nil {
 		checkURL = "http://" + ln.Addr().String() + "/"
 	}
-	p, err := prober.New(prober.Config{Store: d.store, NC: d.nc, Worker: d.holder, Filters: splitList(d.f.probe),
+	p, err := prober.New(prober.Config{Buckets: prober.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Filters: splitList(d.f.probe),
 		DefaultCheckURL: checkURL, Concurrency: d.f.probeConc, Log: d.log, Observer: d.obs, LeaseMaster: d.leaseMaster})
 	if err != nil {
 		return nil, err

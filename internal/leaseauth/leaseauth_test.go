@@ -144,7 +144,7 @@ func TestParseMaster(t *testing.T) {
 			t.Errorf("ParseMaster(%q) accepted", bad)
 		}
 	}
-	if NewMaster().ProxyKey("p").FileLine() == NewMaster().ProxyKey("p").FileLine() {
+	if a, b := NewMaster(), NewMaster(); a.ProxyKey("p").FileLine() == b.ProxyKey("p").FileLine() {
 		t.Error("two masters derive the same key")
 	}
 }

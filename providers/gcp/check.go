@@ -13,19 +13,19 @@ import (
 	"github.com/egressd/egressd/providers"
 )
 
-// Check reasons.
+// Check reasons: the shared ones under this provider's names, and its own.
 const (
-	ReasonReachable              = "Reachable"
-	ReasonZoneUnreachable        = "ZoneUnreachable"
-	ReasonCredentialsUnavailable = "CredentialsUnavailable"
-	ReasonCredentialsInvalid     = "CredentialsInvalid"
-	ReasonUnreachable            = "Unreachable"
-	ReasonUnauthorized           = "Unauthorized"
-	ReasonForbidden              = "Forbidden"
-	ReasonProjectNotFound        = "ProjectNotFound"
-	ReasonRateLimited            = "RateLimited"
-	ReasonTimeout                = "Timeout"
-	ReasonAPIError               = "APIError"
+	ReasonReachable                                    = providers.CheckReachable
+	ReasonZoneUnreachable        providers.CheckReason = "ZoneUnreachable"
+	ReasonCredentialsUnavailable                       = providers.CheckCredentialsUnavailable
+	ReasonCredentialsInvalid                           = providers.CheckCredentialsInvalid
+	ReasonUnreachable                                  = providers.CheckUnreachable
+	ReasonUnauthorized                                 = providers.CheckUnauthorized
+	ReasonForbidden                                    = providers.CheckForbidden
+	ReasonProjectNotFound        providers.CheckReason = "ProjectNotFound"
+	ReasonRateLimited                                  = providers.CheckRateLimited
+	ReasonTimeout                                      = providers.CheckTimeout
+	ReasonAPIError                                     = providers.CheckAPIError
 )
 
 // checkAddress is what a target's Address says: the API it reaches.
@@ -88,7 +88,7 @@ func (p *Provider) probe(ctx context.Context) (map[string]bool, error) {
 
 // checkReason names why the check failed. The round's own deadline wins: a check cut short
 // says nothing about the project.
-func checkReason(ctx context.Context, err error) string {
+func checkReason(ctx context.Context, err error) providers.CheckReason {
 	var ge *googleapi.Error
 	switch {
 	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):

@@ -36,7 +36,8 @@ func TestClassify(t *testing.T) {
 		{opDelete, apiErr(404, reasonNotFound), providers.ErrTransient}, // Delete never says NotFound
 		{opCreate, apiErr(403, reasonQuotaExceeded), providers.ErrQuota},
 		// A refused read is not an instance that could not be made: Quota from Get ends the
-		// instance in the reconciler's eyes (decision 68), and it may be running.
+		// instance in the reconciler's eyes (docs/decisions/0068-gcp-insert-operations.md),
+		// and it may be running.
 		{opGet, apiErr(403, reasonQuotaExceeded), providers.ErrTransient},
 		{opDelete, apiErr(403, reasonQuotaExceeded), providers.ErrQuota},
 		{opCreate, apiErr(403, reasonRateLimitExceeded), providers.ErrTransient},
@@ -114,7 +115,7 @@ func TestCheckReason(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want string
+		want providers.CheckReason
 	}{
 		{ended, apiErr(500, ""), ReasonTimeout},
 		{live, context.DeadlineExceeded, ReasonTimeout},

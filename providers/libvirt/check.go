@@ -13,17 +13,17 @@ import (
 	"github.com/egressd/egressd/providers"
 )
 
-// Check reasons.
+// Check reasons: the shared ones under this provider's names, and its own.
 const (
-	ReasonReachable              = "Reachable"
-	ReasonCredentialsUnavailable = "CredentialsUnavailable"
-	ReasonUnreachable            = "Unreachable"
-	ReasonUnauthorized           = "Unauthorized"
-	ReasonForbidden              = "Forbidden"
-	ReasonTimeout                = "Timeout"
-	ReasonPoolNotFound           = "PoolNotFound"
-	ReasonPoolNotActive          = "PoolNotActive"
-	ReasonAPIError               = "APIError"
+	ReasonReachable                                    = providers.CheckReachable
+	ReasonCredentialsUnavailable                       = providers.CheckCredentialsUnavailable
+	ReasonUnreachable                                  = providers.CheckUnreachable
+	ReasonUnauthorized                                 = providers.CheckUnauthorized
+	ReasonForbidden                                    = providers.CheckForbidden
+	ReasonTimeout                                      = providers.CheckTimeout
+	ReasonPoolNotFound           providers.CheckReason = "PoolNotFound"
+	ReasonPoolNotActive          providers.CheckReason = "PoolNotActive"
+	ReasonAPIError                                     = providers.CheckAPIError
 )
 
 // maxDetail bounds what a host may put in a detail, its host name.
@@ -100,7 +100,7 @@ func (p *Provider) probeHost(ctx context.Context, h *hostConns, details map[stri
 
 // checkReason names why a host check failed. The round's own deadline wins over the stage:
 // a check cut short says nothing about the host.
-func checkReason(ctx context.Context, err error) string {
+func checkReason(ctx context.Context, err error) providers.CheckReason {
 	var (
 		de      *dialError
 		openErr *ssh.OpenChannelError

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+	"github.com/egressd/egressd/providers"
 )
 
 func TestCheck(t *testing.T) {
@@ -18,7 +19,10 @@ func TestCheck(t *testing.T) {
 		f.hosts["h4"].down = true
 	})
 	got := p.Check(context.Background())
-	want := []struct{ name, reason string }{
+	want := []struct {
+		name   string
+		reason providers.CheckReason
+	}{
 		{"h1", ReasonReachable}, {"h2", ReasonPoolNotActive}, {"h3", ReasonPoolNotFound}, {"h4", ReasonUnreachable},
 	}
 	if len(got) != len(want) {

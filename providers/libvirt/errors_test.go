@@ -96,7 +96,7 @@ func TestCheckReason(t *testing.T) {
 	for _, c := range []struct {
 		ctx  context.Context
 		err  error
-		want string
+		want providers.CheckReason
 	}{
 		{ended, &dialError{Stage: stageTCP, Err: context.Canceled}, ReasonTimeout},
 		{live, &dialError{Stage: stageCredentials, Err: errCredentials}, ReasonCredentialsUnavailable},

@@ -19,10 +19,11 @@ import (
 // without a FIN: Write blocks until the conn is closed.
 type gatedConn struct {
 	net.Conn
-	mu     sync.Mutex
-	stall  bool
-	closed chan struct{}
-	once   sync.Once
+	mu      sync.Mutex
+	stall   bool
+	stalled chan struct{} // a send for each Write that stalls
+	closed  chan struct{}
+	once    sync.Once
 }
 
 func (g *gatedConn) Write(b []byte) (int, error) {
@@ -30,6 +31,10 @@ func (g *gatedConn) Write(b []byte) (int, error) {
 	stall := g.stall
 	g.mu.Unlock()
 	if stall {
+		select {
+		case g.stalled <- struct{}{}:
+		default: // nobody waits for it
+		}
 		<-g.closed
 		return 0, net.ErrClosed
 	}
@@ -58,7 +63,7 @@ func (d *mockDialer) Dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.conn = &gatedConn{Conn: c, closed: make(chan struct{})}
+	d.conn = &gatedConn{Conn: c, closed: make(chan struct{}), stalled: make(chan struct{}, 1)}
 	return d.conn, nil
 }
 
@@ -182,11 +187,19 @@ func TestKillNeverWaitsForAStalledWriter(t *testing.T) {
 			errs <- err
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // both calls are in: one in Write, one behind its lock
-	start := time.Now()
-	c.l.kill("test")
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Errorf("kill took %s", d)
+	select { // one call is in Write; the other is behind it, or comes after the kill
+	case <-d.conn.stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no call reached the stalled Write")
+	}
+	// A kill that waited for the stalled writer would wait for good: the write ends only when
+	// the kill closes the connection.
+	killed := make(chan struct{})
+	go func() { c.l.kill("test"); close(killed) }()
+	select {
+	case <-killed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("kill waited for the stalled writer")
 	}
 	for range 2 {
 		select {

@@ -22,9 +22,9 @@ func (p *Provider) Check(ctx context.Context) []providers.TargetStatus {
 	}
 
 	if err := p.checkStateDir(); err != nil {
-		ts.Reason = "Unreachable"
+		ts.Reason = providers.CheckUnreachable
 		if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) {
-			ts.Reason = "Forbidden"
+			ts.Reason = providers.CheckForbidden
 		}
 		ts.Message = "state dir not writable: " + err.Error()
 		return []providers.TargetStatus{finish(ts, start)}
@@ -36,7 +36,7 @@ func (p *Provider) Check(ctx context.Context) []providers.TargetStatus {
 		}
 		// Port 0: whether the address is on this host, not whether some port is free.
 		if canListen(a, 0) == nil {
-			ts.Ready, ts.Reason = true, "Reachable"
+			ts.Ready, ts.Reason = true, providers.CheckReachable
 			ts.Details["firstUsable"] = a.String()
 			return []providers.TargetStatus{finish(ts, start)}
 		}

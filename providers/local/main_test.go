@@ -17,6 +17,7 @@ import (
 
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
+	"go.uber.org/goleak"
 )
 
 // The test binary doubles as the programs the provider runs, chosen by its first argument:
@@ -45,7 +46,8 @@ func TestMain(m *testing.M) {
 	// A race-enabled binary sleeps a second before it exits, to catch late reports; every
 	// intermediate and every stopped proxy would pay it.
 	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
-	os.Exit(m.Run())
+	// No goroutine may outlive the tests: every one the provider starts has an owner.
+	goleak.VerifyTestMain(m)
 }
 
 func provisionMain(args []string) int {

@@ -16,17 +16,17 @@ import (
 	"github.com/egressd/egressd/providers"
 )
 
-// Check reasons.
+// Check reasons: the shared ones under this provider's names, and its own.
 const (
-	ReasonReachable              = "Reachable"
-	ReasonCredentialsUnavailable = "CredentialsUnavailable"
-	ReasonUnreachable            = "Unreachable"
-	ReasonUnauthorized           = "Unauthorized"
-	ReasonForbidden              = "Forbidden"
-	ReasonTimeout                = "Timeout"
-	ReasonStorageNotFound        = "StorageNotFound"
-	ReasonTemplateNotFound       = "TemplateNotFound"
-	ReasonAPIError               = "APIError"
+	ReasonReachable                                    = providers.CheckReachable
+	ReasonCredentialsUnavailable                       = providers.CheckCredentialsUnavailable
+	ReasonUnreachable                                  = providers.CheckUnreachable
+	ReasonUnauthorized                                 = providers.CheckUnauthorized
+	ReasonForbidden                                    = providers.CheckForbidden
+	ReasonTimeout                                      = providers.CheckTimeout
+	ReasonStorageNotFound        providers.CheckReason = "StorageNotFound"
+	ReasonTemplateNotFound       providers.CheckReason = "TemplateNotFound"
+	ReasonAPIError                                     = providers.CheckAPIError
 )
 
 var (
@@ -108,7 +108,7 @@ func (p *Provider) probeNode(ctx context.Context, node string, details map[strin
 }
 
 // checkReason names why a node check failed. The round's own deadline wins over the stage.
-func checkReason(ctx context.Context, err error) string {
+func checkReason(ctx context.Context, err error) providers.CheckReason {
 	ae, isAPI := apiErr(err)
 	switch {
 	case ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/proxmox/pvetest"
 )
 
@@ -37,7 +38,7 @@ func TestCheck(t *testing.T) {
 	cases := []struct {
 		name   string
 		edit   func(*Config)
-		reason string
+		reason providers.CheckReason
 	}{
 		{"no such ISO storage", func(c *Config) { c.ISOStorage = "proxy-seeds" }, ReasonStorageNotFound},
 		{"ISO storage without iso content", func(c *Config) { c.ISOStorage = "local-lvm" }, ReasonStorageNotFound},

@@ -199,26 +199,9 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
-	u := c.base + cl.path
-	if len(cl.query) > 0 {
-		u += "?" + cl.query.Encode()
-	}
-	var body io.Reader
-	ctype := ""
-	switch {
-	case cl.body != nil:
-		body, ctype = cl.body()
-	case cl.form != nil:
-		body, ctype = strings.NewReader(cl.form.Encode()), "application/x-www-form-urlencoded"
-	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	req, err := c.request(ctx, cl, tok)
 	if err != nil {
-		return fmt.Errorf("%w: %s %s: %w", errBadRequest, cl.method, cl.path, err)
-	}
-	req.Header.Set("Authorization", "PVEAPIToken="+tok)
-	req.Header.Set("Accept", "application/json")
-	if ctype != "" {
-		req.Header.Set("Content-Type", ctype)
+		return err
 	}
 	res, err := c.http.Do(req)
 	if err != nil {
@@ -254,6 +237,32 @@ func (c *client) do(ctx context.Context, cl call, out any) (err error) {
 		return fmt.Errorf("%w: %s %s: %v", errBadAnswer, cl.method, cl.path, err)
 	}
 	return nil
+}
+
+// request builds cl's HTTP request with the token tok.
+func (c *client) request(ctx context.Context, cl call, tok string) (*http.Request, error) {
+	u := c.base + cl.path
+	if len(cl.query) > 0 {
+		u += "?" + cl.query.Encode()
+	}
+	var body io.Reader
+	ctype := ""
+	switch {
+	case cl.body != nil:
+		body, ctype = cl.body()
+	case cl.form != nil:
+		body, ctype = strings.NewReader(cl.form.Encode()), "application/x-www-form-urlencoded"
+	}
+	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s: %w", errBadRequest, cl.method, cl.path, err)
+	}
+	req.Header.Set("Authorization", "PVEAPIToken="+tok)
+	req.Header.Set("Accept", "application/json")
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	return req, nil
 }
 
 // multipartISO is an upload body streamed through a pipe: the seed is never copied whole

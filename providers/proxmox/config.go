@@ -106,7 +106,6 @@ const (
 )
 
 var (
-	nodeName    = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)
 	storageName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
 	bridgeName  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.-]*$`)
 )

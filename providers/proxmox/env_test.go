@@ -106,14 +106,3 @@ func settle(t *testing.T, p providers.Provider, id string) providers.Instance {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// vmsNamed are the simulator's VMs named name.
-func vmsNamed(sim *pvetest.Server, name string) []pvetest.VM {
-	var out []pvetest.VM
-	for _, v := range sim.VMs() {
-		if v.Name == name {
-			out = append(out, v)
-		}
-	}
-	return out
-}

@@ -3,7 +3,6 @@ package fleet
 import (
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -108,8 +107,7 @@ func build(now time.Time, in decoded) *Fleet {
 func activeLeases(leases map[string]jetstream.KeyValueEntry) map[string]int {
 	out := map[string]int{}
 	for key := range leases {
-		proxy, slot, ok := strings.Cut(key, ".")
-		if _, err := strconv.Atoi(slot); ok && err == nil {
+		if proxy, _, ok := events.ParseSlotKey(key); ok {
 			out[proxy]++
 		}
 	}

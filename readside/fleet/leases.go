@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -80,9 +79,8 @@ func newLeases(now time.Time, rows []LeaseRow, errs []ReadError) *Leases {
 func leaseRows(m map[string]jetstream.KeyValueEntry) []LeaseRow {
 	out := make([]LeaseRow, 0, len(m))
 	for key, e := range m {
-		proxy, s, ok := strings.Cut(key, ".")
-		slot, err := strconv.Atoi(s)
-		if !ok || err != nil {
+		proxy, slot, ok := events.ParseSlotKey(key)
+		if !ok {
 			continue
 		}
 		r := LeaseRow{Proxy: proxy, Slot: slot}

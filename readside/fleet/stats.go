@@ -199,8 +199,8 @@ type ProviderSeries struct {
 }
 
 // groupings maps a StatsGroup to the kvstore sum it is.
-var groupings = map[StatsGroup]kvstore.StatsBy{
-	StatsByTarget: kvstore.ByTarget, StatsByProxy: kvstore.ByProxy, StatsByProvider: kvstore.ByProvider, StatsByPool: kvstore.ByPool,
+var groupings = map[StatsGroup]StatsBy{
+	StatsByTarget: ByTarget, StatsByProxy: ByProxy, StatsByProvider: ByProvider, StatsByPool: ByPool,
 }
 
 // recordPoint is one record's contribution to the series.
@@ -215,7 +215,7 @@ type recordPoint struct {
 func LoadStats(ctx context.Context, js jetstream.JetStream, q StatsQuery, now time.Time) (*Stats, error) {
 	from := now.Add(-q.Since)
 	st := &Stats{From: from, To: now, By: q.By, Sort: q.Sort, Rows: []StatsRow{}}
-	sums := kvstore.NewStatsSums(groupings[q.By])
+	sums := NewStatsSums(groupings[q.By])
 	var total events.LeaseCounts
 	var points []recordPoint
 	var longest time.Duration
@@ -260,7 +260,7 @@ func (q StatsQuery) keeps(r events.LeaseStatsRow) bool {
 	return in(q.Targets, r.Target) && in(q.Proxies, r.Proxy) && in(q.Providers, r.Provider) && in(q.Pools, r.Pool)
 }
 
-func keyOf(by StatsGroup, k kvstore.StatsKey) string {
+func keyOf(by StatsGroup, k StatsKey) string {
 	switch by {
 	case StatsByProxy:
 		return k.Proxy

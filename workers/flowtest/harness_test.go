@@ -100,7 +100,7 @@ func (h *harness) connectNC() (*nats.Conn, *kvstore.Store) {
 // provisioner starts a provisioner for the fake on its own connection.
 func (h *harness) provisioner(name string, fake *providertest.Fake, worker string) {
 	p, err := provisioner.New(provisioner.Config{Provider: name, Backend: fake, Catalog: fake.Catalog(),
-		Installation: installation, Worker: worker, Store: h.connect(), Log: h.log.With("worker", worker), Timings: fastTimings(), Tracing: h.tracing})
+		Installation: installation, Worker: worker, Buckets: provisioner.BucketsOf(h.connect()), Log: h.log.With("worker", worker), Timings: fastTimings(), Tracing: h.tracing})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ type reconcilerProc struct {
 
 func (h *harness) startReconciler(holder string) *reconcilerProc {
 	nc, store := h.connectNC()
-	r, err := reconciler.New(reconciler.Config{Store: store, Installation: installation, Holder: holder,
+	r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(store), Installation: installation, Holder: holder,
 		Policy: fastPolicy(), LeaderTTL: leaderTTL, Tick: 100 * time.Millisecond, Log: h.log.With("holder", holder), Tracing: h.tracing})
 	if err != nil {
 		h.t.Fatal(err)

@@ -166,7 +166,7 @@ func opChain(spans []tracetest.SpanStub, proxy string) []tracetest.SpanStub {
 func attr(s tracetest.SpanStub, key attribute.Key) string {
 	for _, kv := range s.Attributes {
 		if kv.Key == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -191,7 +191,7 @@ func only(t *testing.T, spans []tracetest.SpanStub, name string) tracetest.SpanS
 func mentions(s tracetest.SpanStub, secret string) string {
 	has := func(kvs []attribute.KeyValue) bool {
 		for _, kv := range kvs {
-			if strings.Contains(string(kv.Key), secret) || strings.Contains(kv.Value.Emit(), secret) {
+			if strings.Contains(string(kv.Key), secret) || strings.Contains(kv.Value.String(), secret) {
 				return true
 			}
 		}

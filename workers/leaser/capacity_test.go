@@ -98,12 +98,12 @@ func TestLeaseCapacityIsExactAcrossReplicas(t *testing.T) {
 			t.Errorf("%s has %d leases, want %d", name, n, maxLeases)
 		}
 	}
-	counts, err := leaser.ActiveLeases(context.Background(), r.store.Leases)
+	counts, err := r.store.Leases.Held(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(counts) != proxies {
-		t.Errorf("ActiveLeases = %v", counts)
+		t.Errorf("held slots by proxy = %v", counts)
 	}
 
 	// Nobody renews or releases: the server expires every slot.

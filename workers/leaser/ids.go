@@ -5,7 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"strconv"
+	"github.com/egressd/egressd/events"
 	"strings"
 
 	"github.com/egressd/egressd/schemas"
@@ -24,8 +24,8 @@ type leaseID struct {
 
 func (id leaseID) String() string { return slotKey(id.Proxy, id.Slot) + "." + id.Token }
 
-// slotKey is the key of a slot in proxy_leases.
-func slotKey(proxy string, slot int) string { return proxy + "." + strconv.Itoa(slot) }
+// slotKey is the key of a slot in proxy_leases (events.SlotKey owns the format).
+func slotKey(proxy string, slot int) string { return events.SlotKey(proxy, slot) }
 
 // newToken returns a fresh random lease token.
 func newToken() string {
@@ -51,32 +51,17 @@ func parseLeaseID(s string) (leaseID, error) {
 	return leaseID{Proxy: parts[0], Slot: slot, Token: parts[2]}, nil
 }
 
-// parseSlotKey splits a proxy_leases key into proxy and slot.
+// parseSlotKey splits a proxy_leases key into proxy and slot (events.ParseSlotKey), with a
+// proxy name that is valid, not only dot-free.
 func parseSlotKey(key string) (string, int, bool) {
-	proxy, s, ok := strings.Cut(key, ".")
+	proxy, slot, ok := events.ParseSlotKey(key)
 	if !ok || schemas.ValidName(proxy) != nil {
 		return "", 0, false
 	}
-	slot, ok := parseSlot(s)
-	return proxy, slot, ok
+	return proxy, slot, true
 }
 
-// maxSlot bounds slot numbers to what a spec allows (maxLeases ≤ 10000).
-const maxSlot = 10000
-
-func parseSlot(s string) (int, bool) {
-	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
-		return 0, false
-	}
-	n := 0
-	for _, c := range []byte(s) {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, n < maxSlot
-}
+func parseSlot(s string) (int, bool) { return events.ParseSlot(s) }
 
 func validToken(s string) bool {
 	if len(s) != 2*tokenBytes {

@@ -2,7 +2,6 @@ package leaser
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -45,13 +44,13 @@ func (l *Leaser) Run(ctx context.Context) error {
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
 	for _, w := range watches {
-		kw, err := w.kv.WatchAll(watchCtx)
+		kw, err := kvstore.WatchBucket(watchCtx, w.kv)
 		if err != nil {
-			return fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
+			return err
 		}
 		wg.Go(func() {
-			if err := l.follow(watchCtx, kw, w.apply, ready); err != nil {
-				failed <- fmt.Errorf("watch %s: %w", w.kv.Bucket(), err)
+			if err := kw.Follow(watchCtx, w.apply, func() { ready <- struct{}{} }); err != nil {
+				failed <- err
 			}
 		})
 	}
@@ -89,33 +88,6 @@ func (l *Leaser) Run(ctx context.Context) error {
 	stopHTTP()
 	l.stop(svc)
 	return err
-}
-
-// follow applies a watch's entries to the view until ctx ends, signalling ready once the
-// initial values are in.
-func (l *Leaser) follow(ctx context.Context, kw jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry), ready chan<- struct{}) error {
-	defer func() { _ = kvstore.StopWatch(kw) }()
-	initial := true
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-kw.Updates():
-			switch {
-			case !ok && ctx.Err() != nil:
-				return nil
-			case !ok:
-				return errors.New("the watch ended (connection closed?)")
-			case e == nil:
-				if initial {
-					initial = false
-					ready <- struct{}{}
-				}
-			default:
-				apply(e)
-			}
-		}
-	}
 }
 
 // applyLease folds a proxy_leases entry and publishes the expiry of a held slot. Every

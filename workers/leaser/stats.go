@@ -16,7 +16,7 @@ import (
 )
 
 // stats sums this replica's lease traffic per proxy and target and publishes the sums to
-// EGRESS_LEASE_STATS at the end of every interval (decision 58 in docs/architecture.md):
+// EGRESS_LEASE_STATS at the end of every interval (docs/decisions/0058-lease-stats-sums.md):
 // the durable history of a lease cycle is a counter bumped in memory, and a publish per
 // interval carries thousands of cycles.
 //

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -45,18 +45,18 @@ func TestLeaseStatsCountEveryEventOnce(t *testing.T) {
 		r.mustAcquire(events.AcquireRequest{Holder: "c2", TTLSeconds: 1})
 	}
 
-	want := []kvstore.StatsSum{
-		{StatsKey: kvstore.StatsKey{Proxy: "p1"}, LeaseCounts: events.LeaseCounts{Granted: 3, Expired: 3}},
-		{StatsKey: kvstore.StatsKey{Proxy: "p1", Target: "a.example"},
+	want := []fleet.StatsSum{
+		{StatsKey: fleet.StatsKey{Proxy: "p1"}, LeaseCounts: events.LeaseCounts{Granted: 3, Expired: 3}},
+		{StatsKey: fleet.StatsKey{Proxy: "p1", Target: "a.example"},
 			LeaseCounts: events.LeaseCounts{Granted: cycles, Renewed: 4, Released: cycles}},
-		{StatsKey: kvstore.StatsKey{Proxy: "p1", Target: "b.example"}, LeaseCounts: events.LeaseCounts{OK: cycles}},
-		{StatsKey: kvstore.StatsKey{Proxy: "p1", Target: "c.example"}, LeaseCounts: events.LeaseCounts{Blocked: 3}},
+		{StatsKey: fleet.StatsKey{Proxy: "p1", Target: "b.example"}, LeaseCounts: events.LeaseCounts{OK: cycles}},
+		{StatsKey: fleet.StatsKey{Proxy: "p1", Target: "c.example"}, LeaseCounts: events.LeaseCounts{Blocked: 3}},
 	}
 	ctx := context.Background()
-	var got []kvstore.StatsSum
+	var got []fleet.StatsSum
 	eventually(t, 15*time.Second, "the sums", func() bool {
 		var err error
-		got, err = kvstore.SumLeaseStats(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByProxyTarget)
+		got, err = fleet.SumLeaseStats(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{}, fleet.ByProxyTarget)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,13 +66,13 @@ func TestLeaseStatsCountEveryEventOnce(t *testing.T) {
 		t.Fatalf("sums\n got %+v\nwant %+v", got, want)
 	}
 	// By provider: the rig's proxies are local, and in no pool.
-	byProvider, err := kvstore.SumLeaseStats(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{}, kvstore.ByProvider)
+	byProvider, err := fleet.SumLeaseStats(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{}, fleet.ByProvider)
 	if err != nil || len(byProvider) != 1 || byProvider[0].Provider != "local" || byProvider[0].Granted != cycles+3 {
 		t.Errorf("by provider: %+v %v", byProvider, err)
 	}
 
 	// The raw stream has the reports and nothing else.
-	counts, err := kvstore.CountLeaseEvents(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{})
+	counts, err := fleet.CountLeaseEvents(ctx, r.store.JS, time.Now().Add(-time.Hour), time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // BenchmarkPass is one steady-state pass over a settled pool of 20 members, in a fleet of 10
@@ -20,7 +21,7 @@ func BenchmarkPass(b *testing.B) {
 		b.Run(fmt.Sprintf("fleet=%d", fleet), func(b *testing.B) {
 			c, v, blk := settledPool(b, fleet)
 			ctx, cancel := context.WithCancel(context.Background())
-			pub := kvstore.NewPublisher(c.cfg.Store.JS, c.cfg.Log, maxPendingEvents)
+			pub := kvstore.NewPublisher(c.cfg.Buckets.JS, c.cfg.Log, maxPendingEvents)
 			var ran sync.WaitGroup
 			ran.Go(func() { pub.Run(ctx) })
 			b.Cleanup(func() { pub.Close(); cancel(); ran.Wait() })
@@ -63,7 +64,7 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 	r.settled("web", 20, current)
 	stop()
 
-	c, err := New(Config{Store: r.store, Holder: "bench", Log: r.log})
+	c, err := New(Config{Buckets: BucketsOf(r.store), Holder: "bench", Log: r.log})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -73,10 +74,16 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 	b.Cleanup(func() { cancel(); wg.Wait() })
 	synced := make(chan struct{}, 4)
 	s := r.store
-	wg.Go(func() { _ = follow(wctx, s.Pools, v.applyPool, synced) })
-	wg.Go(func() { _ = follow(wctx, s.PoolStatus, v.applyLedger, synced) })
-	wg.Go(func() { _ = follow(wctx, s.Proxies, v.applyProxy, synced) })
-	wg.Go(func() { _ = follow(wctx, s.Status, v.applyStatus, synced) })
+	for _, w := range []struct {
+		kv    jetstream.KeyValue
+		apply func(jetstream.KeyValueEntry)
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}} {
+		kw, err := kvstore.WatchBucket(wctx, w.kv)
+		if err != nil {
+			b.Fatal(err)
+		}
+		wg.Go(func() { _ = kw.Follow(wctx, w.apply, func() { synced <- struct{}{} }) })
+	}
 	deadline := time.After(time.Minute)
 	for range 4 {
 		select {

@@ -3,7 +3,6 @@ package pools
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 
 // Config of the pool controller.
 type Config struct {
-	Store     *kvstore.Store
+	Buckets   Buckets       // BucketsOf(store)
 	Holder    string        // this process's identity in the leader lock
 	LeaderTTL time.Duration // default 10s
 	// Resync is how often every pool is looked at even without a change: ages, drains and
@@ -33,8 +32,8 @@ type Controller struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Controller, error) {
-	if cfg.Store == nil || cfg.Holder == "" {
-		return nil, errors.New("pools: store and holder are required")
+	if !cfg.Buckets.complete() || cfg.Holder == "" {
+		return nil, errors.New("pools: buckets and holder are required")
 	}
 	if cfg.LeaderTTL == 0 {
 		cfg.LeaderTTL = 10 * time.Second
@@ -54,7 +53,7 @@ func New(cfg Config) (*Controller, error) {
 
 // Run blocks until ctx ends, keeping the pools whenever this process is the leader.
 func (c *Controller) Run(ctx context.Context) error {
-	l := &workers.Leader{JS: c.cfg.Store.JS, Locks: c.cfg.Store.Locks, Key: events.LockLeaderPools,
+	l := &workers.Leader{JS: c.cfg.Buckets.JS, Locks: c.cfg.Buckets.Locks, Key: events.LockLeaderPools,
 		Holder: c.cfg.Holder, TTL: c.cfg.LeaderTTL, Log: c.cfg.Log}
 	return l.Run(ctx, c.lead)
 }
@@ -71,7 +70,7 @@ const (
 func (c *Controller) lead(ctx context.Context) error {
 	v := newView()
 	b := newBlocks()
-	s := c.cfg.Store
+	s := c.cfg.Buckets
 	g, gctx := errgroup.WithContext(ctx)
 	watches := []struct {
 		kv    jetstream.KeyValue
@@ -79,7 +78,14 @@ func (c *Controller) lead(ctx context.Context) error {
 	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}}
 	synced := make(chan struct{}, len(watches))
 	for _, w := range watches {
-		g.Go(func() error { return follow(gctx, w.kv, w.apply, synced) })
+		g.Go(func() error {
+			kw, err := kvstore.WatchBucket(gctx, w.kv)
+			if err != nil {
+				return err
+			}
+			// A watch that ends is an error: the leader steps down and a new one starts clean.
+			return kw.Follow(gctx, w.apply, func() { synced <- struct{}{} })
+		})
 	}
 	g.Go(func() error {
 		for range watches {
@@ -98,34 +104,6 @@ func (c *Controller) lead(ctx context.Context) error {
 		return c.loop(gctx, v, b, pub, window)
 	})
 	return g.Wait()
-}
-
-// follow applies a bucket's entries, signalling synced after the initial values, until ctx
-// ends. A watch that closes is an error: the leader steps down and a new one starts clean.
-func follow(ctx context.Context, kv jetstream.KeyValue, apply func(jetstream.KeyValueEntry), synced chan<- struct{}) error {
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = kvstore.StopWatch(w) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("watch %s closed", kv.Bucket())
-			}
-			if e == nil {
-				synced <- struct{}{}
-				continue
-			}
-			apply(e)
-		}
-	}
 }
 
 // loop runs a pass for every pool that changed, and for all of them every Resync.

@@ -20,7 +20,7 @@ import (
 // (compare-and-set: this checks the cap against every other writer), write the member specs
 // it allows, then record what was written.
 func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.Publisher, name string) error {
-	s := c.cfg.Store
+	s := c.cfg.Buckets
 	rctx, cancel := context.WithTimeout(ctx, readBudget)
 	defer cancel()
 	var ledger *events.PoolStatus
@@ -35,29 +35,9 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	}
 	now := c.cfg.Now()
 	snap := v.snapshot(name, ledger)
-	// The view may lag: a member it does not show is read fresh before the plan counts it
-	// gone, so that a spec the other controller just wrote is never dropped from the ledger
-	// (and then doubled by a replacement).
-	taken := map[string]bool{}
-	if ledger != nil {
-		for _, m := range ledger.Members {
-			if _, ok := snap.owned[m.Name]; ok {
-				continue
-			}
-			e, err := s.Proxies.Get(rctx, m.Name)
-			switch {
-			case errors.Is(err, jetstream.ErrKeyNotFound):
-			case err != nil:
-				return fmt.Errorf("read member %s: %w", m.Name, err)
-			default:
-				pe := v.decodeProxy(e.Value())
-				if pe.owner == name {
-					snap.owned[m.Name] = owned{rev: e.Revision(), spec: pe.spec}
-				} else {
-					taken[m.Name] = true
-				}
-			}
-		}
+	taken, err := c.freshMembers(rctx, v, name, ledger, snap)
+	if err != nil {
+		return err
 	}
 	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Now: now,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
@@ -95,20 +75,7 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	if len(revs) == 0 && len(deleted) == 0 {
 		return nil
 	}
-	final := *out.Ledger
-	final.Members = nil
-	for _, m := range out.Ledger.Members {
-		if deleted[m.Name] && m.Deleting {
-			continue
-		}
-		if r, ok := revs[m.Name]; ok {
-			m.Rev = r
-		}
-		final.Members = append(final.Members, m)
-	}
-	if final.Members == nil {
-		final.Members = []events.PoolMember{}
-	}
+	final := withRevisions(*out.Ledger, revs, deleted)
 	// If this write does not land, the next pass finds the deletes done and the specs equal
 	// to what it would write, and records their revisions then; the plan never rewrites a
 	// member's instance on a revision it did not record (desired keeps the instance).
@@ -116,6 +83,53 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 		c.cfg.Log.Warn("pool ledger not updated after its member writes; the next pass does it", "pool", name, "err", err)
 	}
 	return nil
+}
+
+// freshMembers reads the ledger's members the view does not show. The view may lag: a member
+// it does not show is read fresh before the plan counts it gone, so that a spec the other
+// controller just wrote is never dropped from the ledger (and then doubled by a replacement).
+// It adds the members still the pool's to snap and returns the names another owner took.
+func (c *Controller) freshMembers(ctx context.Context, v *view, name string, ledger *events.PoolStatus, snap snapshot) (map[string]bool, error) {
+	taken := map[string]bool{}
+	if ledger == nil {
+		return taken, nil
+	}
+	for _, m := range ledger.Members {
+		if _, ok := snap.owned[m.Name]; ok {
+			continue
+		}
+		e, err := c.cfg.Buckets.Proxies.Get(ctx, m.Name)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read member %s: %w", m.Name, err)
+		default:
+			pe := v.decodeProxy(e.Value())
+			if pe.owner == name {
+				snap.owned[m.Name] = owned{rev: e.Revision(), spec: pe.spec}
+			} else {
+				taken[m.Name] = true
+			}
+		}
+	}
+	return taken, nil
+}
+
+// withRevisions is the ledger after its member writes: each written member at the revision
+// its write got, the members whose delete finished left out.
+func withRevisions(l events.PoolStatus, revs map[string]uint64, deleted map[string]bool) events.PoolStatus {
+	members := l.Members
+	l.Members = []events.PoolMember{}
+	for _, m := range members {
+		if deleted[m.Name] && m.Deleting {
+			continue
+		}
+		if r, ok := revs[m.Name]; ok {
+			m.Rev = r
+		}
+		l.Members = append(l.Members, m)
+	}
+	return l
 }
 
 // readSpec reads the pool's spec fresh: the watches of pools and proxies are not ordered with
@@ -144,7 +158,7 @@ func readSpec(ctx context.Context, pools jetstream.KeyValue, v *view, name strin
 func (c *Controller) recordLedger(ctx context.Context, name string, have *events.PoolStatus, rev uint64, want *events.PoolStatus, fence bool) (uint64, error) {
 	wctx, cancel := context.WithTimeout(ctx, writeBudget)
 	defer cancel()
-	kv := c.cfg.Store.PoolStatus
+	kv := c.cfg.Buckets.PoolStatus
 	if want == nil {
 		if have == nil {
 			return 0, nil
@@ -174,7 +188,7 @@ func sameLedger(a, b events.PoolStatus) bool {
 // the names deleted and the events of the writes made. A write that fails (someone else wrote
 // the key, NATS away) is left to the next pass.
 func (c *Controller) write(ctx context.Context, v *view, pool string, ws []write) (map[string]uint64, map[string]bool, []events.Event) {
-	kv := c.cfg.Store.Proxies
+	kv := c.cfg.Buckets.Proxies
 	revs, deleted := map[string]uint64{}, map[string]bool{}
 	var evs []events.Event
 	for _, w := range ws {

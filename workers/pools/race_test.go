@@ -76,7 +76,7 @@ func (r *rig) now() time.Time { return time.Now().Add(time.Duration(r.offset.Loa
 // on purpose, which the lease would otherwise prevent. stop cancels it at once, which ends
 // its pass wherever it is, as a kill would.
 func (r *rig) controller(name string) (stop func()) {
-	c, err := New(Config{Store: r.connect(), Holder: name, Resync: 100 * time.Millisecond, Log: r.log, Now: r.now})
+	c, err := New(Config{Buckets: BucketsOf(r.connect()), Holder: name, Resync: 100 * time.Millisecond, Log: r.log, Now: r.now})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -4,9 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go"
 )
 
 func TestSubjects(t *testing.T) {
@@ -34,15 +31,17 @@ func TestSubjects(t *testing.T) {
 }
 
 func TestNewChecksConfig(t *testing.T) {
-	store, nc := &kvstore.Store{}, &nats.Conn{}
-	good := Config{Store: store, NC: nc, Worker: "w", DefaultCheckURL: "http://127.0.0.1:8089/"}
+	store := newEnv(t).store // New does no I/O, but it wants every handle there
+	nc := store.JS.Conn()
+	good := Config{Buckets: BucketsOf(store), NC: nc, Worker: "w", DefaultCheckURL: "http://127.0.0.1:8089/"}
 	for _, tc := range []struct {
 		name string
 		edit func(*Config)
 		err  string
 	}{
 		{"good", func(*Config) {}, ""},
-		{"no store", func(c *Config) { c.Store = nil }, "required"},
+		{"no buckets", func(c *Config) { c.Buckets = Buckets{} }, "required"},
+		{"a bucket missing", func(c *Config) { c.Buckets.Probers = nil }, "required"},
 		{"no connection", func(c *Config) { c.NC = nil }, "required"},
 		{"no worker", func(c *Config) { c.Worker = "" }, "required"},
 		{"no check URL", func(c *Config) { c.DefaultCheckURL = "" }, "default check URL"},
@@ -64,7 +63,7 @@ func TestNewChecksConfig(t *testing.T) {
 		}
 	}
 	// A password in a bad URL is not quoted back.
-	if _, err := New(Config{Store: store, NC: nc, Worker: "w", DefaultCheckURL: "ftp://u:hunter2@x/"}); err == nil || strings.Contains(err.Error(), "hunter2") {
+	if _, err := New(Config{Buckets: BucketsOf(store), NC: nc, Worker: "w", DefaultCheckURL: "ftp://u:hunter2@x/"}); err == nil || strings.Contains(err.Error(), "hunter2") {
 		t.Errorf("error quotes the URL: %v", err)
 	}
 }

@@ -88,7 +88,7 @@ func (e *env) prober(store *kvstore.Store, cfg Config) *Prober {
 	if store == nil {
 		store = e.store
 	}
-	cfg.Store = store
+	cfg.Buckets = BucketsOf(store)
 	cfg.NC = store.JS.Conn()
 	if cfg.Worker == "" {
 		cfg.Worker = "prober-1"

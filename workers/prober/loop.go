@@ -1,10 +1,8 @@
 package prober
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -82,8 +80,8 @@ type loop struct {
 	nudges  nudges
 	behind  bool
 
-	watchers                          []jetstream.KeyWatcher
-	specW, statusW, healthW, membersW jetstream.KeyWatcher
+	watchers                          []*kvstore.Watch
+	specW, statusW, healthW, membersW *kvstore.Watch
 
 	mu   sync.Mutex // guards last, read by the presence goroutine
 	last load
@@ -94,17 +92,15 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 		jobs: make(chan job, p.cfg.Concurrency), done: make(chan completion, p.cfg.Concurrency),
 		mem:    members{self: p.member, others: map[string]events.ProberMember{}},
 		nudges: nudges{signal: make(chan struct{}, 1), names: map[string]bool{}}}
-	s := p.cfg.Store
+	s := p.cfg.Buckets
 	for _, w := range []struct {
-		dst  *jetstream.KeyWatcher
-		kv   jetstream.KeyValue
-		name string
-	}{{&l.specW, s.Proxies, events.BucketProxies}, {&l.statusW, s.Status, events.BucketStatus},
-		{&l.healthW, s.Health, events.BucketHealth}, {&l.membersW, s.Probers, events.BucketProbers}} {
-		kw, err := w.kv.WatchAll(ctx)
+		dst *(*kvstore.Watch)
+		kv  jetstream.KeyValue
+	}{{&l.specW, s.Proxies}, {&l.statusW, s.Status}, {&l.healthW, s.Health}, {&l.membersW, s.Probers}} {
+		kw, err := kvstore.WatchBucket(ctx, w.kv)
 		if err != nil {
 			l.stopWatches()
-			return nil, fmt.Errorf("prober: watch %s: %w", w.name, err)
+			return nil, fmt.Errorf("prober: %w", err)
 		}
 		*w.dst = kw
 		l.watchers = append(l.watchers, kw)
@@ -114,7 +110,7 @@ func (p *Prober) newLoop(ctx context.Context) (*loop, error) {
 
 func (l *loop) stopWatches() {
 	for _, w := range l.watchers {
-		_ = kvstore.StopWatch(w)
+		_ = w.Stop()
 	}
 }
 
@@ -124,7 +120,6 @@ func (l *loop) stopWatches() {
 // it decides what is its and what is due.
 func (l *loop) run(ctx context.Context) error {
 	p := l.p
-	synced := map[jetstream.KeyWatcher]bool{}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	stats := time.NewTicker(time.Second)
@@ -132,7 +127,7 @@ func (l *loop) run(ctx context.Context) error {
 	started := false
 	for {
 		now := p.cfg.Now()
-		if !started && len(synced) == len(l.watchers) {
+		if !started && l.synced() {
 			started = true
 			for _, t := range l.targets {
 				l.refresh(t, now)
@@ -149,7 +144,7 @@ func (l *loop) run(ctx context.Context) error {
 		var (
 			e   jetstream.KeyValueEntry
 			ok  bool
-			src jetstream.KeyWatcher
+			src *kvstore.Watch
 		)
 		select {
 		case <-ctx.Done():
@@ -183,18 +178,26 @@ func (l *loop) run(ctx context.Context) error {
 			l.sample(ctx, p.cfg.Now())
 			continue
 		}
-		if !ok {
-			if ctx.Err() != nil {
-				return nil // the watches end with ctx
-			}
-			return errors.New("prober: a watch closed")
+		c, err := src.Take(e, ok)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil // the watches end with ctx
+		case err != nil:
+			return fmt.Errorf("prober: %w", err)
+		case !c.Synced:
+			l.apply(src, c, started, p.cfg.Now())
 		}
-		if e == nil {
-			synced[src] = true
-			continue
-		}
-		l.apply(src, e, started, p.cfg.Now())
 	}
+}
+
+// synced reports whether every watch has delivered its initial values.
+func (l *loop) synced() bool {
+	for _, w := range l.watchers {
+		if !w.Synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // arm sets the timer to the next due slot, when a worker is free to take it.
@@ -206,7 +209,8 @@ func (l *loop) arm(timer *time.Timer, now time.Time) {
 }
 
 // apply folds one watch entry into the targets (and, for members, the ownership).
-func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, started bool, now time.Time) {
+func (l *loop) apply(src *kvstore.Watch, c kvstore.Change, started bool, now time.Time) {
+	e := c.Entry
 	if src == l.membersW {
 		if l.mem.apply(e) && started {
 			for _, t := range l.targets {
@@ -221,7 +225,7 @@ func (l *loop) apply(src jetstream.KeyWatcher, e jetstream.KeyValueEntry, starte
 		t = &target{name: name}
 		l.targets[name] = t
 	}
-	put := e.Operation() == jetstream.KeyValuePut
+	put := !c.Removed
 	switch src {
 	case l.specW:
 		t.spec = nil
@@ -399,110 +403,4 @@ func (l *loop) complete(c completion, now time.Time) {
 		t.health, t.rev = c.health, c.rev
 	}
 	l.refresh(t, now)
-}
-
-func (l *loop) takeNudges(now time.Time) {
-	for _, name := range l.nudges.take() {
-		l.nudge(name, now)
-	}
-}
-
-// nudge asks for a probe of name now (a probe-now request).
-func (l *loop) nudge(name string, now time.Time) {
-	t := l.targets[name]
-	if t == nil {
-		l.p.log.Debug("probe request for a proxy this prober does not know; dropped", "proxy", name)
-		return
-	}
-	if addr, _, _ := probeAddr(t); addr == "" {
-		l.p.log.Debug("probe request for a proxy that has no address to probe; dropped", "proxy", name)
-		return
-	}
-	t.nudged = true
-	l.refresh(t, now)
-}
-
-// sample measures how far behind the schedule this prober is, reports it, and announces
-// when it falls behind (its oldest waiting probe is more than half an interval late, so the
-// spread is lost) or catches up again (nothing waits more than a tenth of an interval).
-func (l *loop) sample(ctx context.Context, now time.Time) {
-	l.dispatch(now) // what is due now and has a worker is not backlog
-	l.compact()
-	backlog, lag := 0, time.Duration(0)
-	var lagIv time.Duration
-	for _, s := range l.heap {
-		t := l.targets[s.name]
-		if t == nil || s.gen != t.gen || t.due.IsZero() || s.due.After(now) {
-			continue
-		}
-		backlog++
-		if d := now.Sub(s.due); d > lag {
-			lag, lagIv = d, interval(t)
-		}
-	}
-	l.mu.Lock()
-	l.last = load{owned: l.owned, backlog: backlog, lag: lag}
-	l.mu.Unlock()
-	l.p.cfg.Observer.ObserveProberLoad(l.owned, backlog, lag)
-	switch {
-	case !l.behind && backlog > 0 && lag > max(lagIv/2, time.Second):
-		l.behind = true
-		l.p.announceLag(ctx, events.ReasonProberBehind, l.last)
-	case l.behind && (backlog == 0 || lag <= lagIv/10):
-		l.behind = false
-		l.p.announceLag(ctx, events.ReasonProberCaughtUp, l.last)
-	}
-}
-
-// compact drops stale slots once they outnumber the live ones: every reschedule leaves one
-// behind until it comes due, and ownership that moves back and forth leaves many.
-func (l *loop) compact() {
-	if len(l.heap) <= 2*l.owned+64 {
-		return
-	}
-	live := l.heap[:0]
-	for _, s := range l.heap {
-		if t := l.targets[s.name]; t != nil && s.gen == t.gen && !t.due.IsZero() {
-			live = append(live, s)
-		}
-	}
-	clear(l.heap[len(live):])
-	l.heap = live
-	heap.Init(&l.heap)
-}
-
-// currentLoad is the last sample, for the presence record.
-func (l *loop) currentLoad() load {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.last
-}
-
-// nudges collects probe-now requests from the subscription's goroutine for the loop,
-// without ever blocking the NATS client or dropping a request: a set plus a signal.
-type nudges struct {
-	mu     sync.Mutex
-	names  map[string]bool
-	signal chan struct{}
-}
-
-func (n *nudges) add(name string) {
-	n.mu.Lock()
-	n.names[name] = true
-	n.mu.Unlock()
-	select {
-	case n.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (n *nudges) take() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.names))
-	for name := range n.names {
-		out = append(out, name)
-		delete(n.names, name)
-	}
-	return out
 }

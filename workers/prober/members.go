@@ -127,7 +127,7 @@ type load struct {
 // this process was cut off) creates it again. Failures are logged, not fatal: the others then
 // probe this prober's share too, which costs probes, not correctness.
 func (p *Prober) keepPresent(ctx context.Context, current func() load) error {
-	kv := p.cfg.Store.Probers
+	kv := p.cfg.Buckets.Probers
 	var rev uint64
 	write := func() {
 		rec := p.member
@@ -140,7 +140,7 @@ func (p *Prober) keepPresent(ctx context.Context, current func() load) error {
 		wctx, cancel := context.WithTimeout(ctx, kvBudget)
 		defer cancel()
 		if rev != 0 {
-			r, err := kvstore.PutTTL(wctx, p.cfg.Store.JS, kv, rec.ID, b, rev, p.cfg.MemberTTL)
+			r, err := kvstore.PutTTL(wctx, p.cfg.Buckets.JS, kv, rec.ID, b, rev, p.cfg.MemberTTL)
 			if err == nil {
 				rev = r
 				return

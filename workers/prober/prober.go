@@ -13,16 +13,15 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/internal/leaseauth"
-	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go"
 	"golang.org/x/sync/errgroup"
 )
 
 // Config of a prober.
 type Config struct {
-	Store  *kvstore.Store
-	NC     *nats.Conn // core NATS, for probe-now requests
-	Worker string     // this process's identity, written into each record as its prober
+	Buckets Buckets    // BucketsOf(store)
+	NC      *nats.Conn // core NATS, for probe-now requests
+	Worker  string     // this process's identity, written into each record as its prober
 
 	// Filters limit the proxies this prober takes, each "provider" or "provider.host"; empty
 	// takes every proxy. A prober next to a private network serves only that network's proxies.
@@ -92,8 +91,8 @@ type Prober struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Prober, error) {
-	if cfg.Store == nil || cfg.NC == nil || cfg.Worker == "" {
-		return nil, errors.New("prober: store, NATS connection and worker are required")
+	if !cfg.Buckets.complete() || cfg.NC == nil || cfg.Worker == "" {
+		return nil, errors.New("prober: buckets, NATS connection and worker are required")
 	}
 	u, err := parseCheckURL(cfg.DefaultCheckURL)
 	if err != nil {

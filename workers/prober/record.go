@@ -39,9 +39,9 @@ func (p *Prober) record(ctx context.Context, j job, o observation) (events.Proxy
 		wctx, cancel := context.WithTimeout(ctx, kvBudget)
 		var newRev uint64
 		if rev == 0 {
-			newRev, err = kvstore.CreateTTL(wctx, p.cfg.Store.Health, o.proxy, b, ttl)
+			newRev, err = kvstore.CreateTTL(wctx, p.cfg.Buckets.Health, o.proxy, b, ttl)
 		} else {
-			newRev, err = kvstore.PutTTL(wctx, p.cfg.Store.JS, p.cfg.Store.Health, o.proxy, b, rev, ttl)
+			newRev, err = kvstore.PutTTL(wctx, p.cfg.Buckets.JS, p.cfg.Buckets.Health, o.proxy, b, rev, ttl)
 		}
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) && attempt < 2 {
@@ -58,7 +58,7 @@ func (p *Prober) record(ctx context.Context, j job, o observation) (events.Proxy
 // readHealth returns the current record (nil when there is none, or when it does not decode:
 // the next write replaces it) and its revision (0 when absent).
 func (p *Prober) readHealth(ctx context.Context, proxy string) (*events.ProxyHealth, uint64, error) {
-	raw, rev, err := kvstore.Get(ctx, p.cfg.Store.Health, proxy)
+	raw, rev, err := kvstore.Get(ctx, p.cfg.Buckets.Health, proxy)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		return nil, 0, nil
 	}
@@ -103,7 +103,7 @@ func (p *Prober) publishHealth(ctx context.Context, ev events.Event) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, kvBudget)
 	defer cancel()
-	if _, err := p.cfg.Store.JS.Publish(pctx, events.EventSubject(events.KindHealth, h.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+	if _, err := p.cfg.Buckets.JS.Publish(pctx, events.EventSubject(events.KindHealth, h.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
 		return fmt.Errorf("publish health event of %s: %w", h.Proxy, err)
 	}
 	return nil
@@ -130,7 +130,7 @@ func (p *Prober) announceLag(ctx context.Context, reason events.Reason, l load) 
 	p.background.Go(func() {
 		pctx, cancel := context.WithTimeout(ctx, kvBudget)
 		defer cancel()
-		if _, err := p.cfg.Store.JS.Publish(pctx, events.EventSubject(events.KindProber, p.member.ID), b,
+		if _, err := p.cfg.Buckets.JS.Publish(pctx, events.EventSubject(events.KindProber, p.member.ID), b,
 			jetstream.WithMsgID(ev.ID)); err != nil && ctx.Err() == nil {
 			p.log.Warn("prober event not published", "err", err)
 		}

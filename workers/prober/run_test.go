@@ -28,13 +28,20 @@ func TestFilters(t *testing.T) {
 		e.putSpec(p.proxy, spec{})
 		e.putStatus(p.proxy, p.provider, p.host, addr)
 	}
-	e.run(e.prober(nil, Config{Worker: "only-a", Filters: []string{"a", "b.h2"}}))
+	p := e.prober(nil, Config{Worker: "only-a", Filters: []string{"a", "b.h2"}})
+	e.run(p)
 	eventually(t, 5*time.Second, "a's and b.h2's proxies probed", func() bool {
 		_, a := e.health("pa")
 		_, b2 := e.health("pb2")
 		return a && b2
 	})
-	time.Sleep(300 * time.Millisecond)
+	// Its presence record says what it schedules: a's and b.h2's proxies, two. One that had
+	// taken b.h1's too would count three (and probe it at its phase).
+	eventually(t, 10*time.Second, "the prober's presence counting its two proxies", func() bool {
+		entry, err := e.store.Probers.Get(context.Background(), p.member.ID)
+		var m events.ProberMember
+		return err == nil && json.Unmarshal(entry.Value(), &m) == nil && m.Owned == 2
+	})
 	if _, ok := e.health("pb1"); ok {
 		t.Error("a prober limited to a and b.h2 probed a proxy of b.h1")
 	}

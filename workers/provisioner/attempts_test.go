@@ -63,7 +63,7 @@ func TestLockBusyDeliveriesSpendNoAttempts(t *testing.T) {
 	var provs []*provisioner.Provisioner
 	for _, w := range []string{"w1", "w2"} {
 		p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: fake.Catalog(),
-			Installation: "inst", Worker: w, Store: store, Log: log,
+			Installation: "inst", Worker: w, Buckets: provisioner.BucketsOf(store), Log: log,
 			// A heartbeat slower than the AckWait below: the server redelivers the op while it runs.
 			Timings: provisioner.Timings{LockTTL: 6 * time.Second, Heartbeat: 2 * time.Second, CreateBudget: 30 * time.Second,
 				CallBudget: 5 * time.Second, LockBusyWait: 50 * time.Millisecond, FetchWait: 500 * time.Millisecond}})

@@ -60,7 +60,7 @@ func (p *Provisioner) checkLoop(ctx context.Context) {
 				continue // the previous round still hangs; it was already reported
 			}
 		}
-		lock, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.CheckLockKey(p.cfg.Provider), p.cfg.Worker, "check", max(p.cfg.Checks.Interval*9/10, time.Second))
+		lock, err := kvstore.AcquireLock(ctx, p.cfg.Buckets.JS, p.cfg.Buckets.Locks, events.CheckLockKey(p.cfg.Provider), p.cfg.Worker, "check", max(p.cfg.Checks.Interval*9/10, time.Second))
 		if err != nil {
 			continue // another provisioner of this provider checks this round
 		}
@@ -95,7 +95,7 @@ func (p *Provisioner) checkRound(ctx context.Context, checker providers.Checker)
 	if !returned {
 		// Hung: every known target is reported as timed out.
 		for _, h := range p.cfg.Catalog.Hosts {
-			got = append(got, providers.TargetStatus{Name: h.Name, Reason: "Timeout",
+			got = append(got, providers.TargetStatus{Name: h.Name, Reason: providers.CheckTimeout,
 				Message: fmt.Sprintf("check did not return within %s", timeout), Latency: time.Since(start)})
 		}
 	}
@@ -109,16 +109,16 @@ func (p *Provisioner) recordTarget(ctx context.Context, order int, ts providers.
 	key := p.cfg.Provider + "." + ts.Name
 	now := time.Now().UTC()
 	var prev events.TargetHealth
-	_, err := kvstore.GetJSON(ctx, p.cfg.Store.Providers, key, &prev)
+	_, err := kvstore.GetJSON(ctx, p.cfg.Buckets.Providers, key, &prev)
 	had := err == nil
 	rec := events.TargetHealth{V: 1, Provider: p.cfg.Provider, Target: ts.Name, Order: order, Address: ts.Address,
-		Ready: ts.Ready, Reason: ts.Reason, Message: truncate(ts.Message, maxMessage),
+		Ready: ts.Ready, Reason: string(ts.Reason), Message: truncate(ts.Message, maxMessage),
 		LatencyMs: float64(ts.Latency.Microseconds()) / 1000, Details: ts.Details, CheckedAt: now,
 		LastTransitionTime: now, Checker: p.cfg.Worker}
 	if had && prev.Ready == rec.Ready {
 		rec.LastTransitionTime = prev.LastTransitionTime
 	}
-	if _, err := kvstore.PutJSON(ctx, p.cfg.Store.Providers, key, rec); err != nil && !errors.Is(err, context.Canceled) {
+	if _, err := kvstore.PutJSON(ctx, p.cfg.Buckets.Providers, key, rec); err != nil && !errors.Is(err, context.Canceled) {
 		p.cfg.Log.Warn("record provider check", "target", ts.Name, "err", err)
 		return
 	}
@@ -127,7 +127,7 @@ func (p *Provisioner) recordTarget(ctx context.Context, order int, ts providers.
 		ev := events.Event{V: 1, ID: fmt.Sprintf("provider:%s:%d", key, now.UnixNano()), Kind: events.KindProvider, Proxy: p.cfg.Provider,
 			At: now, Reason: events.Reason(rec.Reason), Message: rec.Message, Target: &rec}
 		b, _ := json.Marshal(ev)
-		if _, err := p.cfg.Store.JS.Publish(ctx, events.EventSubject(events.KindProvider, p.cfg.Provider), b, jetstream.WithMsgID(ev.ID)); err != nil {
+		if _, err := p.cfg.Buckets.JS.Publish(ctx, events.EventSubject(events.KindProvider, p.cfg.Provider), b, jetstream.WithMsgID(ev.ID)); err != nil {
 			p.cfg.Log.Warn("publish provider event", "err", err)
 		}
 	}

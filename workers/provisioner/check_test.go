@@ -37,9 +37,9 @@ func (a answering) Check(ctx context.Context) []providers.TargetStatus {
 	case <-ctx.Done():
 		return nil
 	}
-	reason := "Unreachable"
+	reason := providers.CheckUnreachable
 	if r {
-		reason = "Reachable"
+		reason = providers.CheckReachable
 	}
 	return []providers.TargetStatus{{Name: "h1", Address: "10.0.0.1:22", Ready: r, Reason: reason,
 		Message: strings.Repeat("x", 3000), Latency: 3 * time.Millisecond, Details: map[string]string{"version": "1"}}}

@@ -62,7 +62,7 @@ func (p *Provisioner) Sweep(ctx context.Context) error {
 // interval however many provisioners serve the host.
 func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 	ttl := max(p.cfg.GC.Interval*9/10, time.Second) // the server refuses TTLs under 1 s
-	if _, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.GCLockKey(p.cfg.Provider, host), p.cfg.Worker, "gc", ttl); err != nil {
+	if _, err := kvstore.AcquireLock(ctx, p.cfg.Buckets.JS, p.cfg.Buckets.Locks, events.GCLockKey(p.cfg.Provider, host), p.cfg.Worker, "gc", ttl); err != nil {
 		if errors.Is(err, kvstore.ErrLockHeld) {
 			return nil
 		}
@@ -152,7 +152,7 @@ func (p *Provisioner) isOrphan(inst providers.Instance, host string, live map[st
 // liveIdentities are the UIDs and instance names in proxy_status: every proxy the reconciler
 // has given an identity, including those being deleted (it deletes their instances itself).
 func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[string]bool, err error) {
-	entries, err := kvstore.Latest(ctx, p.cfg.Store.Status)
+	entries, err := kvstore.Latest(ctx, p.cfg.Buckets.Status)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -179,7 +179,7 @@ func (p *Provisioner) publishGC(ctx context.Context, d events.GCDeletion) {
 	b, _ := json.Marshal(ev)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if _, err := p.cfg.Store.JS.Publish(pctx, events.EventSubject(events.KindGC, p.cfg.Provider), b, jetstream.WithMsgID(ev.ID)); err != nil {
+	if _, err := p.cfg.Buckets.JS.Publish(pctx, events.EventSubject(events.KindGC, p.cfg.Provider), b, jetstream.WithMsgID(ev.ID)); err != nil {
 		p.cfg.Log.Warn("publish gc event", "err", err)
 	}
 }

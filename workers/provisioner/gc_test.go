@@ -47,7 +47,7 @@ func TestGCCollectsOnlyOldUnownedLeftovers(t *testing.T) {
 		}
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: fake.Catalog(), Installation: "inst",
-		Worker: "w1", Store: store, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Worker: "w1", Buckets: provisioner.BucketsOf(store), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		GC: provisioner.GC{Interval: time.Minute, MinAge: 10 * time.Minute}, Leftovers: leftovers})
 	if err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ func (p *Provisioner) bindHost(ctx context.Context, host string) (jetstream.Cons
 	stream, name := events.OpsStream(p.cfg.Provider), events.HostConsumer(host)
 	for attempt := 1; ; attempt++ {
 		bctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.CallBudget)
-		cons, err := p.cfg.Store.JS.Consumer(bctx, stream, name)
+		cons, err := p.cfg.Buckets.JS.Consumer(bctx, stream, name)
 		cancel()
 		switch {
 		case err == nil:

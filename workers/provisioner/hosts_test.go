@@ -45,7 +45,7 @@ func newRunRig(t *testing.T, hosts []string, declared ...string) *runRig {
 		fake: providertest.NewFake("fake", providers.Host{Name: "h1", MaxConcurrentOps: 2}, providers.Host{Name: "h2", MaxConcurrentOps: 1})}
 	r.declare(declared...)
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: r.fake, Catalog: r.fake.Catalog(), Hosts: hosts,
-		Installation: "inst", Worker: "w1", Store: store, Log: slog.New(recorder{r.logs}), Timings: testTimings})
+		Installation: "inst", Worker: "w1", Buckets: provisioner.BucketsOf(store), Log: slog.New(recorder{r.logs}), Timings: testTimings})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,8 +28,8 @@ type Config struct {
 	Catalog      providers.Catalog
 	Hosts        []string // hosts this process serves; empty means all of the catalog
 	Installation string
-	Worker       string // this process's identity, for locks and results
-	Store        *kvstore.Store
+	Worker       string  // this process's identity, for locks and results
+	Buckets      Buckets // BucketsOf(store)
 	Log          *slog.Logger
 	Timings      Timings
 	GC           GC
@@ -84,8 +84,8 @@ type Provisioner struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Provisioner, error) {
-	if cfg.Provider == "" || cfg.Backend == nil || cfg.Store == nil || cfg.Installation == "" {
-		return nil, errors.New("provisioner: provider, backend, store and installation are required")
+	if cfg.Provider == "" || cfg.Backend == nil || !cfg.Buckets.complete() || cfg.Installation == "" {
+		return nil, errors.New("provisioner: provider, backend, buckets and installation are required")
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -102,7 +102,7 @@ func New(cfg Config) (*Provisioner, error) {
 		}
 	}
 	cfg.Log = cfg.Log.With("role", "provisioner", "provider", cfg.Provider)
-	return &Provisioner{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing), attempts: &attempts{js: cfg.Store.JS}}, nil
+	return &Provisioner{cfg: cfg, tracer: tracing.Tracer(cfg.Tracing), attempts: &attempts{js: cfg.Buckets.JS}}, nil
 }
 
 // CatalogRecord is provider's catalog as provider_catalog holds it.
@@ -124,7 +124,7 @@ func CatalogRecord(provider string, c providers.Catalog, at time.Time) events.Ca
 // the all-in-one does. Against a shared NATS only the admin declares (`egressd setup`) and a
 // provisioner calls PublishCatalog alone.
 func (p *Provisioner) Setup(ctx context.Context, o kvstore.Options) error {
-	if err := kvstore.EnsureOps(ctx, p.cfg.Store.JS, p.cfg.Provider, HostConfigs(p.cfg.Catalog), o); err != nil {
+	if err := kvstore.EnsureOps(ctx, p.cfg.Buckets.JS, p.cfg.Provider, HostConfigs(p.cfg.Catalog), o); err != nil {
 		return err
 	}
 	return p.PublishCatalog(ctx)
@@ -142,7 +142,7 @@ func HostConfigs(c providers.Catalog) []kvstore.HostConfig {
 // PublishCatalog writes the provider's catalog (never secrets) to provider_catalog.
 func (p *Provisioner) PublishCatalog(ctx context.Context) error {
 	rec := CatalogRecord(p.cfg.Provider, p.cfg.Catalog, time.Now().UTC())
-	if _, err := kvstore.PutJSON(ctx, p.cfg.Store.Catalog, p.cfg.Provider, rec); err != nil {
+	if _, err := kvstore.PutJSON(ctx, p.cfg.Buckets.Catalog, p.cfg.Provider, rec); err != nil {
 		return fmt.Errorf("publish catalog of %s: %w", p.cfg.Provider, err)
 	}
 	return nil
@@ -209,7 +209,7 @@ func (p *Provisioner) handle(ctx context.Context, m jetstream.Msg) {
 	span.SetAttributes(opAttrs(op)...)
 	log := p.cfg.Log.With("proxy", op.Proxy, "op", op.Kind, "opId", op.ID, "delivery", delivered)
 
-	lock, err := kvstore.AcquireLock(ctx, p.cfg.Store.JS, p.cfg.Store.Locks, events.OpLockKey(op.Proxy), p.cfg.Worker, string(op.Kind), p.cfg.Timings.LockTTL)
+	lock, err := kvstore.AcquireLock(ctx, p.cfg.Buckets.JS, p.cfg.Buckets.Locks, events.OpLockKey(op.Proxy), p.cfg.Worker, string(op.Kind), p.cfg.Timings.LockTTL)
 	if err != nil {
 		// Another worker runs an op on this proxy (a redelivery racing a slow worker).
 		log.Debug("op lock busy", "err", err)
@@ -282,7 +282,7 @@ func (p *Provisioner) publishResult(ctx context.Context, res events.OpResult) er
 	subject := events.EventSubject(events.KindOpResult, res.Proxy)
 	span, h := p.startPublishResult(ctx, subject, ev.ID)
 	defer span.End()
-	_, err = p.cfg.Store.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: b, Header: nats.Header(h)}, jetstream.WithMsgID(ev.ID))
+	_, err = p.cfg.Buckets.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: b, Header: nats.Header(h)}, jetstream.WithMsgID(ev.ID))
 	return err
 }
 

@@ -39,7 +39,7 @@ func newRigWith(t *testing.T, backend providers.Provider, checks provisioner.Che
 		backend = r.fake
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: backend, Catalog: r.fake.Catalog(), Checks: checks,
-		Installation: "inst", Worker: "w1", Store: store, Timings: testTimings})
+		Installation: "inst", Worker: "w1", Buckets: provisioner.BucketsOf(store), Timings: testTimings})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,24 @@ func TestOpLockSerialisesAProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.publish(createOp(r, "p1", `{"provider":"fake"}`))
-	time.Sleep(time.Second)
+	// Redelivered means the worker took the op, met the lock and put it back: without the
+	// lock it would have run Create on that first delivery.
+	cons, err := r.store.JS.Consumer(context.Background(), events.OpsStream("fake"), events.HostConsumer("h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		info, err := cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumRedelivered > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the op was never delivered twice: %+v", info)
+		}
+	}
 	if n := r.fake.Calls("create"); n != 0 {
 		t.Fatalf("Create ran %d times while another worker held the lock", n)
 	}

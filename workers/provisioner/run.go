@@ -71,7 +71,7 @@ func (p *Provisioner) create(ctx context.Context, op events.Op) (*providers.Inst
 // request rebuilds the CreateRequest from the spec as it is now. Ops carry no user-data;
 // a spec that no longer hashes to the op's hash means a newer decision is on its way.
 func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.CreateRequest, string, error) {
-	raw, _, err := kvstore.Get(ctx, p.cfg.Store.Proxies, op.Proxy)
+	raw, _, err := kvstore.Get(ctx, p.cfg.Buckets.Proxies, op.Proxy)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		return providers.CreateRequest{}, "", &staleError{why: "the proxy was deleted"}
 	}
@@ -84,7 +84,7 @@ func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.Crea
 	}
 	userData := []byte(spec.CloudInit)
 	if spec.CloudInitRef != "" {
-		userData, _, err = kvstore.Get(ctx, p.cfg.Store.CloudInit, spec.CloudInitRef)
+		userData, _, err = kvstore.Get(ctx, p.cfg.Buckets.CloudInit, spec.CloudInitRef)
 		if err != nil {
 			return providers.CreateRequest{}, "", &staleError{why: "the cloud_init document is not readable"}
 		}

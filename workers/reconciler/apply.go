@@ -116,7 +116,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 // startStatus starts the status write of a decision: nothing when the status is unchanged,
 // a synchronous delete when it goes (rare: the end of a proxy), an async CAS otherwise.
 func (l *loop) startStatus(ctx context.Context, name string, old, st *events.ProxyStatus) (*kvstore.Pending, error) {
-	kv := l.r.cfg.Store.Status
+	kv := l.r.cfg.Buckets.Status
 	cur, had := l.statuses[name]
 	switch {
 	case st == nil && !had:
@@ -136,7 +136,7 @@ func (l *loop) startStatus(ctx context.Context, name string, old, st *events.Pro
 	if err != nil {
 		return nil, fmt.Errorf("encode status %s: %w", name, err)
 	}
-	p, err := kvstore.WriteAsync(l.r.cfg.Store.JS, kv, name, v, cur.rev)
+	p, err := kvstore.WriteAsync(l.r.cfg.Buckets.JS, kv, name, v, cur.rev)
 	if err != nil {
 		return nil, l.conflict(ctx, name, err)
 	}
@@ -160,7 +160,7 @@ func (l *loop) dropStaleHealth(ctx context.Context, name string) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 	defer cancel()
-	err := kvstore.DeleteAt(dctx, l.r.cfg.Store.Health, name, he.rev)
+	err := kvstore.DeleteAt(dctx, l.r.cfg.Buckets.Health, name, he.rev)
 	switch {
 	case err == nil, errors.Is(err, kvstore.ErrNotFound):
 		delete(l.health, name)
@@ -193,7 +193,7 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 	var st events.ProxyStatus
 	gctx, cancel := context.WithTimeout(ctx, kvstore.PublishAckBudget)
 	defer cancel()
-	rev, gerr := kvstore.GetJSON(gctx, l.r.cfg.Store.Status, name, &st)
+	rev, gerr := kvstore.GetJSON(gctx, l.r.cfg.Buckets.Status, name, &st)
 	switch {
 	case errors.Is(gerr, kvstore.ErrNotFound):
 		delete(l.statuses, name)
@@ -218,7 +218,7 @@ func (l *loop) startOp(ctx context.Context, op events.Op) pendingOp {
 	b, _ := json.Marshal(op)
 	ctx, span := l.sendOp(ctx, op)
 	m := &nats.Msg{Subject: events.OpSubject(op.Provider, op.Host, op.Proxy), Data: b, Header: nats.Header(tracing.Inject(ctx))}
-	f, err := l.r.cfg.Store.JS.PublishMsgAsync(m, jetstream.WithMsgID(op.MsgID()))
+	f, err := l.r.cfg.Buckets.JS.PublishMsgAsync(m, jetstream.WithMsgID(op.MsgID()))
 	return pendingOp{op: op, f: f, err: err, span: span}
 }
 

@@ -65,7 +65,6 @@ type decider struct {
 	now    time.Time
 	st     *events.ProxyStatus // nil until there is something to record
 	ops    []events.Op
-	events []events.Event
 	wake   time.Time
 	remove bool
 	bad    bool // the spec cannot be acted on
@@ -236,6 +235,13 @@ func (d *decider) managed() {
 		}
 		d.st.Teardown = ""
 	}
+	d.provision(host, hash)
+}
+
+// provision takes the next step of a proxy whose spec its instance may follow: create it,
+// deliver new credentials, give up on one that never got an address, or poll it.
+func (d *decider) provision(host, hash string) {
+	spec := d.in.Spec
 	auth := authHash(d.st.UID, spec.Auth)
 	if !d.mayExist() {
 		d.st.Provider, d.st.Host = spec.Provider, host

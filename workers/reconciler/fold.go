@@ -12,7 +12,7 @@ import (
 )
 
 // Folding an op's result into the status: what the provider answered, the instance it
-// observed, and the address it gave the proxy (docs/architecture.md, "Folding op results").
+// observed, and the address it gave the proxy (docs/lifecycle.md, "Folding op results").
 
 // fold applies an op result to the status.
 func (d *decider) fold(r *events.OpResult) {

@@ -25,7 +25,7 @@ import (
 
 // Config of the reconciler.
 type Config struct {
-	Store        *kvstore.Store
+	Buckets      Buckets // BucketsOf(store)
 	Installation string
 	Holder       string // this process's identity in the leader lock
 	Policy       Policy
@@ -46,8 +46,8 @@ type Reconciler struct {
 
 // New checks the config; it does no I/O.
 func New(cfg Config) (*Reconciler, error) {
-	if cfg.Store == nil || cfg.Installation == "" || cfg.Holder == "" {
-		return nil, errors.New("reconciler: store, installation and holder are required")
+	if !cfg.Buckets.complete() || cfg.Installation == "" || cfg.Holder == "" {
+		return nil, errors.New("reconciler: buckets, installation and holder are required")
 	}
 	if cfg.Policy == (Policy{}) {
 		cfg.Policy = DefaultPolicy()
@@ -70,7 +70,7 @@ func New(cfg Config) (*Reconciler, error) {
 
 // Run blocks until ctx ends, reconciling whenever this process is the leader.
 func (r *Reconciler) Run(ctx context.Context) error {
-	l := &workers.Leader{JS: r.cfg.Store.JS, Locks: r.cfg.Store.Locks, Key: events.LockLeaderReconciler,
+	l := &workers.Leader{JS: r.cfg.Buckets.JS, Locks: r.cfg.Buckets.Locks, Key: events.LockLeaderReconciler,
 		Holder: r.cfg.Holder, TTL: r.cfg.LeaderTTL, Log: r.cfg.Log}
 	return l.Run(ctx, r.lead)
 }
@@ -114,7 +114,7 @@ type loop struct {
 const consumerName = "reconciler"
 
 func (r *Reconciler) lead(ctx context.Context) error {
-	s := r.cfg.Store
+	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
 		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
@@ -122,37 +122,23 @@ func (r *Reconciler) lead(ctx context.Context) error {
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
-	watch := func(kv jetstream.KeyValue) (jetstream.KeyWatcher, error) {
-		return kv.WatchAll(ctx)
-	}
-	specW, err := watch(s.Proxies)
-	if err != nil {
-		return fmt.Errorf("watch proxies: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(specW) }()
-	ciW, err := watch(s.CloudInit)
-	if err != nil {
-		return fmt.Errorf("watch cloud_init: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(ciW) }()
-	catW, err := watch(s.Catalog)
-	if err != nil {
-		return fmt.Errorf("watch provider_catalog: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(catW) }()
-	healthW, err := watch(s.Health)
-	if err != nil {
-		return fmt.Errorf("watch proxy_health: %w", err)
-	}
-	defer func() { _ = kvstore.StopWatch(healthW) }()
-	for _, w := range []struct {
-		w     jetstream.KeyWatcher
+	// The catalog and the cloud-init documents first, so that the specs are judged with them.
+	var watches [4]*kvstore.Watch
+	for i, w := range []struct {
+		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry) []string
-	}{{catW, l.applyCatalog}, {ciW, l.applyCloudInit}, {specW, l.applySpec}, {healthW, l.applyHealth}} {
-		if err := initial(ctx, w.w, w.apply); err != nil {
+	}{{s.Catalog, l.applyCatalog}, {s.CloudInit, l.applyCloudInit}, {s.Proxies, l.applySpec}, {s.Health, l.applyHealth}} {
+		kw, err := kvstore.WatchBucket(ctx, w.kv)
+		if err != nil {
 			return err
 		}
+		defer func() { _ = kw.Stop() }()
+		if err := kw.SyncInitial(ctx, func(e jetstream.KeyValueEntry) { w.apply(e) }); err != nil {
+			return err
+		}
+		watches[i] = kw
 	}
+	catW, ciW, specW, healthW := watches[0], watches[1], watches[2], watches[3]
 
 	results := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -190,7 +176,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 
 // sources is what the leader waits on.
 type sources struct {
-	spec, cloudInit, catalog, health jetstream.KeyWatcher
+	spec, cloudInit, catalog, health *kvstore.Watch
 	results                          <-chan jetstream.Msg
 	resultsEnded                     <-chan error // the results consumer ended for good
 	tick                             <-chan time.Time
@@ -239,7 +225,7 @@ func (l *loop) gather(ctx context.Context, src sources) (*batch, error) {
 type received struct {
 	none   bool // poll: nothing buffered
 	done   bool // ctx ended
-	from   string
+	from   *kvstore.Watch
 	entry  jetstream.KeyValueEntry
 	closed bool
 	msg    jetstream.Msg
@@ -252,13 +238,13 @@ func wait(ctx context.Context, src sources) received {
 	case <-ctx.Done():
 		return received{done: true}
 	case e, ok := <-src.spec.Updates():
-		return received{from: events.BucketProxies, entry: e, closed: !ok}
+		return received{from: src.spec, entry: e, closed: !ok}
 	case e, ok := <-src.cloudInit.Updates():
-		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+		return received{from: src.cloudInit, entry: e, closed: !ok}
 	case e, ok := <-src.catalog.Updates():
-		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
-		return received{from: events.BucketHealth, entry: e, closed: !ok}
+		return received{from: src.health, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -271,13 +257,13 @@ func wait(ctx context.Context, src sources) received {
 func poll(src sources) received {
 	select {
 	case e, ok := <-src.spec.Updates():
-		return received{from: events.BucketProxies, entry: e, closed: !ok}
+		return received{from: src.spec, entry: e, closed: !ok}
 	case e, ok := <-src.cloudInit.Updates():
-		return received{from: events.BucketCloudInit, entry: e, closed: !ok}
+		return received{from: src.cloudInit, entry: e, closed: !ok}
 	case e, ok := <-src.catalog.Updates():
-		return received{from: events.BucketCatalog, entry: e, closed: !ok}
+		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
-		return received{from: events.BucketHealth, entry: e, closed: !ok}
+		return received{from: src.health, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -295,7 +281,8 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 	case got.done:
 		return ctx.Err()
 	case got.closed:
-		return fmt.Errorf("%s watch closed", got.from)
+		_, err := got.from.Take(nil, false)
+		return err
 	case got.err != nil:
 		return got.err
 	case got.tick:
@@ -304,7 +291,7 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 		l.takeResult(b, got.msg)
 	default:
 		var affected []string
-		switch got.from {
+		switch got.from.Bucket() {
 		case events.BucketProxies:
 			affected = l.applySpec(got.entry)
 		case events.BucketCloudInit:
@@ -342,48 +329,13 @@ func (l *loop) takeBacklog(b *batch) {
 	}
 }
 
-// initial applies a watch's initial values, up to the nil marker that ends them.
-func initial(ctx context.Context, w jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry) []string) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("watch closed during initial sync")
-			}
-			if e == nil {
-				return nil
-			}
-			apply(e)
-		}
-	}
-}
-
-// loadStatuses reads every status at once (kvstore.Latest: one watch, read to the stream's
-// last sequence, stopped on every return) rather than a key list and a Get per key.
-func (l *loop) loadStatuses(ctx context.Context) error {
-	entries, err := kvstore.Latest(ctx, l.r.cfg.Store.Status)
-	if err != nil {
-		return fmt.Errorf("read statuses: %w", err)
-	}
-	for k, e := range entries {
-		var st events.ProxyStatus
-		if err := json.Unmarshal(e.Value(), &st); err != nil {
-			return fmt.Errorf("read status %s: %w", k, err)
-		}
-		l.statuses[k] = statusEntry{st: st, rev: e.Revision()}
-	}
-	return nil
-}
-
 // consumeResults starts the goroutines that feed op results to out. When the results
 // consumer ends for good (deleted with its stream or by hand, or the connection closed), the
 // returned channel carries why: the leader then steps down with that error and the next
 // leadership (this process's or a standby's) declares the consumer again, so the system keeps
 // converging instead of leading on without results.
 func (l *loop) consumeResults(ctx context.Context, wg *sync.WaitGroup, out chan<- jetstream.Msg) (<-chan error, error) {
-	js := l.r.cfg.Store.JS
+	js := l.r.cfg.Buckets.JS
 	cons, err := js.CreateOrUpdateConsumer(ctx, events.StreamEvents, jetstream.ConsumerConfig{
 		Durable:       consumerName,
 		Description:   "op results folded into status by the leading reconciler",
@@ -441,114 +393,6 @@ func (l *loop) republishInFlight(ctx context.Context) {
 			l.publishOp(ctx, OpFor(name, e.st))
 		}
 	}
-}
-
-func (l *loop) names() map[string]struct{} {
-	n := map[string]struct{}{}
-	for k := range l.specs {
-		n[k] = struct{}{}
-	}
-	for k := range l.statuses {
-		n[k] = struct{}{}
-	}
-	for k := range l.health {
-		n[k] = struct{}{} // a record of a proxy that is gone is decided on, and so removed
-	}
-	return n
-}
-
-func (l *loop) applySpec(e jetstream.KeyValueEntry) []string {
-	if e == nil {
-		return nil
-	}
-	if e.Operation() == jetstream.KeyValuePut {
-		se := specEntry{raw: e.Value(), rev: e.Revision()}
-		if se.err = schemas.ValidName(e.Key()); se.err != nil {
-			se.err = &schemas.FieldError{Field: "name", Problem: se.err.Error()}
-		} else if spec, err := schemas.ParseProxySpec(se.raw); err != nil {
-			se.err = err
-		} else {
-			se.spec = &spec
-		}
-		l.specs[e.Key()] = se
-	} else {
-		delete(l.specs, e.Key())
-	}
-	return []string{e.Key()}
-}
-
-func (l *loop) applyCloudInit(e jetstream.KeyValueEntry) []string {
-	if e == nil {
-		return nil
-	}
-	if e.Operation() == jetstream.KeyValuePut {
-		l.cloudInit[e.Key()] = e.Value()
-	} else {
-		delete(l.cloudInit, e.Key())
-	}
-	var affected []string
-	for name, s := range l.specs {
-		// A cheap pre-filter; reconcile parses the spec properly.
-		if strings.Contains(string(s.raw), `"`+e.Key()+`"`) {
-			affected = append(affected, name)
-		}
-	}
-	return affected
-}
-
-func (l *loop) applyHealth(e jetstream.KeyValueEntry) []string {
-	if e == nil {
-		return nil
-	}
-	var h events.ProxyHealth
-	var was *events.ProxyHealth
-	if old, ok := l.health[e.Key()]; ok {
-		was = &old.h
-	}
-	if e.Operation() != jetstream.KeyValuePut || json.Unmarshal(e.Value(), &h) != nil {
-		delete(l.health, e.Key()) // expired: nobody probes it, so its health is unknown
-		if was == nil {
-			return nil
-		}
-		return []string{e.Key()}
-	}
-	l.health[e.Key()] = healthEntry{h: h, rev: e.Revision()}
-	if sameVerdict(was, &h) && l.aboutStatus(e.Key(), &h) {
-		return nil // a probe like the last one: nothing to decide again
-	}
-	return []string{e.Key()}
-}
-
-// aboutStatus reports whether a health record is about the proxy's instance as its stored
-// status has it; one that is not is decided on, so dropStaleHealth removes it.
-func (l *loop) aboutStatus(name string, h *events.ProxyHealth) bool {
-	cur, ok := l.statuses[name]
-	return ok && h.About(cur.st.Address(), cur.st.AddressAt)
-}
-
-func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
-	if e == nil {
-		return nil
-	}
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(l.catalog, e.Key())
-	} else {
-		var rec events.CatalogRecord
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			l.log.Warn("unreadable catalog", "provider", e.Key(), "err", err)
-			return nil
-		}
-		var info ProviderInfo
-		for _, h := range rec.Hosts {
-			info.Hosts = append(info.Hosts, h.Name)
-		}
-		l.catalog[e.Key()] = info
-	}
-	var all []string
-	for n := range l.names() {
-		all = append(all, n)
-	}
-	return all
 }
 
 // takeResult adds an op result to fold, or keeps it for the next batch when this one

@@ -28,7 +28,7 @@ func (l *loop) spreadLeaseLeaders(ctx context.Context, every time.Duration) {
 		case <-t.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, every)
-		leaders, moved, err := kvstore.SpreadLeaseLeaders(cctx, l.r.cfg.Store.JS, l.r.cfg.Store.Leases)
+		leaders, moved, err := kvstore.SpreadLeaseLeaders(cctx, l.r.cfg.Buckets.JS, l.r.cfg.Buckets.Leases)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() != nil:

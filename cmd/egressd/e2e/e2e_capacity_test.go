@@ -10,7 +10,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats.go"
 )
 
@@ -101,7 +100,7 @@ func TestLeaseCapacityAcrossThreeLeaserProcesses(t *testing.T) {
 	}
 	// No client action: the server expires every slot after the TTL.
 	waitUntil(t, "every slot to expire", burstTTL+30*time.Second, func() (bool, string) {
-		counts, err := leaser.ActiveLeases(ctx, store.Leases)
+		counts, err := store.Leases.Held(ctx)
 		if err != nil {
 			return false, err.Error()
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/readside/fleet"
 )
 
 // TestLifecycleSurvivesLeaseFlood runs the real binary with a small lease stream cap (the
@@ -95,7 +96,7 @@ func TestLifecycleSurvivesLeaseFlood(t *testing.T) {
 	if out := n.egressd("events", "--kind", "lease", "-f=false", "--since", "1h"); !strings.Contains(out, "released") {
 		t.Errorf("events --kind lease shows no release:\n%.2000s", out)
 	}
-	counts, err := kvstore.CountLeaseEvents(t.Context(), js, time.Now().Add(-time.Hour), time.Time{})
+	counts, err := fleet.CountLeaseEvents(t.Context(), js, time.Now().Add(-time.Hour), time.Time{})
 	if err != nil || len(counts) == 0 {
 		t.Fatalf("lease counts: %v %v", counts, err)
 	}

@@ -246,7 +246,7 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		held, err := leaser.ActiveLeases(ctx, store.Leases)
+		held, err := store.Leases.Held(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,7 +41,7 @@ func newInstallation(t *testing.T, id, stateDir string, net int, minAge time.Dur
 		t.Fatal(err)
 	}
 	p, err := provisioner.New(provisioner.Config{Provider: "local", Backend: prov, Catalog: prov.Catalog(), Installation: id,
-		Worker: id, Store: store, Log: log, GC: provisioner.GC{Interval: time.Second, MinAge: minAge}})
+		Worker: id, Buckets: provisioner.BucketsOf(store), Log: log, GC: provisioner.GC{Interval: time.Second, MinAge: minAge}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -164,7 +164,7 @@ func TestSoak(t *testing.T) {
 	// reply was lost (a failure) may have happened too, and so may the acquire each crawler
 	// was making when the load ended.
 	waitUntil(t, "the lease statistics count every cycle", soakStatsInterval+time.Minute, func() (bool, string) {
-		sums, err := kvstore.SumLeaseStats(t.Context(), js, start.Add(-time.Minute), time.Time{}, kvstore.ByTarget)
+		sums, err := fleet.SumLeaseStats(t.Context(), js, start.Add(-time.Minute), time.Time{}, fleet.ByTarget)
 		if err != nil {
 			return false, err.Error()
 		}

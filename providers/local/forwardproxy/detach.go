@@ -84,12 +84,19 @@ func detach(ctx context.Context, o *options, args []string, stderr io.Writer) in
 		return ExitFailure
 	}
 
+	return awaitReady(ctx, cmd, r, o.readyTimeout, stderr)
+}
+
+// awaitReady waits for the proxy's first line on the ready pipe r: "ready", or "error …"
+// when it could not start. A proxy that says neither within timeout, or whose start is
+// abandoned, is killed and reaped.
+func awaitReady(ctx context.Context, cmd *exec.Cmd, r io.Reader, timeout time.Duration, stderr io.Writer) int {
 	lines := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(r).ReadString('\n')
 		lines <- strings.TrimSpace(line)
 	}()
-	timer := time.NewTimer(o.readyTimeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case line := <-lines:
@@ -105,7 +112,7 @@ func detach(ctx context.Context, o *options, args []string, stderr io.Writer) in
 		fmt.Fprintln(stderr, "forward-proxy:", msg)
 		return childExitCode(err)
 	case <-timer.C:
-		fmt.Fprintf(stderr, "forward-proxy: not listening after %s\n", o.readyTimeout)
+		fmt.Fprintf(stderr, "forward-proxy: not listening after %s\n", timeout)
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "forward-proxy: start abandoned")
 	}

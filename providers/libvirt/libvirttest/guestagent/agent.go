@@ -67,8 +67,8 @@ func genericError(format string, args ...any) error {
 	return &qgaError{Class: "GenericError", Desc: fmt.Sprintf(format, args...)}
 }
 
-// noReply is returned by a command that, like qemu-ga's guest-shutdown, sends nothing back.
-var noReply = errors.New("no reply")
+// errNoReply is returned by a command that, like qemu-ga's guest-shutdown, sends nothing back.
+var errNoReply = errors.New("no reply")
 
 // commands lists what this agent supports, for guest-info and dispatch.
 var commands = []string{
@@ -97,7 +97,7 @@ func (a *agent) serve(rw io.ReadWriter) error {
 			ret, runAfter, err := a.dispatch(req)
 			after = runAfter
 			switch {
-			case errors.Is(err, noReply):
+			case errors.Is(err, errNoReply):
 				reply = nil
 			case err != nil:
 				var qe *qgaError
@@ -233,7 +233,7 @@ func (a *agent) dispatch(req request) (ret any, after func(), err error) {
 			return nil, nil, genericError("guest-shutdown: unknown mode %q", a2.Mode)
 		}
 		// Like qemu-ga, no reply: the host treats the guest going away as success.
-		return nil, func() { a.shutdown(a2.Mode) }, noReply
+		return nil, func() { a.shutdown(a2.Mode) }, errNoReply
 	case "guest-file-open":
 		return a.fileOpen(args)
 	case "guest-file-read":

@@ -34,7 +34,7 @@ func main() {
 			time.Sleep(time.Second)
 			continue
 		}
-		if err := a.serve(f); err != nil && !errors.Is(err, io.EOF) {
+		if err := a.serve(f); !errors.Is(err, io.EOF) { // serve returns only when reading fails
 			log.Printf("%s: %v", *port, err)
 		}
 		a.closeFiles()

@@ -1,0 +1,139 @@
+package reconciler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// configCases are the rows of TestDecide about specs the reconciler refuses, providers and zones, one op in flight, addresses.
+func configCases(p Policy) []decideCase {
+	return []decideCase{
+		{"invalid spec: Invalid naming the problem, nothing done", func(t *testing.T) Input {
+			in := input(t, nil, running(spec(t, base)), t0)
+			in.SpecErr = errors.New("port: must be between 1 and 65535, got 0")
+			return in
+		}, decideWant{phase: events.PhaseInvalid, reason: events.ReasonInvalidSpec, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "port") || d.Status.InstanceID != "local/x" {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"unknown provider is Invalid", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"nope"}`), nil, t0)
+		}, decideWant{phase: events.PhaseInvalid, reason: events.ReasonUnknownProvider, check: func(t *testing.T, d Decision) {
+			if !strings.HasPrefix(d.Status.Message, "provider:") || !strings.Contains(d.Status.Message, "local") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+		}}},
+		{"a removed provider: Invalid naming provider, its instance left alone", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, decideWant{phase: events.PhaseInvalid, reason: events.ReasonProviderRemoved, check: func(t *testing.T, d Decision) {
+			m := d.Status.Message
+			if !strings.HasPrefix(m, `provider: "local" is no longer configured (known: kvm)`) || !strings.Contains(m, "127.0.0.2:3128") ||
+				!strings.Contains(m, "left alone, unmanaged") || d.Status.InstanceID != "local/x" || d.Status.IP != "127.0.0.2" {
+				t.Errorf("status %+v", d.Status)
+			}
+			if len(d.Events) != 1 || d.Events[0].Reason != events.ReasonProviderRemoved || d.Events[0].Message != m {
+				t.Errorf("events %+v", d.Events)
+			}
+		}}},
+		{"a removed provider's proxy deleted: its instance left alone, no op nobody would run", func(t *testing.T) Input {
+			in := input(t, nil, running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, decideWant{phase: events.PhaseDeleting, reason: events.ReasonProviderRemoved, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "unmanaged") || d.Status.InstanceID != "local/x" {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"moved off a removed provider: the old instance is left alone, not deleted", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
+			delete(in.Catalog, "local")
+			return in
+		}, decideWant{phase: events.PhaseReplacing, reason: events.ReasonProviderRemoved}},
+		{"the provider configured again: the instance is managed again", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.Phase, st.Reason, st.Message = events.PhaseInvalid, events.ReasonProviderRemoved, "provider: ..."
+			return input(t, spec(t, base), st, t0.Add(2*time.Minute))
+		}, decideWant{phase: events.PhaseRunning, ops: []events.OpKind{events.OpGet}}},
+		{"a fixed spec recovers from Invalid", func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseInvalid, Reason: events.ReasonUnknownProvider, Message: "provider: ..."}
+			return input(t, spec(t, base), st, t0)
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
+		{"unknown zone is Invalid naming placement.zone", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"kvm","placement":{"zone":"c"}}`), nil, t0)
+		}, decideWant{phase: events.PhaseInvalid, reason: events.ReasonInvalidPlacement, check: func(t *testing.T, d Decision) {
+			if !strings.HasPrefix(d.Status.Message, "placement.zone:") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+		}}},
+		{"zone picks the host", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"kvm","placement":{"zone":"b"}}`), nil, t0)
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			if d.Ops[0].Host != "b" || d.Ops[0].Provider != "kvm" {
+				t.Errorf("op %+v", d.Ops[0])
+			}
+		}}},
+		{"missing cloud_init document waits", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","cloudInitRef":"squid"}`), nil, t0)
+			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonCloudInitNotFound}},
+		{"only one op in flight: a replacement waits for the get", func(t *testing.T) Input {
+			return input(t, spec(t, `{"provider":"local","port":8080}`), withOp(running(spec(t, base)), events.OpGet, t0), t0.Add(time.Second))
+		}, decideWant{phase: events.PhaseReplacing, check: func(t *testing.T, d Decision) {
+			if d.Status.Op == nil || d.Status.Op.ID != "op1" || !d.Wake.Equal(t0.Add(p.OpTimeout)) {
+				t.Errorf("op %+v wake %v", d.Status.Op, d.Wake)
+			}
+		}}},
+		{"an op without result is issued again after the op timeout", func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
+			return input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0.Add(p.OpTimeout))
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			if d.Status.Op.ID == "op1" || d.Status.LastError == nil {
+				t.Errorf("op %+v lastError %+v", d.Status.Op, d.Status.LastError)
+			}
+		}}},
+		{"a result for another op is ignored", func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, events.ClassNotFound, nil)
+			in.Result.OpID = "other"
+			return in
+		}, decideWant{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
+			if d.Status.Op == nil || d.Status.InstanceID == "" {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"a stale create is issued again for the current spec", func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0}
+			in := input(t, spec(t, base), withOp(st, events.OpCreate, t0), t0)
+			in.Result = result(events.OpCreate, events.ClassStale, nil)
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
+		{"one read without an address keeps the address", func(t *testing.T) Input {
+			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
+			return in
+		}, decideWant{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
+			if d.Status.IP == "" || d.Status.AddrMisses != 1 {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+		{"repeated reads without an address drop it", func(t *testing.T) Input {
+			st := withOp(running(spec(t, base)), events.OpGet, t0)
+			st.AddrMisses = p.AddrMissLimit - 1
+			in := input(t, spec(t, base), st, t0)
+			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, reason: events.ReasonAddressLost, check: func(t *testing.T, d Decision) {
+			if d.Status.IP != "" || !d.Status.ProvisionAt.Equal(t0) {
+				t.Errorf("status %+v", d.Status)
+			}
+		}}},
+	}
+}
