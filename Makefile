@@ -43,18 +43,18 @@ test: tools fmt-check vet lint
 
 # Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
 FUZZTIME ?= 30s
-FUZZ := ./events:FuzzParseSlotKey ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser/httpface:FuzzHTTPFaceInput ./workers/leaser:FuzzHTTPAcquireHolder ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./readside/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd:FuzzParseConfig ./cmd/egressd:FuzzCheckDocument ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
+FUZZ := ./events:FuzzParseSlotKey ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser/httpface:FuzzHTTPFaceInput ./workers/leaser:FuzzHTTPAcquireHolder ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./readside/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd/internal/config:FuzzParseConfig ./cmd/egressd:FuzzCheckDocument ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
 
 # The three-node cluster tests (docs/reliability.md) at CI size, with their figures printed.
 cluster: tools
-	$(GO) test -race -count=1 -timeout 20m -run '^TestCluster' -v ./cmd/egressd
+	$(GO) test -race -count=1 -timeout 20m -run '^TestCluster' -v ./cmd/egressd/e2e
 
 # The full chaos run: 500 lifecycle changes on 50 proxies, at least 100 role kills.
 chaos: tools
-	EGRESSD_CHAOS=full $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./cmd/egressd
+	EGRESSD_CHAOS=full $(GO) test -count=1 -timeout 60m -run '^TestClusterChaos$$' -v ./cmd/egressd/e2e
 
 # The soak (docs/reliability.md): issue 15's run, 50 local proxies and 4 crawlers leasing and
 # releasing for SOAK_DURATION, sampled every 30 s into a table (RSS, heap, goroutines, fds,
@@ -62,7 +62,7 @@ chaos: tools
 SOAK_DURATION ?= 5m
 soak: tools
 	EGRESSD_SOAK=full EGRESSD_SOAK_DURATION=$(SOAK_DURATION) EGRESSD_SOAK_PROFILES=$(BIN)/soak \
-	  $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/egressd
+	  $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/egressd/e2e
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

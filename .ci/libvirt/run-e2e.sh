@@ -91,7 +91,7 @@ watch_host() {
 t=$(now)
 : >"$WORK/e2e-test.log"
 "${NSENTER[@]}" --wd="$PWD" -- env CGO_ENABLED=0 GOPROXY=off EGRESSD_LIBVIRT_E2E="$WORK/env" \
-  go test -count=1 -timeout 30m -run '^TestLibvirtEndToEnd$' -v ./cmd/egressd >"$WORK/e2e-test.log" 2>&1 &
+  go test -count=1 -timeout 30m -run '^TestLibvirtEndToEnd$' -v ./cmd/egressd/e2e >"$WORK/e2e-test.log" 2>&1 &
 test_pid=$!
 watch_host "$test_pid" &
 watch_pid=$!

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"slices"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +24,7 @@ import (
 // republished meanwhile (it is still running somewhere with an older config) stays, and the
 // next setup decides again. The reconciler then turns the specs that name a removed provider
 // Invalid and leaves their instances alone.
-func pruneCatalog(ctx context.Context, kv jetstream.KeyValue, cfg fileConfig) ([]string, error) {
+func pruneCatalog(ctx context.Context, kv jetstream.KeyValue, cfg config.File) ([]string, error) {
 	declared := make([]string, 0, len(cfg.Providers))
 	for _, pc := range cfg.Providers {
 		declared = append(declared, pc.Name)
@@ -52,7 +54,7 @@ func pruneCatalog(ctx context.Context, kv jetstream.KeyValue, cfg fileConfig) ([
 
 // pruneCatalogLogged is pruneCatalog for the all-in-one, whose embedded server holds the
 // whole installation and whose config is all of it.
-func pruneCatalogLogged(ctx context.Context, s *kvstore.Store, cfg fileConfig, log *slog.Logger) error {
+func pruneCatalogLogged(ctx context.Context, s *kvstore.Store, cfg config.File, log *slog.Logger) error {
 	removed, err := pruneCatalog(ctx, s.Catalog, cfg)
 	for _, name := range removed {
 		log.Warn("provider removed from the catalog: no longer configured; its instances are left alone", "provider", name)

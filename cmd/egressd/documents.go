@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
@@ -134,7 +136,7 @@ func docName(path string) string {
 // config would publish. Their hosts are known only once a provisioner publishes them, so
 // zones are not checked.
 func configCatalog(path string) (schemas.Catalog, error) {
-	cfg, err := loadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
 	}

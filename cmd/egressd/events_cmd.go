@@ -50,25 +50,10 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "egressd events:", err)
 		return 1
 	}
-	var srcs []*eventSource
-	start := time.Now().Add(-*since) // one start for both streams
-	for stream, filters := range eventFilters(*kind, *proxy) {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
-		if *since > 0 {
-			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
-		} else {
-			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
-		}
-		cons, err := js.OrderedConsumer(ctx, stream, cfg)
-		if err != nil {
-			hint := ""
-			if errors.Is(err, jetstream.ErrStreamNotFound) {
-				hint = " (has `egressd setup` of this version run?)"
-			}
-			fmt.Fprintf(stderr, "egressd events: %s: %v%s\n", stream, err, hint)
-			return 1
-		}
-		srcs = append(srcs, &eventSource{stream: stream, cons: cons, caught: *since <= 0})
+	srcs, err := openEventSources(ctx, js, *kind, *proxy, *since)
+	if err != nil {
+		fmt.Fprintln(stderr, "egressd events:", err)
+		return 1
 	}
 	var mu sync.Mutex // one line at a time once the sources are followed side by side
 	show := func(m jetstream.Msg) {
@@ -102,6 +87,31 @@ func eventsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	return 0
+}
+
+// openEventSources makes one ordered consumer per event stream the filters reach, all from
+// the same start (since ago; 0: only new events).
+func openEventSources(ctx context.Context, js jetstream.JetStream, kind, proxy string, since time.Duration) ([]*eventSource, error) {
+	var srcs []*eventSource
+	start := time.Now().Add(-since) // one start for both streams
+	for stream, filters := range eventFilters(kind, proxy) {
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+		if since > 0 {
+			cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+		} else {
+			cfg.DeliverPolicy = jetstream.DeliverNewPolicy
+		}
+		cons, err := js.OrderedConsumer(ctx, stream, cfg)
+		if err != nil {
+			hint := ""
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				hint = " (has `egressd setup` of this version run?)"
+			}
+			return nil, fmt.Errorf("%s: %w%s", stream, err, hint)
+		}
+		srcs = append(srcs, &eventSource{stream: stream, cons: cons, caught: since <= 0})
+	}
+	return srcs, nil
 }
 
 // eventSource is one event stream read by `egressd events`: its ordered consumer, the

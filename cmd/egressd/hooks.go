@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
@@ -36,6 +38,11 @@ func (h *providerHooks) get() (*kvstore.Store, string, *slog.Logger) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.store, h.holder, h.log
+}
+
+// forProviders is the hooks as the provider registry hands them on.
+func (h *providerHooks) forProviders() *config.Hooks {
+	return &config.Hooks{Lock: h.lock, Progress: h.progress}
 }
 
 // hookLockTTL is how long a hook lock outlives a holder that died; it is renewed while held.
@@ -86,14 +93,8 @@ func (h *providerHooks) lock(ctx context.Context, key string) (func(), error) {
 	}, nil
 }
 
-// progress is a long provider task's progress (an image download or upload).
-type progress struct {
-	Provider, Host, Image, Phase string
-	Done, Total                  int64
-}
-
 // progress publishes a progress event; providers call it at most about once a second.
-func (h *providerHooks) progress(p progress) {
+func (h *providerHooks) progress(p config.Progress) {
 	store, _, log := h.get()
 	if store == nil {
 		return

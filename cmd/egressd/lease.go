@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,11 @@ this command is not renewed: renew it, or let it expire. For shell scripts:
   curl -x "$(egressd lease acquire --target example.com --url-only)" https://example.com/
   id=$(egressd lease acquire --target example.com --id-only)   # then renew, report, release --id "$id"
 `
+
+// leaseSubcommands are the lease subcommands that talk to the lease service, in the order the
+// usage text lists them; leaseCmd refuses any other (token, which only writes a token, is
+// dispatched before them).
+var leaseSubcommands = []string{"acquire", "renew", "release", "report"}
 
 // cliRetryBudget is how long egressd lease tries a request again while no lease service
 // answers (and, for renew and release, after a timeout or an internal error).
@@ -68,39 +74,12 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if sub == "token" {
 		return leaseTokenCmd(args[1:], stdout, stderr)
 	}
-	var f leaseFlags
-	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&f.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
-	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "budget for connecting and the request")
-	switch sub {
-	case "acquire":
-		fs.StringVar(&f.selector, "selector", "", "attributes the proxy must have, k=v,k=v")
-		fs.StringVar(&f.target, "target", "", "the site to crawl; proxies cooling down for it are skipped")
-		fs.Var(&f.ttl, "ttl", "lease TTL: a duration (5m) or seconds (300); default the service's (5m)")
-		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
-		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
-		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
-		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
-		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
-		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
-		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
-		fs.BoolVar(&f.idOnly, "id-only", false, "print only the lease ID, for a script's later renew, report or release")
-	case "renew":
-		fs.StringVar(&f.id, "id", "", "lease ID (required)")
-		fs.Var(&f.ttl, "ttl", "new TTL: a duration or seconds; default the lease's own")
-	case "release":
-		fs.StringVar(&f.id, "id", "", "lease ID (required)")
-	case "report":
-		fs.StringVar(&f.id, "id", "", "lease ID (required)")
-		fs.StringVar(&f.result, "result", "", "ok, blocked or failed (required)")
-		fs.StringVar(&f.target, "target", "", "the site that blocked the proxy (required for blocked)")
-		fs.Var(&f.cooldown, "cooldown", "cooldown: a duration or seconds; default the service's (10m blocked, 5m failed)")
-		fs.BoolVar(&f.release, "release", false, "release the lease too")
-	default:
+	if !slices.Contains(leaseSubcommands, sub) {
 		fmt.Fprintf(stderr, "egressd lease: unknown subcommand %q\n\n%s", sub, leaseUsage)
 		return 2
 	}
+	var f leaseFlags
+	fs := leaseFlagSet(sub, &f, stderr)
 	if code, ok := parseFlags(fs, args[1:]); !ok {
 		return code
 	}
@@ -137,36 +116,50 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	// without waiting out the whole --timeout.
 	c := client.New(nc, client.WithRequestTimeout(f.timeout), client.WithRetryBudget(cliRetryBudget))
 
-	var reply any
+	reply, code, done := leaseCall(ctx, c, sub, &f, selector, stdout, stderr)
+	if done {
+		return code
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		return fail(stderr, sub, err)
+	}
+	fmt.Fprintln(stdout, string(b))
+	return 0
+}
+
+// leaseCall makes the request of lease sub and returns the service's reply to print, or
+// (done) the exit code of a command that printed what it had to or failed.
+func leaseCall(ctx context.Context, c *client.Client, sub string, f *leaseFlags, selector map[string]string, stdout, stderr io.Writer) (reply any, code int, done bool) {
 	switch sub {
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
 			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon),
 			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode)})
 		if err != nil {
-			return fail(stderr, sub, leaseErr(err))
+			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
 		switch {
 		case f.urlOnly:
 			fmt.Fprintln(stdout, g.URL)
-			return 0
+			return nil, 0, true
 		case f.idOnly:
 			fmt.Fprintln(stdout, g.ID)
-			return 0
+			return nil, 0, true
 		}
-		reply = wrapGrant(g)
+		return wrapGrant(g), 0, false
 	case "renew":
 		g, err := c.Renew(ctx, f.id, f.ttl.d)
 		if err != nil {
-			return fail(stderr, sub, leaseErr(err))
+			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
-		reply = wrapGrant(g)
+		return wrapGrant(g), 0, false
 	case "release":
 		r, err := c.ReleaseReply(ctx, f.id)
 		if err != nil {
-			return fail(stderr, sub, leaseErr(err))
+			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
-		reply = r
+		return r, 0, false
 	case "report":
 		var opts []client.ReportOption
 		if f.cooldown.d > 0 {
@@ -177,16 +170,45 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		r, err := c.Report(ctx, f.id, client.Result(f.result), f.target, opts...)
 		if err != nil {
-			return fail(stderr, sub, leaseErr(err))
+			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
-		reply = r
+		return r, 0, false
 	}
-	b, err := json.Marshal(reply)
-	if err != nil {
-		return fail(stderr, sub, err)
+	return nil, fail(stderr, sub, fmt.Errorf("unknown subcommand %q", sub)), true
+}
+
+// leaseFlagSet registers the flags lease sub takes into f.
+func leaseFlagSet(sub string, f *leaseFlags, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("lease "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.natsURL, "nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server")
+	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "budget for connecting and the request")
+	switch sub {
+	case "acquire":
+		fs.StringVar(&f.selector, "selector", "", "attributes the proxy must have, k=v,k=v")
+		fs.StringVar(&f.target, "target", "", "the site to crawl; proxies cooling down for it are skipped")
+		fs.Var(&f.ttl, "ttl", "lease TTL: a duration (5m) or seconds (300); default the service's (5m)")
+		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
+		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
+		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
+		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
+		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
+		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
+		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
+		fs.BoolVar(&f.idOnly, "id-only", false, "print only the lease ID, for a script's later renew, report or release")
+	case "renew":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+		fs.Var(&f.ttl, "ttl", "new TTL: a duration or seconds; default the lease's own")
+	case "release":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+	case "report":
+		fs.StringVar(&f.id, "id", "", "lease ID (required)")
+		fs.StringVar(&f.result, "result", "", "ok, blocked or failed (required)")
+		fs.StringVar(&f.target, "target", "", "the site that blocked the proxy (required for blocked)")
+		fs.Var(&f.cooldown, "cooldown", "cooldown: a duration or seconds; default the service's (10m blocked, 5m failed)")
+		fs.BoolVar(&f.release, "release", false, "release the lease too")
 	}
-	fmt.Fprintln(stdout, string(b))
-	return 0
+	return fs
 }
 
 // wrapGrant gives a grant the shape of the service's reply, {"lease": {...}}.

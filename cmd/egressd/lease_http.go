@@ -10,58 +10,10 @@ import (
 	"io"
 	"net"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/workers/leaser"
 )
-
-// leaseHTTPConfig is the `leaseHTTP:` block: the crawlers that may use the lease service's
-// HTTP face, each with the SHA-256 of its bearer token (egressd lease token makes both).
-type leaseHTTPConfig struct {
-	Crawlers []leaseHTTPCrawler `yaml:"crawlers"`
-}
-
-type leaseHTTPCrawler struct {
-	Name        string `yaml:"name"`
-	TokenSHA256 string `yaml:"tokenSHA256"`
-}
-
-// validate names the entry at fault; it never quotes a hash (not secret, but no use either).
-func (c *leaseHTTPConfig) validate() error {
-	if c == nil {
-		return nil
-	}
-	var errs []error
-	if len(c.Crawlers) == 0 {
-		errs = append(errs, errors.New("leaseHTTP.crawlers: at least one crawler is required"))
-	}
-	names, hashes := map[string]bool{}, map[string]bool{}
-	for i, cr := range c.Crawlers {
-		at := fmt.Sprintf("leaseHTTP.crawlers[%d]", i)
-		if cr.Name == "" || len(cr.Name) > 256 {
-			errs = append(errs, fmt.Errorf("%s.name: is required, at most 256 bytes", at))
-		} else if names[cr.Name] {
-			errs = append(errs, fmt.Errorf("%s.name: duplicate crawler name %q", at, cr.Name))
-		}
-		names[cr.Name] = true
-		if b, err := hex.DecodeString(cr.TokenSHA256); err != nil || len(b) != 32 {
-			errs = append(errs, fmt.Errorf("%s.tokenSHA256: must be 64 hex digits, the SHA-256 of the token (egressd lease token prints it)", at))
-		} else if hashes[cr.TokenSHA256] {
-			errs = append(errs, fmt.Errorf("%s.tokenSHA256: the same token as another crawler", at))
-		}
-		hashes[cr.TokenSHA256] = true
-	}
-	return errors.Join(errs...)
-}
-
-func (c *leaseHTTPConfig) crawlers() []leaser.Crawler {
-	var out []leaser.Crawler
-	for _, cr := range c.Crawlers {
-		var h [32]byte
-		b, _ := hex.DecodeString(cr.TokenSHA256) // validated
-		copy(h[:], b)
-		out = append(out, leaser.Crawler{Name: cr.Name, TokenSHA256: h})
-	}
-	return out
-}
 
 // leaseHTTPFlags are the flags of the HTTP face on egressd run.
 type leaseHTTPFlags struct {
@@ -80,7 +32,7 @@ func (f *leaseHTTPFlags) register(fs *flag.FlagSet) {
 // refused beyond loopback unless asked for: the requests carry bearer tokens and the replies
 // proxy credentials.
 // The certificate, when there is one, is returned too: a reload (SIGHUP) reads its files again.
-func (f *leaseHTTPFlags) listener(cfg fileConfig, roles roleSet) (*leaser.HTTPConfig, *certFiles, error) {
+func (f *leaseHTTPFlags) listener(cfg config.File, roles roleSet) (*leaser.HTTPConfig, *certFiles, error) {
 	if f.listen == "" {
 		if f.certFile != "" || f.keyFile != "" || f.plaintext {
 			return nil, nil, errors.New("--lease-http-tls-cert, --lease-http-tls-key and --lease-http-plaintext need --lease-http-listen")
@@ -118,7 +70,7 @@ func (f *leaseHTTPFlags) listener(cfg fileConfig, roles roleSet) (*leaser.HTTPCo
 	if err != nil {
 		return nil, nil, fmt.Errorf("--lease-http-listen: %w", err)
 	}
-	return &leaser.HTTPConfig{Listener: ln, TLS: tc, Crawlers: cfg.LeaseHTTP.crawlers()}, cert, nil
+	return &leaser.HTTPConfig{Listener: ln, TLS: tc, Crawlers: cfg.LeaseHTTP.LeaserCrawlers()}, cert, nil
 }
 
 // leaseTokenCmd is `egressd lease token NAME`: a new random token for a crawler and the config

@@ -7,26 +7,28 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
 )
 
 // The HTTP face's flags: plain HTTP only on loopback unless asked for, TLS files in pairs,
 // only with the leaser role and a config that lets someone in.
 func TestLeaseHTTPFlags(t *testing.T) {
-	withCrawlers := fileConfig{LeaseHTTP: &leaseHTTPConfig{Crawlers: []leaseHTTPCrawler{{Name: "s", TokenSHA256: strings.Repeat("ab", 32)}}}}
+	withCrawlers := config.File{LeaseHTTP: &config.LeaseHTTP{Crawlers: []config.Crawler{{Name: "s", TokenSHA256: strings.Repeat("ab", 32)}}}}
 	leaserRole := roleSet{leaser: true}
 	cases := []struct {
 		name  string
 		f     leaseHTTPFlags
-		cfg   fileConfig
+		cfg   config.File
 		roles roleSet
 		err   string // "" serves
 	}{
-		{"off", leaseHTTPFlags{}, fileConfig{}, leaserRole, ""},
+		{"off", leaseHTTPFlags{}, config.File{}, leaserRole, ""},
 		{"loopback, plain", leaseHTTPFlags{listen: "127.0.0.1:0"}, withCrawlers, leaserRole, ""},
 		{"localhost, plain", leaseHTTPFlags{listen: "localhost:0"}, withCrawlers, leaserRole, ""},
 		{"every interface, plain", leaseHTTPFlags{listen: ":0"}, withCrawlers, leaserRole, "not a loopback address"},
 		{"0.0.0.0, plain", leaseHTTPFlags{listen: "0.0.0.0:0"}, withCrawlers, leaserRole, "--lease-http-plaintext"},
-		{"no crawlers", leaseHTTPFlags{listen: "127.0.0.1:0"}, fileConfig{}, leaserRole, "no leaseHTTP.crawlers"},
+		{"no crawlers", leaseHTTPFlags{listen: "127.0.0.1:0"}, config.File{}, leaserRole, "no leaseHTTP.crawlers"},
 		{"no leaser role", leaseHTTPFlags{listen: "127.0.0.1:0"}, withCrawlers, roleSet{prober: true}, "add leaser to --roles"},
 		{"cert without key", leaseHTTPFlags{listen: "127.0.0.1:0", certFile: "c.pem"}, withCrawlers, leaserRole, "go together"},
 		{"missing cert file", leaseHTTPFlags{listen: "127.0.0.1:0", certFile: "/nonexistent/c.pem", keyFile: "/nonexistent/k.pem"}, withCrawlers, leaserRole, "--lease-http-tls-cert"},
@@ -64,7 +66,7 @@ func TestLeaseTokenCommand(t *testing.T) {
 	if sum := sha256.Sum256([]byte(m[1])); hex.EncodeToString(sum[:]) != m[2] {
 		t.Fatal("the entry's hash is not the token's")
 	}
-	cfg, err := parseConfig([]byte("providers:\n  - {name: local, type: local}\nleaseHTTP:\n  crawlers:\n" +
+	cfg, err := config.Parse([]byte("providers:\n  - {name: local, type: local}\nleaseHTTP:\n  crawlers:\n" +
 		regexp.MustCompile(`(?m)^`).ReplaceAllString(strings.SplitN(out.String(), "crawlers):\n", 2)[1], "    ")))
 	if err != nil || cfg.LeaseHTTP.Crawlers[0].Name != "scrapy-1" {
 		t.Fatalf("the printed entry does not parse: %v", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"time"
@@ -59,3 +60,39 @@ func redactURL(s string) string {
 	}
 	return u.String()
 }
+
+func connect(url string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	auth, err := authOptions()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(append(opts, auth...),
+		nats.Name("egressd "+identity()),
+		nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("nats async error", "subject", subj, "err", err)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted()) }),
+	)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", redactURL(url), err)
+	}
+	return nc, nil
+}
+
+var processID = func() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%d", h, os.Getpid(), time.Now().UnixNano()%100000)
+}()
+
+func identity() string { return processID }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/workers/leaser"
 )
 
@@ -23,7 +25,7 @@ type reloader struct {
 	hup     chan os.Signal // notified from the start of run, so no SIGHUP ends the process
 	path    string
 	log     *slog.Logger
-	running fileConfig
+	running config.File
 	leaser  *leaser.Leaser // nil without the HTTP face
 	cert    *certFiles     // nil without TLS on it
 }
@@ -60,7 +62,7 @@ func (r *reloader) reload() {
 		r.log.Info("reload: no --config, so no config to read again")
 		return
 	}
-	cfg, err := loadConfig(r.path)
+	cfg, err := config.Load(r.path)
 	if err != nil {
 		r.log.Error("reload: config refused, the running one is kept", "err", err)
 		return
@@ -68,7 +70,7 @@ func (r *reloader) reload() {
 	if r.leaser != nil {
 		var crawlers []leaser.Crawler
 		if cfg.LeaseHTTP != nil {
-			crawlers = cfg.LeaseHTTP.crawlers()
+			crawlers = cfg.LeaseHTTP.LeaserCrawlers()
 		}
 		if err := r.leaser.SetHTTPCrawlers(crawlers); err != nil {
 			r.log.Error("reload: lease HTTP crawlers refused, the running ones are kept", "err", err)
@@ -86,7 +88,7 @@ func (r *reloader) reload() {
 
 // restartNeeded names the top-level parts of next that differ from running and are not
 // applied by a reload.
-func restartNeeded(running, next fileConfig, httpFace bool) []string {
+func restartNeeded(running, next config.File, httpFace bool) []string {
 	var out []string
 	for _, p := range []struct {
 		name string

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/egressd/egressd/cmd/egressd/internal/config"
+
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/provisioner"
@@ -44,11 +46,11 @@ func setupCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.Options, stdout io.Writer) error {
-	cfg, err := loadConfig(configPath)
+	cfg, err := config.Load(configPath)
 	if err != nil {
 		return err
 	}
-	o.Events = cfg.eventLimits()
+	o.Events = cfg.EventLimits()
 	nc, err := dial(natsURL, "egressd setup", 5*time.Second)
 	if err != nil {
 		return err
@@ -72,7 +74,7 @@ func setup(ctx context.Context, natsURL, configPath, dataDir string, o kvstore.O
 	}
 	fmt.Fprintln(stdout, leaseShardsLine(store.Leases, leaders))
 	for _, pc := range cfg.Providers {
-		b, err := buildProvider(pc, dataDir, discardLogger(), nil)
+		b, err := config.Build(pc, dataDir, discardLogger(), nil)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -46,7 +47,16 @@ func TestStatusPageAndMetricsAgree(t *testing.T) {
 		t.Helper()
 		srv := httptest.NewServer(h)
 		defer srv.Close()
-		return httpGet(t, srv.URL+path)
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, res.StatusCode, b)
+		}
+		return string(b)
 	}
 
 	// egressd status: the rows; slots of deleted proxies are in no row.

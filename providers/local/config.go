@@ -11,22 +11,24 @@ import (
 // YAML config spells them.
 type Config struct {
 	// StateDir holds one directory per instance; required. It is created on first use.
-	StateDir string `json:"stateDir"`
+	StateDir string `json:"stateDir" yaml:"stateDir"`
 	// Addresses is the pool instances take their listen address from, one address per
 	// instance: single IPs ("10.0.0.5"), inclusive ranges ("127.0.1.1-127.0.4.250") or
 	// CIDRs ("127.0.1.0/24", its host addresses); at most 65,536 in all (see addresses.go).
 	// Default: 127.0.0.2-127.0.0.254.
-	Addresses []string `json:"addresses,omitempty"`
+	Addresses []string `json:"addresses,omitempty" yaml:"addresses"`
 	// BindSource makes each proxy leave from its own address, so that it has its own egress
 	// IP. Default: true for non-loopback addresses, false for loopback ones.
-	BindSource *bool `json:"bindSource,omitempty"`
+	BindSource *bool `json:"bindSource,omitempty" yaml:"bindSource"`
 	// MaxConcurrentOps is the host's concurrency in the catalog. Default 2.
-	MaxConcurrentOps int `json:"maxConcurrentOps,omitempty"`
-	// Binary is the program that runs the forward proxy. Default: this program.
-	Binary string `json:"binary,omitempty"`
+	MaxConcurrentOps int `json:"maxConcurrentOps,omitempty" yaml:"maxConcurrentOps"`
+	// Binary is the program that runs the forward proxy. Default: this program. Binary and
+	// BinaryArgs are for tests and embedders, not the YAML config (yaml:"-": a config naming
+	// them is refused as an unknown key).
+	Binary string `json:"binary,omitempty" yaml:"-"`
 	// BinaryArgs precede the forward-proxy flags. Default (nil): ["forward-proxy"]; an empty
 	// non-nil slice means no arguments, for a dedicated binary.
-	BinaryArgs []string `json:"binaryArgs,omitempty"`
+	BinaryArgs []string `json:"binaryArgs,omitempty" yaml:"-"`
 }
 
 const (

@@ -1,0 +1,125 @@
+package config
+
+import (
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseConfig(t *testing.T) {
+	cases := []struct {
+		name, in, wantErr string
+	}{
+		{"minimal", "providers:\n  - name: local\n    type: local\n", ""},
+		{"full local block", "version: 1\nproviders:\n  - name: home\n    type: local\n    local:\n      stateDir: /tmp/x\n      addresses: [127.0.0.2-127.0.0.9]\n      bindSource: false\n      maxConcurrentOps: 4\n", ""},
+		{"unknown top-level key", "provider: []\n", "field provider not found"},
+		// The registry's reflect-built shapes are named as the types they stand for, not
+		// spelt out field by field (docs/configuration.md quotes this message).
+		{"unknown top-level key names the file's type", "provider: []\n", "line 1: field provider not found in type main.fileConfig"},
+		{"unknown key of a provider entry names its type", "providers:\n  - name: local\n    type: local\n    lokal: {}\n", "line 4: field lokal not found in type main.providerConfig"},
+		{"a provider list of the wrong kind names its type", "providers: 5\n", "into []main.providerConfig"},
+		// The local block is providers/local.Config, registered like every other provider's;
+		// its fields for tests and embedders are not config keys.
+		{"local's binary is not a config key", "providers:\n  - name: local\n    type: local\n    local:\n      binary: /bin/sh\n", "line 5: field binary not found in type local.Config"},
+		{"unknown nested key names it and its line", "providers:\n  - name: local\n    type: local\n    local:\n      stateDirr: /x\n", "line 5: field stateDirr not found"},
+		{"bad provider name", "providers:\n  - name: Local_1\n    type: local\n", "providers[0].name:"},
+		{"duplicate name", "providers:\n  - {name: a, type: local}\n  - {name: a, type: local}\n", "providers[1].name: duplicate"},
+		{"unknown type", "providers:\n  - {name: a, type: vmware}\n", `providers[0].type: unknown provider type "vmware"`},
+		{"block of another type", "providers:\n  - name: a\n    type: local\n    libvirt: {}\n", `providers[0]: a block of another type is set ([libvirt]; type is "local")`},
+		{"required block missing", "providers:\n  - {name: a, type: libvirt}\n", "providers[0].libvirt: is required for type libvirt"},
+		{"unknown key in a registered block", "providers:\n  - name: a\n    type: libvirt\n    libvirt:\n      hostz: []\n", "line 5: field hostz not found"},
+		{"bad duration names its key and line", "providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      budgets:\n        rpc: 5x\n", `line 6: providers[0].libvirt.budgets.rpc: "5x" is not a duration`},
+		{"bad duration in a list entry", "providers:\n  - {name: a, type: local}\n  - name: g\n    type: gcp\n    gcp:\n      project: p\n      budgets: {call: soon}\n", `line 7: providers[1].gcp.budgets.call: "soon" is not a duration`},
+		{"missing type", "providers:\n  - {name: a}\n", "providers[0].type: is required"},
+		{"no providers key: the default local provider", "version: 1\n", ""},
+		{"only the lease HTTP face's entry", "leaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", ""},
+		{"an empty provider list", "providers: []\n", "providers: at least one"},
+		{"bad version", "version: 2\nproviders:\n  - {name: a, type: local}\n", "version: unsupported"},
+		{"wrong type", "providers:\n  - name: a\n    type: local\n    local:\n      maxConcurrentOps: many\n", "line 5"},
+		{"empty", "", "empty config"},
+		{"lease HTTP crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: crawlee, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", ""},
+		{"lease HTTP without crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP: {crawlers: []}\n", "leaseHTTP.crawlers: at least one"},
+		{"lease HTTP hash not hex", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: my-token}\n", "leaseHTTP.crawlers[0].tokenSHA256: must be 64 hex digits"},
+		{"lease HTTP duplicate crawler", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: s, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", "leaseHTTP.crawlers[1].name: duplicate"},
+		{"lease HTTP same token twice", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: s, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: t, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[1].tokenSHA256: the same token"},
+		{"lease HTTP crawler without name", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n", "leaseHTTP.crawlers[0].name: is required"},
+		{"holder cap", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 4\n", ""},
+		{"holder cap negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: -1\n", "leases.maxPerHolder: must be between 0"},
+		{"holder cap too high", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 10001\n", "leases.maxPerHolder: must be between 0"},
+		{"leases unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHoldr: 4\n", "field maxPerHoldr not found"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.in))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if len(cfg.Providers) == 0 {
+					t.Fatal("a valid config without providers")
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := Default()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Providers[0].Name != "local" || c.Providers[0].Type != "local" {
+		t.Fatalf("default = %+v", c.Providers)
+	}
+}
+
+// The sample configs in deploy/ parse with the real loader, so they cannot drift. Each is
+// named for the type it shows (deploy/<type>.example.yaml) and must declare one of that type.
+func TestSampleConfigsParse(t *testing.T) {
+	paths, err := filepath.Glob("../../../../deploy/*.example.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no sample configs: %v", err)
+	}
+	for _, p := range paths {
+		typ := strings.TrimSuffix(filepath.Base(p), ".example.yaml")
+		cfg, err := Load(p)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		found := false
+		for _, pc := range cfg.Providers {
+			found = found || pc.Type == typ && pc.Block != nil
+		}
+		if !found {
+			t.Fatalf("%s declares no %s provider: %+v", p, typ, cfg.Providers)
+		}
+	}
+}
+
+// The config file is outside input: whatever it holds, the loader returns a config or an
+// error, never a panic (the registry's reflect-built shape included), and a config it accepts
+// has every provider's block set to its registered type.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("providers:\n  - {name: a, type: local}\n"))
+	f.Add([]byte("providers:\n  - name: a\n    type: local\n    libvirt: {}\n"))
+	f.Add([]byte("providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      hosts: [{name: h, uri: 'qemu+ssh://x/system'}]\n"))
+	f.Add([]byte("version: 1\nproviders: []\nleases: {maxPerHolder: 2}\n"))
+	f.Add([]byte("providers:\n  - name: g\n    type: gcp\n    gcp: {project: p-123456, zones: [{name: us-east1-b}], budgets: {call: 5s}}\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cfg, err := Parse(b)
+		if err != nil {
+			return
+		}
+		for _, pc := range cfg.Providers {
+			k, ok := providerKinds[pc.Type]
+			if !ok || reflect.TypeOf(pc.Block) != reflect.PointerTo(k.block) {
+				t.Fatalf("accepted provider %q with block %T", pc.Type, pc.Block)
+			}
+		}
+	})
+}
