@@ -6,7 +6,7 @@ NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos soak clean kubernetes kubernetes-test
+.PHONY: all build test vet fmt-check race fuzz bench tools cluster chaos soak clean kubernetes kubernetes-test image
 
 all: build
 
@@ -70,6 +70,17 @@ $(KUBE_BIN)/etcd: $(KUBE_TOOLS)/etcd/go.mod $(KUBE_TOOLS)/etcd/go.sum
 kubernetes-test: kubernetes
 	EGRESSD_KUBERNETES=required KUBEBUILDER_ASSETS=$(KUBE_BIN) \
 	  $(GO) test -race -count=1 -timeout 20m ./providers/kubernetes/...
+
+# The egressd image (Dockerfile): the static binary, built here, copied into an empty image.
+# It needs an image builder: a running docker daemon, podman or buildah.
+IMAGE ?= egressd:dev
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o $(BIN)/image/egressd ./cmd/egressd
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then buildah bud -t $(IMAGE) .; \
+	else echo "make image: no image builder here (a running docker daemon, podman or buildah)."; \
+	  echo "The static binary is $(BIN)/image/egressd; the Dockerfile copies it as it is."; exit 1; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/providertest"
@@ -24,20 +25,35 @@ type world struct {
 // one host, and mode node puts each on a node of its own).
 func TestConformance(t *testing.T) {
 	needCluster(t)
-	t.Run("ModePod", func(t *testing.T) { conformance(t, ModePod, nil) })
+	t.Run("ModePod", func(t *testing.T) { conformanceWith(t, ModePod, nil, suiteOptions{}) })
 	t.Run("ModeNode", func(t *testing.T) {
 		group := uniq("conformance")
 		for i := range 12 {
 			makeNode(t, uniq(group), "127.0.103."+itoa(i+1), map[string]string{"egressd.test/group": group})
 		}
-		conformance(t, ModeNode, map[string]string{"egressd.test/group": group})
+		conformanceWith(t, ModeNode, map[string]string{"egressd.test/group": group}, suiteOptions{})
 	})
 }
 
-func conformance(t *testing.T, mode string, selector map[string]string) {
+// suiteOptions: a namespace all subtests share (empty: one each), an identity (nil: the
+// admin), and whether the subtests run one at a time.
+type suiteOptions struct {
+	namespace string
+	rc        *rest.Config
+	serial    bool
+}
+
+func conformanceWith(t *testing.T, mode string, selector map[string]string, o suiteOptions) {
 	var worlds sync.Map // providers.Provider → *world
 	open := func(t *testing.T, w *world) providers.Provider {
-		p := newProvider(t, "conformance", w.cfg, nil)
+		rc := cluster
+		if o.rc != nil {
+			rc = o.rc
+		}
+		p, err := NewForConfig("conformance", w.cfg, rc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		worlds.Store(providers.Provider(p), w)
 		return p
 	}
@@ -55,7 +71,10 @@ func conformance(t *testing.T, mode string, selector map[string]string) {
 	}
 	providertest.Run(t, providertest.Harness{
 		New: func(t *testing.T) providers.Provider {
-			w := &world{ns: namespace(t), port: nextPort()}
+			w := &world{ns: o.namespace, port: nextPort()}
+			if w.ns == "" {
+				w.ns = namespace(t)
+			}
 			w.cfg = testConfig(w.ns, mode, target)
 			startKubelet(t, w.ns, mode)
 			byTest.Store(t, w)
@@ -72,6 +91,7 @@ func conformance(t *testing.T, mode string, selector map[string]string) {
 			"namespaces/not-this-one/pods/egress-abc", "zones/z/instances/egress-abc", "egress-abc",
 		},
 		Settle: settle,
+		Serial: o.serial,
 		Reopen: func(t *testing.T, p providers.Provider) providers.Provider { return open(t, worldOf(t, p)) },
 		PlantUnmarked: func(t *testing.T, p providers.Provider) string {
 			w := worldOf(t, p)

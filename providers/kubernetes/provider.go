@@ -107,9 +107,11 @@ func restConfig(cfg Config) (*rest.Config, error) {
 	return rc, nil
 }
 
-// Catalog offers the targets. It never holds credentials or the API server's address.
+// Catalog offers the targets. It never holds credentials or the API server's address. Every
+// pod runs the configured image, so it offers no image or machine type keys: placement.image
+// and placement.machineType, like user-data (a pod has no cloud-init), are not used.
 func (p *Provider) Catalog() providers.Catalog {
-	c := providers.Catalog{Type: "kubernetes", Images: []string{p.cfg.Image}}
+	c := providers.Catalog{Type: "kubernetes"}
 	for _, t := range p.cfg.Targets {
 		c.Hosts = append(c.Hosts, providers.Host{Name: t.Name, MaxConcurrentOps: t.MaxConcurrentOps})
 	}
