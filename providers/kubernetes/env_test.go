@@ -1,11 +1,14 @@
 package kubernetes
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
-	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,17 +17,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/egressd/egressd/providers"
+	"github.com/egressd/egressd/providers/kubernetes/kubetest"
+	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
 // The tests run against a real kube-apiserver and etcd (make kubernetes builds them into
 // .cache/kubernetes/bin), started once for the package by envtest. Without them the tests
 // that need the API server skip, unless EGRESSD_KUBERNETES=required (CI) makes them fail.
 var (
+	plane      *kubetest.ControlPlane
 	cluster    *rest.Config // the admin's (system:masters), nil when not started
-	clusterEnv *envtest.Environment
 	clusterErr error
 	admin      kubernetes.Interface
 )
@@ -32,45 +36,20 @@ var (
 const testInstallation = "inst-test"
 
 func TestMain(m *testing.M) {
-	clusterErr = startCluster()
+	if os.Getenv(helperEnv) == "" { // the kill -9 test's child talks to its parent's cluster
+		plane, clusterErr = kubetest.Start()
+		if clusterErr == nil {
+			cluster, admin = plane.Config, plane.Admin
+		}
+	}
 	code := m.Run()
-	if clusterEnv != nil {
-		if err := clusterEnv.Stop(); err != nil {
+	if plane != nil {
+		if err := plane.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
-}
-
-func startCluster() error {
-	if os.Getenv(helperEnv) != "" {
-		return nil // the kill -9 test's child process talks to its parent's cluster
-	}
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		return fmt.Errorf("KUBEBUILDER_ASSETS is not set (run `make kubernetes` and set it to .cache/kubernetes/bin)")
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
-			return fmt.Errorf("KUBEBUILDER_ASSETS=%s has no %s (run `make kubernetes`): %w", dir, bin, err)
-		}
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: dir,
-		ControlPlaneStartTimeout: 2 * time.Minute, ControlPlaneStopTimeout: time.Minute}
-	// Without controllers nothing maintains the kubernetes Service's endpoints.
-	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
-	cfg, err := env.Start()
-	if err != nil {
-		return fmt.Errorf("starting kube-apiserver and etcd from %s: %w", dir, err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		_ = env.Stop()
-		return err
-	}
-	clusterEnv, cluster, admin = env, cfg, cs
-	return nil
 }
 
 // needCluster skips (or, with EGRESSD_KUBERNETES=required, fails) a test without the
@@ -80,7 +59,7 @@ func needCluster(t *testing.T) {
 	if clusterErr == nil && cluster != nil {
 		return
 	}
-	if os.Getenv("EGRESSD_KUBERNETES") == "required" {
+	if kubetest.Required() {
 		t.Fatalf("EGRESSD_KUBERNETES=required, but the control plane is not there: %v", clusterErr)
 	}
 	t.Skipf("no kube-apiserver to test against: %v (EGRESSD_KUBERNETES=required makes this fail)", clusterErr)
@@ -167,7 +146,42 @@ func hasAll(s string, subs ...string) bool {
 	return true
 }
 
-// envtestUser is a user of the admins' group, for a kubeconfig file of its own.
-func envtestUser(name string) envtest.User {
-	return envtest.User{Name: name, Groups: []string{"system:masters"}}
+// startKubelet runs the test's kubelet for ns until the test ends; what went wrong in it
+// fails the test.
+func startKubelet(t *testing.T, ns, mode string) *kubetest.Kubelet {
+	t.Helper()
+	k := kubetest.StartKubelet(admin, ns, mode, t.TempDir(), serveProxy)
+	t.Cleanup(func() {
+		if err := k.Stop(); err != nil {
+			t.Errorf("kubelet: %v", err)
+		}
+	})
+	return k
 }
+
+// serveProxy is egressd's own forward proxy, the one the image runs.
+func serveProxy(ctx context.Context, ln net.Listener, authFile, source string) error {
+	return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String(), Source: source, AuthFile: authFile})
+}
+
+// makeNode registers a ready node with ExternalIP ip, removed when the test ends.
+func makeNode(t *testing.T, name, ip string, labels map[string]string) {
+	t.Helper()
+	if err := kubetest.MakeNode(t.Context(), admin, name, ip, labels); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+var nextPort = func() func() int {
+	var mu sync.Mutex
+	port := 23000
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		port++
+		return port
+	}
+}()
+
+func itoa(i int) string { return strconv.Itoa(i) }

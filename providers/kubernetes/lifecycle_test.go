@@ -56,11 +56,7 @@ func TestKillMidCreateLeavesOnePod(t *testing.T) {
 	needCluster(t)
 	ns := namespace(t)
 	startKubelet(t, ns, ModePod)
-	user, err := clusterEnv.AddUser(envtestUser("killed"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
+	kc, err := plane.Kubeconfig("killed")
 	if err != nil {
 		t.Fatal(err)
 	}

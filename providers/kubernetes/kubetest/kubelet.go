@@ -1,38 +1,54 @@
-package kubernetes
+package kubetest
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/egressd/egressd/providers/local/forwardproxy"
 )
 
-// kubelet plays the kubelet (and, in mode pod, the scheduler and the pod network) for one
+// Serve runs a forward proxy on ln until ctx ends: egressd's own (forwardproxy.Serve), passed
+// in so that this package imports no provider. authFile is "" for no auth; source is the
+// address its traffic leaves from.
+type Serve func(ctx context.Context, ln net.Listener, authFile, source string) error
+
+// Modes, as the provider's config names them.
+const (
+	ModeNode = "node"
+	ModePod  = "pod"
+)
+
+// The Secret key and the pod's container the provider writes (providers/kubernetes, pod.go).
+const (
+	authKey       = "auth"
+	containerName = "proxy"
+)
+
+// Kubelet plays the kubelet (and, in mode pod, the scheduler and the pod network) for one
 // namespace: a pod whose Secret exists gets a real egressd forward proxy listening on its
 // address and port, with the Secret's credential as its auth file, and then the status a
 // kubelet writes (Running, pod IP, host IP, Ready). A pod being deleted loses its proxy and
 // is removed, as a kubelet does once its containers stopped. In mode node the address is the
 // node's ExternalIP (a 127.x address the test gives the node); in mode pod each pod gets the
 // next address of 127.0.102.0/24.
-type kubelet struct {
-	t    *testing.T
-	ns   string
-	mode string
-	dir  string
+type Kubelet struct {
+	cs    kubernetes.Interface
+	ns    string
+	mode  string
+	dir   string
+	serve Serve
 
 	mu      sync.Mutex
 	running map[types.UID]context.CancelFunc
@@ -43,34 +59,36 @@ type kubelet struct {
 	errs   chan error
 }
 
-func startKubelet(t *testing.T, ns, mode string) *kubelet {
-	t.Helper()
+// StartKubelet runs a kubelet for namespace ns, as cs (an admin), writing auth files in dir,
+// until Stop.
+func StartKubelet(cs kubernetes.Interface, ns, mode, dir string, serve Serve) *Kubelet {
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubelet{t: t, ns: ns, mode: mode, dir: t.TempDir(), running: map[types.UID]context.CancelFunc{},
+	k := &Kubelet{cs: cs, ns: ns, mode: mode, dir: dir, serve: serve, running: map[types.UID]context.CancelFunc{},
 		cancel: cancel, errs: make(chan error, 64)}
 	k.wg.Go(func() { k.loop(ctx) })
-	t.Cleanup(k.stop)
 	return k
 }
 
-// stop ends the loop and every proxy, and reports what went wrong meanwhile.
-func (k *kubelet) stop() {
+// Stop ends the loop and every proxy, and returns what went wrong meanwhile.
+func (k *Kubelet) Stop() error {
 	k.cancel()
 	k.wg.Wait()
 	close(k.errs)
+	var errs []error
 	for err := range k.errs {
-		k.t.Errorf("kubelet: %v", err)
+		errs = append(errs, err)
 	}
+	return errors.Join(errs...)
 }
 
-func (k *kubelet) fail(err error) {
+func (k *Kubelet) fail(err error) {
 	select {
 	case k.errs <- err:
 	default:
 	}
 }
 
-func (k *kubelet) loop(ctx context.Context) {
+func (k *Kubelet) loop(ctx context.Context) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -87,8 +105,8 @@ func (k *kubelet) loop(ctx context.Context) {
 }
 
 // sync brings every pod one step on.
-func (k *kubelet) sync(ctx context.Context) error {
-	pods, err := admin.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
+func (k *Kubelet) sync(ctx context.Context) error {
+	pods, err := k.cs.CoreV1().Pods(k.ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -99,7 +117,7 @@ func (k *kubelet) sync(ctx context.Context) error {
 		switch {
 		case pod.DeletionTimestamp != nil:
 			k.stopProxy(pod.UID)
-			err = admin.CoreV1().Pods(k.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0),
+			err = k.cs.CoreV1().Pods(k.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0),
 				Preconditions: &metav1.Preconditions{UID: &pod.UID}})
 		case pod.Status.Phase == "" || pod.Status.Phase == corev1.PodPending:
 			err = k.start(ctx, pod)
@@ -120,8 +138,8 @@ func (k *kubelet) sync(ctx context.Context) error {
 }
 
 // start runs the pod's proxy once its Secret is there, then reports the pod Running.
-func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) error {
-	secret, err := admin.CoreV1().Secrets(k.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+func (k *Kubelet) start(ctx context.Context, pod *corev1.Pod) error {
+	secret, err := k.cs.CoreV1().Secrets(k.ns).Get(ctx, pod.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && !ownedBy(secret, pod)) {
 		return nil // the volume cannot be mounted yet
 	}
@@ -137,10 +155,10 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	cfg := forwardproxy.Config{Listen: ln.Addr().String(), Source: addr.String()}
+	authFile := ""
 	if line, ok := secret.Data[authKey]; ok {
-		cfg.AuthFile = filepath.Join(k.dir, string(pod.UID))
-		if err := os.WriteFile(cfg.AuthFile, line, 0o600); err != nil {
+		authFile = filepath.Join(k.dir, string(pod.UID))
+		if err := os.WriteFile(authFile, line, 0o600); err != nil {
 			ln.Close()
 			return err
 		}
@@ -150,14 +168,14 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 	k.running[pod.UID] = cancel
 	k.mu.Unlock()
 	k.wg.Go(func() {
-		if err := forwardproxy.Serve(pctx, ln, cfg); err != nil && !errors.Is(err, context.Canceled) {
+		if err := k.serve(pctx, ln, authFile, addr.String()); err != nil && !errors.Is(err, context.Canceled) {
 			k.fail(err)
 		}
 	})
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, HostIP: addr.String(), PodIP: addr.String(),
 		PodIPs:     []corev1.PodIP{{IP: addr.String()}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}}
-	_, err = admin.CoreV1().Pods(k.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	_, err = k.cs.CoreV1().Pods(k.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 	if err != nil {
 		k.stopProxy(pod.UID)
 	}
@@ -165,7 +183,7 @@ func (k *kubelet) start(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // address is where the pod's proxy listens: its node's ExternalIP, or the next pod IP.
-func (k *kubelet) address(ctx context.Context, pod *corev1.Pod) (netip.Addr, error) {
+func (k *Kubelet) address(ctx context.Context, pod *corev1.Pod) (netip.Addr, error) {
 	if k.mode == ModePod {
 		k.mu.Lock()
 		defer k.mu.Unlock()
@@ -175,7 +193,7 @@ func (k *kubelet) address(ctx context.Context, pod *corev1.Pod) (netip.Addr, err
 	if pod.Spec.NodeName == "" {
 		return netip.Addr{}, nil
 	}
-	node, err := admin.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
+	node, err := k.cs.CoreV1().Nodes().Get(ctx, pod.Spec.NodeName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return netip.Addr{}, nil // a kubelet that is gone runs nothing
 	}
@@ -190,7 +208,7 @@ func (k *kubelet) address(ctx context.Context, pod *corev1.Pod) (netip.Addr, err
 	return netip.Addr{}, nil
 }
 
-func (k *kubelet) stopProxy(uid types.UID) {
+func (k *Kubelet) stopProxy(uid types.UID) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if cancel, ok := k.running[uid]; ok {
@@ -199,42 +217,48 @@ func (k *kubelet) stopProxy(uid types.UID) {
 	}
 }
 
-// proxies is how many proxies run now.
-func (k *kubelet) proxies() int {
+// Proxies is how many proxies run now.
+func (k *Kubelet) Proxies() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.running)
 }
 
-// makeNode registers a ready node with ExternalIP ip and the labels, as a kubelet would.
-func makeNode(t *testing.T, name, ip string, labels map[string]string) {
-	t.Helper()
+// MakeNode registers a ready node with ExternalIP ip (and InternalIP 127.0.0.1) and the
+// labels, as a kubelet would.
+func MakeNode(ctx context.Context, cs kubernetes.Interface, name, ip string, labels map[string]string) error {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	node, err := admin.CoreV1().Nodes().Create(t.Context(), node, metav1.CreateOptions{})
+	node, err := cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if err != nil {
-		t.Fatalf("node %s: %v", name, err)
+		return fmt.Errorf("node %s: %w", name, err)
 	}
-	t.Cleanup(func() {
-		_ = admin.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
-	})
 	node.Status = corev1.NodeStatus{
 		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: ip}, {Type: corev1.NodeInternalIP, Address: "127.0.0.1"}},
 		Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
 	}
-	if _, err := admin.CoreV1().Nodes().UpdateStatus(t.Context(), node, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("node %s status: %v", name, err)
+	if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("node %s status: %w", name, err)
 	}
+	return nil
 }
 
-var nextPort = func() func() int {
-	var mu sync.Mutex
-	port := 23000
-	return func() int {
-		mu.Lock()
-		defer mu.Unlock()
-		port++
-		return port
+// ownedBy reports whether the Secret belongs to this pod (the provider's owner reference):
+// a Secret of an earlier pod of the name is not mounted.
+func ownedBy(s *corev1.Secret, pod *corev1.Pod) bool {
+	for _, o := range s.OwnerReferences {
+		if o.Kind == "Pod" && o.UID == pod.UID {
+			return true
+		}
 	}
-}()
+	return false
+}
 
-func itoa(i int) string { return strconv.Itoa(i) }
+// podPort is the proxy's port as the pod declares it.
+func podPort(pod *corev1.Pod) int {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == containerName && len(c.Ports) > 0 {
+			return int(c.Ports[0].ContainerPort)
+		}
+	}
+	return 0
+}
