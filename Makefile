@@ -66,10 +66,13 @@ $(KUBE_BIN)/kube-apiserver: $(KUBE_TOOLS)/apiserver/go.mod $(KUBE_TOOLS)/apiserv
 $(KUBE_BIN)/etcd: $(KUBE_TOOLS)/etcd/go.mod $(KUBE_TOOLS)/etcd/go.sum
 	cd $(KUBE_TOOLS)/etcd && nice $(GO) build -trimpath -ldflags=-s -o $@ go.etcd.io/etcd/server/v3
 
-# The provider's tests against that control plane, failing (not skipping) without it.
-kubernetes-test: kubernetes
+# The provider's tests and egressd's end-to-end test against that control plane, failing (not
+# skipping) without it.
+kubernetes-test: kubernetes tools
 	EGRESSD_KUBERNETES=required KUBEBUILDER_ASSETS=$(KUBE_BIN) \
 	  $(GO) test -race -count=1 -timeout 20m ./providers/kubernetes/...
+	EGRESSD_KUBERNETES=required KUBEBUILDER_ASSETS=$(KUBE_BIN) \
+	  $(GO) test -race -count=1 -timeout 20m -run '^TestKubernetesEndToEnd$$' ./cmd/egressd
 
 # The egressd image (Dockerfile): the static binary, built here, copied into an empty image.
 # It needs an image builder: a running docker daemon, podman or buildah.
