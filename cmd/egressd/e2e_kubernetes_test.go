@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/providers/kubernetes/kubetest"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"github.com/egressd/egressd/readside/fleet"
@@ -97,7 +98,8 @@ func k8sSpec(port int) string {
 }
 
 // TestKubernetesEndToEnd: kv put → a pod on each node → Running at the node's address →
-// probed through it → Ready → leased → curl -x reaches a site that sees the node's address;
+// probed through it → Ready → leased → curl -x reaches a site that sees the node's address; a
+// third proxy on the two nodes waits (Quota, one proxy per node);
 // kv del removes the pods and their Secrets; the password is in no log, status, event or pod.
 func TestKubernetesEndToEnd(t *testing.T) {
 	needNats(t)
@@ -121,6 +123,15 @@ func TestKubernetesEndToEnd(t *testing.T) {
 	if a, b := rows["k1"].Address, rows["k2"].Address; a == b || !strings.HasPrefix(a, "127.0.108.") || !strings.HasPrefix(b, "127.0.108.") {
 		t.Fatalf("k1 at %s, k2 at %s: want one node address each", a, b)
 	}
+	// A third proxy on two nodes waits, saying why, instead of landing twice on a node.
+	n.nats("kv", "put", "proxies", "k3", k8sSpec(3128))
+	rows = n.waitRows("k3 Waiting", 60*time.Second, func(rows map[string]fleet.Row) bool {
+		failFast(t, rows, "k3")
+		return rows["k3"].Phase == events.PhaseWaiting
+	})
+	if r := rows["k3"]; r.Reason != events.ReasonQuota || !strings.Contains(r.Message, "one proxy per node") {
+		t.Fatalf("k3: %s %q, want Quota saying one proxy per node", r.Reason, r.Message)
+	}
 	r, raw := n.acquire(`{"selector":{"e2e":"k8s"},"ttlSeconds":60,"holder":"e2e-k8s"}`)
 	if r.Lease.ID == "" {
 		t.Fatalf("acquire: %s", raw)
@@ -143,7 +154,13 @@ func TestKubernetesEndToEnd(t *testing.T) {
 
 	n.nats("kv", "del", "-f", "proxies", "k1")
 	n.nats("kv", "del", "-f", "proxies", "k2")
-	n.waitRows("k1 and k2 gone", 60*time.Second, func(rows map[string]fleet.Row) bool { return len(rows) == 0 })
+	// k3 is not deleted: a proxy that was sent a create waits out its Quota back-off before
+	// its teardown (the reconciler's rule), although this create made nothing.
+	n.waitRows("k1 and k2 gone", 60*time.Second, func(rows map[string]fleet.Row) bool {
+		_, k1 := rows["k1"]
+		_, k2 := rows["k2"]
+		return !k1 && !k2
+	})
 	waitUntil(t, "no pod and no Secret left", 30*time.Second, func() (bool, string) {
 		p, err1 := cp.Admin.CoreV1().Pods(k8sNamespace).List(t.Context(), metav1.ListOptions{})
 		s, err2 := cp.Admin.CoreV1().Secrets(k8sNamespace).List(t.Context(), metav1.ListOptions{LabelSelector: "egressd.io/managed=true"})
