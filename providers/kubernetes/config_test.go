@@ -94,3 +94,24 @@ func TestCreateRefusesBadRequests(t *testing.T) {
 
 // restConfigNowhere points at a closed port: the requests above must fail before any call.
 var restConfigNowhere = rest.Config{Host: "https://127.0.0.1:1"}
+
+// An ID is outside input (status, events, the CLI): whatever it holds, ParseID returns the
+// parts it is made of, or an error, never a panic.
+func FuzzParseID(f *testing.F) {
+	for _, id := range []string{"namespaces/egressd/pods/egress-abc", "namespaces/egressd/secrets/egress-abc",
+		"namespaces//pods/x", "namespaces/a/pods/b/c", "", "/", "zones/z/instances/i"} {
+		f.Add(id)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		ns, kind, name, err := ParseID(id)
+		if err != nil {
+			if !errors.Is(err, errBadID) {
+				t.Fatalf("ParseID(%q): %v is not errBadID", id, err)
+			}
+			return
+		}
+		if got := idNamespaces + "/" + ns + "/" + kind + "/" + name; got != id {
+			t.Fatalf("ParseID(%q) = %q %q %q, which make %q", id, ns, kind, name, got)
+		}
+	})
+}
