@@ -153,3 +153,25 @@ func fetchThrough(t *testing.T, inst providers.Instance, auth *providers.Auth, s
 	}
 	return strings.TrimSpace(string(body))
 }
+
+// Check in mode node: a target with a ready node is Ready, saying how many are free; a target
+// whose node does not exist, or whose nodes are not ready, is NoReadyNode, saying so.
+func TestCheckModeNode(t *testing.T) {
+	needCluster(t)
+	ns := namespace(t)
+	group := uniq("check")
+	sel := map[string]string{"egressd.test/group": group}
+	makeNode(t, group+"-a", "127.0.109.1", sel)
+	p := newProvider(t, "check", testConfig(ns, ModeNode, Target{Name: "group", NodeSelector: sel},
+		Target{Node: uniq("absent")}), nil)
+	st := p.Check(t.Context())
+	if len(st) != 2 {
+		t.Fatalf("Check = %+v, want one verdict per target", st)
+	}
+	if g := st[0]; !g.Ready || g.Reason != ReasonReachable || g.Details["freeNodes"] != "1" || g.Details["version"] == "" {
+		t.Errorf("group target: %+v, want Ready with one free node and the server's version", g)
+	}
+	if a := st[1]; a.Ready || a.Reason != ReasonNoNode || !strings.Contains(a.Message, "none ready") {
+		t.Errorf("absent node: %+v, want NoReadyNode", a)
+	}
+}
