@@ -115,3 +115,29 @@ func fullQuota(t *testing.T, ns string) {
 		t.Fatal(err)
 	}
 }
+
+// The pods meet Pod Security's restricted level in mode pod (non-root, no capability, no
+// privilege escalation, RuntimeDefault seccomp), as the API server's own admission judges;
+// mode node's host network is refused there, Permanent, with the admission's reason.
+func TestPodSecurityRestricted(t *testing.T) {
+	needCluster(t)
+	ns := uniq("restricted")
+	_, err := admin.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := Target{Name: "group", NodeSelector: map[string]string{"egressd.test/any": "true"}}
+	pod := newProvider(t, "restricted", testConfig(ns, ModePod, target), nil)
+	if _, err := pod.Create(t.Context(), request("group", nextPort())); err != nil {
+		t.Errorf("mode pod under restricted: %v", err)
+	}
+	group := uniq("psa")
+	sel := map[string]string{"egressd.test/group": group}
+	makeNode(t, group+"-a", "127.0.109.2", sel)
+	node := newProvider(t, "restricted", testConfig(ns, ModeNode, Target{Name: "group", NodeSelector: sel}), nil)
+	_, err = node.Create(t.Context(), request("group", nextPort()))
+	if !errors.Is(err, providers.ErrPermanent) || !strings.Contains(err.Error(), "PodSecurity") {
+		t.Errorf("mode node under restricted = %v, want Permanent naming PodSecurity", err)
+	}
+}
