@@ -6,7 +6,7 @@ NATS_SERVER := $(BIN)/nats-server
 NATSCLI_VERSION := v0.5.0
 export PATH := $(BIN):$(PATH)
 
-.PHONY: all build test vet lint fmt-check race fuzz bench tools cluster chaos soak clean
+.PHONY: all build test vet lint fmt-check race fuzz bench tools cluster chaos soak clean kubernetes kubernetes-test image
 
 all: build
 
@@ -43,7 +43,7 @@ test: tools fmt-check vet lint
 
 # Every decoder of outside input, 30 s each (FUZZTIME=5m make fuzz for longer).
 FUZZTIME ?= 30s
-FUZZ := ./events:FuzzParseSlotKey ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser/httpface:FuzzHTTPFaceInput ./workers/leaser:FuzzHTTPAcquireHolder ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./readside/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd/internal/config:FuzzParseConfig ./cmd/egressd:FuzzCheckDocument ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
+FUZZ := ./events:FuzzParseSlotKey ./schemas:FuzzParseProxySpec ./schemas:FuzzParsePoolSpec ./events:FuzzDecodeRecords ./workers/leaser:FuzzLeaseRequestDecoders ./workers/leaser/httpface:FuzzHTTPFaceInput ./workers/leaser:FuzzHTTPAcquireHolder ./workers/prober:FuzzDecodeEcho ./workers/prober:FuzzDecodeProbeRequest ./providers/local:FuzzPoolEntry ./internal/leaseauth:FuzzVerify ./internal/leaseauth:FuzzParseFileLine ./readside/fleet:FuzzParseStatsQuery ./providers/gcp/gcptest:FuzzParseFilter ./cmd/egressd/internal/config:FuzzParseConfig ./cmd/egressd:FuzzCheckDocument ./providers/proxmox/pvetest:FuzzParseUPID ./providers/proxmox/pvetest:FuzzConfigValues ./providers/gcp:FuzzParseID ./providers/proxmox:FuzzParseID ./providers/kubernetes:FuzzParseID ./providers/proxmox:FuzzDecodeAnswers ./providers/proxmox:FuzzParseMarks ./providers/nocloud:FuzzReadProxyConfig
 fuzz:
 	@for t in $(FUZZ); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; done
@@ -63,6 +63,37 @@ SOAK_DURATION ?= 5m
 soak: tools
 	EGRESSD_SOAK=full EGRESSD_SOAK_DURATION=$(SOAK_DURATION) EGRESSD_SOAK_PROFILES=$(BIN)/soak \
 	  $(GO) test -count=1 -timeout 90m -run '^TestSoak$$' -v ./cmd/egressd/e2e
+
+# The real control plane the Kubernetes provider's tests run against (envtest's
+# KUBEBUILDER_ASSETS): kube-apiserver and etcd built from the module proxy in tools modules of
+# their own (tools/kubernetes), cached in .cache/kubernetes/bin of this checkout; only what is
+# missing or older than its go.mod is built. Cold on 2 cores: see docs/providers/kubernetes.md.
+KUBE_BIN := $(CURDIR)/.cache/kubernetes/bin
+KUBE_TOOLS := $(CURDIR)/tools/kubernetes
+kubernetes: $(KUBE_BIN)/kube-apiserver $(KUBE_BIN)/etcd
+$(KUBE_BIN)/kube-apiserver: $(KUBE_TOOLS)/apiserver/go.mod $(KUBE_TOOLS)/apiserver/go.sum
+	cd $(KUBE_TOOLS)/apiserver && nice $(GO) build -trimpath -ldflags=-s -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+$(KUBE_BIN)/etcd: $(KUBE_TOOLS)/etcd/go.mod $(KUBE_TOOLS)/etcd/go.sum
+	cd $(KUBE_TOOLS)/etcd && nice $(GO) build -trimpath -ldflags=-s -o $@ go.etcd.io/etcd/server/v3
+
+# The provider's tests and egressd's end-to-end test against that control plane, failing (not
+# skipping) without it.
+kubernetes-test: kubernetes tools
+	EGRESSD_KUBERNETES=required KUBEBUILDER_ASSETS=$(KUBE_BIN) \
+	  $(GO) test -race -count=1 -timeout 20m ./providers/kubernetes/...
+	EGRESSD_KUBERNETES=required KUBEBUILDER_ASSETS=$(KUBE_BIN) \
+	  $(GO) test -race -count=1 -timeout 20m -run '^TestKubernetesEndToEnd$$' ./cmd/egressd/e2e
+
+# The egressd image (Dockerfile): the static binary, built here, copied into an empty image.
+# It needs an image builder: a running docker daemon, podman or buildah.
+IMAGE ?= egressd:dev
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags=-s -o $(BIN)/image/egressd ./cmd/egressd
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then buildah bud -t $(IMAGE) .; \
+	else echo "make image: no image builder here (a running docker daemon, podman or buildah)."; \
+	  echo "The static binary is $(BIN)/image/egressd; the Dockerfile copies it as it is."; exit 1; fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

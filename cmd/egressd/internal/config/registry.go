@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/egressd/egressd/providers/gcp"
+	"github.com/egressd/egressd/providers/kubernetes"
 	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/providers/local"
 	"github.com/egressd/egressd/providers/proxmox"
@@ -40,6 +41,13 @@ var providerKinds = map[string]providerKind{
 		required: true,
 		build: func(pc Provider, env buildEnv) (Backend, error) {
 			return gcp.New(pc.Name, *blockOf[gcp.Config](pc), env.log)
+		},
+	},
+	"kubernetes": {
+		block:    reflect.TypeFor[kubernetes.Config](),
+		required: true,
+		build: func(pc Provider, env buildEnv) (Backend, error) {
+			return kubernetes.New(pc.Name, *blockOf[kubernetes.Config](pc), env.log)
 		},
 	},
 	"proxmox": {
