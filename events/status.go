@@ -47,6 +47,9 @@ const (
 	ReasonAddressLost       Reason = "AddressLost"
 	ReasonProxyDeleted      Reason = "ProxyDeleted"
 	ReasonCreating          Reason = "Creating"
+	// ReasonProviderUnhealthy: the provider target the proxy is placed on fails its check, so
+	// no create is sent there until it passes again (a create could only fail).
+	ReasonProviderUnhealthy Reason = "ProviderUnhealthy"
 	ReasonWaitingForAddress Reason = "WaitingForAddress"
 	ReasonProbeFailing      Reason = "ProbeFailing"
 	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates

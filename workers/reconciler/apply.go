@@ -36,6 +36,7 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	}
 	spec := *se.spec
 	in.Spec = &spec
+	in.Targets = l.targets[spec.Provider]
 	if he, ok := l.health[name]; ok {
 		in.Health = &he.h
 	}

@@ -24,10 +24,21 @@ type Input struct {
 	Status       *events.ProxyStatus
 	Health       *events.ProxyHealth // the probers' verdict, nil when unknown
 	Catalog      map[string]ProviderInfo
+	// Targets are the latest checks of the spec's provider's targets, by target (host) name;
+	// a target without one is taken as healthy.
+	Targets      map[string]TargetCheck
 	Installation string
 	Result       *events.OpResult // an op result to fold in first, if any
 	Now          time.Time
 	NewID        func() string // fresh random IDs for UIDs and ops
+}
+
+// TargetCheck is the latest check of one provider target (provider_health).
+type TargetCheck struct {
+	Ready     bool
+	Reason    string
+	Message   string
+	CheckedAt time.Time
 }
 
 // ProviderInfo is what the reconciler knows of a provider from its catalog. It is
@@ -255,6 +266,9 @@ func (d *decider) provision(host, hash string) {
 	}
 	switch {
 	case d.st.InstanceID == "":
+		if d.holdCreate(host) {
+			return
+		}
 		if d.st.ProvisionAt.IsZero() {
 			d.st.ProvisionAt = d.now
 		}
@@ -308,7 +322,7 @@ func (d *decider) pickHost(prov ProviderInfo) (string, error) {
 		}
 		return z, nil
 	}
-	return rendezvous(d.in.Name, prov.Hosts), nil
+	return rendezvous(d.in.Name, d.healthy(prov.Hosts)), nil
 }
 
 // waitForOp reports whether an op is in flight; one that got no result within OpTimeout is

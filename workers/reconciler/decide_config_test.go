@@ -79,6 +79,37 @@ func configCases(p Policy) []decideCase {
 				t.Errorf("op %+v", d.Ops[0])
 			}
 		}}},
+		{"a failing provider target gets no create: the proxy waits, saying why", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"kvm","placement":{"zone":"b"}}`), nil, t0)
+			in.Targets = map[string]TargetCheck{"b": {Reason: "Unreachable", Message: "dial tcp: refused", CheckedAt: t0.Add(-time.Minute)}}
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonProviderUnhealthy, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "b of kvm fails its check (Unreachable: dial tcp: refused)") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+			if !d.Wake.Equal(t0.Add(-time.Minute).Add(p.TargetCheckStale)) {
+				t.Errorf("wake %v, want when the check grows stale", d.Wake)
+			}
+		}}},
+		{"a proxy placed by rendezvous goes to a healthy target", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"kvm"}`), nil, t0)
+			in.Targets = map[string]TargetCheck{rendezvous("p1", []string{"a", "b"}): {CheckedAt: t0}}
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			if down := rendezvous("p1", []string{"a", "b"}); d.Ops[0].Host == down {
+				t.Errorf("created on %s, whose check fails", down)
+			}
+		}}},
+		{"a stale failing check holds nothing back", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"kvm","placement":{"zone":"b"}}`), nil, t0)
+			in.Targets = map[string]TargetCheck{"b": {Reason: "Unreachable", CheckedAt: t0.Add(-p.TargetCheckStale)}}
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
+		{"a running instance on a failing target is left alone", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Targets = map[string]TargetCheck{"h1": {Reason: "Unreachable", CheckedAt: t0}}
+			return in
+		}, decideWant{phase: events.PhaseRunning}},
 		{"missing cloud_init document waits", func(t *testing.T) Input {
 			in := input(t, spec(t, `{"provider":"local","cloudInitRef":"squid"}`), nil, t0)
 			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)

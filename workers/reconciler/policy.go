@@ -15,6 +15,9 @@ type Policy struct {
 	BackoffMax        time.Duration
 	OpTimeout         time.Duration // an op with no result for this long is issued again
 	AddrMissLimit     int           // consecutive polls without an address before it is cleared
+	// TargetCheckStale is the age past which a provider target's failing check no longer
+	// holds creates back: its checker may be gone, and then the check says nothing.
+	TargetCheckStale time.Duration
 }
 
 // DefaultPolicy is the policy of DESIGN §5.1.
@@ -31,6 +34,7 @@ func DefaultPolicy() Policy {
 		BackoffMax:        5 * time.Minute,
 		OpTimeout:         5 * time.Minute,
 		AddrMissLimit:     3,
+		TargetCheckStale:  5 * time.Minute,
 	}
 }
 

@@ -101,6 +101,7 @@ type loop struct {
 	statuses    map[string]statusEntry
 	cloudInit   map[string][]byte
 	catalog     map[string]ProviderInfo
+	targets     map[string]map[string]TargetCheck // provider → target → its latest check
 	health      map[string]healthEntry
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
@@ -116,18 +117,18 @@ const consumerName = "reconciler"
 func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
-		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, due: map[string]time.Time{},
+		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
 	// The catalog and the cloud-init documents first, so that the specs are judged with them.
-	var watches [4]*kvstore.Watch
+	var watches [5]*kvstore.Watch
 	for i, w := range []struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry) []string
-	}{{s.Catalog, l.applyCatalog}, {s.CloudInit, l.applyCloudInit}, {s.Proxies, l.applySpec}, {s.Health, l.applyHealth}} {
+	}{{s.Catalog, l.applyCatalog}, {s.Providers, l.applyTarget}, {s.CloudInit, l.applyCloudInit}, {s.Proxies, l.applySpec}, {s.Health, l.applyHealth}} {
 		kw, err := kvstore.WatchBucket(ctx, w.kv)
 		if err != nil {
 			return err
@@ -138,7 +139,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 		}
 		watches[i] = kw
 	}
-	catW, ciW, specW, healthW := watches[0], watches[1], watches[2], watches[3]
+	catW, targetW, ciW, specW, healthW := watches[0], watches[1], watches[2], watches[3], watches[4]
 
 	results := make(chan jetstream.Msg)
 	var wg sync.WaitGroup
@@ -160,7 +161,7 @@ func (r *Reconciler) lead(ctx context.Context) error {
 
 	tick := time.NewTicker(r.cfg.Tick)
 	defer tick.Stop()
-	src := sources{spec: specW, cloudInit: ciW, catalog: catW, health: healthW, results: results,
+	src := sources{spec: specW, cloudInit: ciW, catalog: catW, health: healthW, targets: targetW, results: results,
 		resultsEnded: resultsEnded, tick: tick.C}
 	for {
 		b, err := l.gather(ctx, src)
@@ -176,10 +177,10 @@ func (r *Reconciler) lead(ctx context.Context) error {
 
 // sources is what the leader waits on.
 type sources struct {
-	spec, cloudInit, catalog, health *kvstore.Watch
-	results                          <-chan jetstream.Msg
-	resultsEnded                     <-chan error // the results consumer ended for good
-	tick                             <-chan time.Time
+	spec, cloudInit, catalog, health, targets *kvstore.Watch
+	results                                   <-chan jetstream.Msg
+	resultsEnded                              <-chan error // the results consumer ended for good
+	tick                                      <-chan time.Time
 }
 
 // gather waits for work unless some is left over, then takes whatever else is already
@@ -245,6 +246,8 @@ func wait(ctx context.Context, src sources) received {
 		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
 		return received{from: src.health, entry: e, closed: !ok}
+	case e, ok := <-src.targets.Updates():
+		return received{from: src.targets, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -264,6 +267,8 @@ func poll(src sources) received {
 		return received{from: src.catalog, entry: e, closed: !ok}
 	case e, ok := <-src.health.Updates():
 		return received{from: src.health, entry: e, closed: !ok}
+	case e, ok := <-src.targets.Updates():
+		return received{from: src.targets, entry: e, closed: !ok}
 	case m := <-src.results:
 		return received{msg: m}
 	case err := <-src.resultsEnded:
@@ -300,6 +305,8 @@ func (l *loop) take(ctx context.Context, b *batch, got received) error {
 			affected = l.applyCatalog(got.entry)
 		case events.BucketHealth:
 			affected = l.applyHealth(got.entry)
+		case events.BucketProviderHealth:
+			affected = l.applyTarget(got.entry)
 		}
 		l.enqueue(affected)
 		l.takeBacklog(b)

@@ -139,3 +139,36 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 	}
 	return all
 }
+
+// applyTarget folds a provider target's latest check (provider_health, <provider>.<target>)
+// and returns the provider's proxies: a failing target holds their creates back, and one that
+// passes again lets them go.
+func (l *loop) applyTarget(e jetstream.KeyValueEntry) []string {
+	if e == nil {
+		return nil
+	}
+	provider, target, ok := strings.Cut(e.Key(), ".")
+	if !ok {
+		return nil
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(l.targets[provider], target)
+	} else {
+		var rec events.TargetHealth
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			l.log.Warn("unreadable provider check", "key", e.Key(), "err", err)
+			return nil
+		}
+		if l.targets[provider] == nil {
+			l.targets[provider] = map[string]TargetCheck{}
+		}
+		l.targets[provider][target] = TargetCheck{Ready: rec.Ready, Reason: rec.Reason, Message: rec.Message, CheckedAt: rec.CheckedAt}
+	}
+	var affected []string
+	for name, s := range l.specs {
+		if s.spec != nil && s.spec.Provider == provider {
+			affected = append(affected, name)
+		}
+	}
+	return affected
+}
