@@ -41,7 +41,7 @@ func TestLibvirtEndToEnd(t *testing.T) {
 			"namespace with libvirtd, an isolated network, a pool, an sshd on its 127.0.0.1): run "+
 			".ci/libvirt/run-e2e.sh, or .ci/libvirt/setup.sh and then .ci/libvirt/in-ns.sh env "+
 			"GOPROXY=off %s=/var/tmp/egressd-libvirt-e2e/env go test -count=1 -run TestLibvirtEndToEnd "+
-			"-v ./cmd/egressd", libvirtEnvVar)
+			"-v ./cmd/egressd/e2e", libvirtEnvVar)
 	}
 	needNats(t)
 	for _, tool := range []string{"virsh", "curl"} {
