@@ -115,6 +115,11 @@ func (d *decider) deleteProxy() {
 		d.remove = true
 		return
 	}
+	if d.st.Teardown != events.ReasonProxyDeleted && d.st.Op == nil {
+		// The back-off in force was earned by the op that failed (a create on a full quota
+		// waits five minutes); a delete is another op, idempotent, and the user asked for it.
+		d.st.RetryAt, d.st.Failures = time.Time{}, 0
+	}
 	d.st.Teardown = events.ReasonProxyDeleted
 	if d.st.LastError == nil {
 		d.st.Reason, d.st.Message = events.ReasonProxyDeleted, "the proxy was deleted; deleting its instance"

@@ -126,6 +126,12 @@ func lifecycleCases(p Policy) []decideCase {
 				t.Errorf("retryAt %v lastError %+v", d.Status.RetryAt, d.Status.LastError)
 			}
 		}}},
+		{"a proxy deleted while its create waits out a quota back-off is deleted at once", func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseWaiting, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0.Add(-time.Minute),
+				Reason: events.ReasonQuota, RetryAt: t0.Add(4 * time.Minute), Failures: 1,
+				LastError: &events.LastError{Class: events.ClassQuota, At: t0.Add(-time.Minute), Message: "quota"}}
+			return input(t, nil, st, t0)
+		}, decideWant{phase: events.PhaseDeleting, ops: []events.OpKind{events.OpDelete}}},
 		{"quota on a get (an asynchronous create failed) waits, then creates again", func(t *testing.T) Input {
 			st := running(spec(t, base))
 			st.IP, st.Phase, st.ProvisionAt = "", events.PhaseProvisioning, t0.Add(-time.Minute)
