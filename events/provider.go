@@ -5,6 +5,13 @@ import "time"
 // BucketProviderHealth holds one TargetHealth per provider target, key <provider>.<target>.
 const BucketProviderHealth = "provider_health"
 
+// Keys of a catalog record's limits that egressd's config sets (beside what a provider
+// reports): the create-rate limit the reconciler holds a provider to.
+const (
+	LimitCreatesPerMinute = "createsPerMinute"
+	LimitCreateBurst      = "createBurst"
+)
+
 // CatalogRecord is the value of a provider's key in provider_catalog: what the provider
 // offers, as its provisioners published it (never secrets). The reconciler places proxies on
 // its hosts; a provider without a record is unknown.

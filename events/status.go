@@ -50,6 +50,9 @@ const (
 	// ReasonProviderUnhealthy: the provider target the proxy is placed on fails its check, so
 	// no create is sent there until it passes again (a create could only fail).
 	ReasonProviderUnhealthy Reason = "ProviderUnhealthy"
+	// ReasonRateLimited: the provider's create-rate limit (maxCreatesPerMinute) is used up;
+	// the message says when the next create may go.
+	ReasonRateLimited       Reason = "RateLimited"
 	ReasonWaitingForAddress Reason = "WaitingForAddress"
 	ReasonProbeFailing      Reason = "ProbeFailing"
 	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates

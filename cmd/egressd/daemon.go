@@ -52,6 +52,7 @@ type daemon struct {
 type namedBackend struct {
 	name string
 	b    config.Backend
+	pc   config.Provider // its entry: the limits the catalog carries
 }
 
 func (d *daemon) onClose(f func()) { d.closers = append(d.closers, f) }
@@ -125,7 +126,7 @@ func (d *daemon) prepare() error {
 		if err != nil {
 			return err
 		}
-		d.backends = append(d.backends, namedBackend{pc.Name, b})
+		d.backends = append(d.backends, namedBackend{pc.Name, b, pc})
 		if c, ok := b.(io.Closer); ok {
 			d.onClose(func() { c.Close() })
 		}

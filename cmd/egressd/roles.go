@@ -101,7 +101,9 @@ func buildStatusPage(_ context.Context, d *daemon) (runner, error) {
 func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 	var runs []runner
 	for _, pb := range d.backends {
-		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: pb.b.Catalog(),
+		cat := pb.b.Catalog()
+		cat.Limits = pb.pc.Limits(cat.Limits) // the config's create-rate limit rides with the catalog
+		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: cat,
 			Installation: d.installation, Worker: d.holder, Buckets: provisioner.BucketsOf(d.store), Log: d.log, GC: d.f.gc, Checks: d.f.checks,
 			Observer: d.obs, Leftovers: config.LeftoversOf(pb.b), LeaseMaster: d.leaseMaster})
 		if err != nil {

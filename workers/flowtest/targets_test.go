@@ -2,6 +2,7 @@ package flowtest
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,4 +78,51 @@ func (h *harness) targetRevision(key string) uint64 {
 		return 0
 	}
 	return e.Revision()
+}
+
+// A provider's create-rate limit holds: twelve proxies put at once are created no faster than
+// the limit allows (counted from the provider's own create calls, against the time since
+// before the first put, which only loosens the bound), the waiting ones say RateLimited, and
+// all are created in the end.
+func TestCreateRateLimit(t *testing.T) {
+	h := newHarness(t)
+	fake := providertest.NewFake("fake", fakeHost(8))
+	const perMinute, burst, n = 60, 3, 12 // one a second, three at once
+	cat := fake.Catalog()
+	cat.Limits = map[string]int{events.LimitCreatesPerMinute: perMinute, events.LimitCreateBurst: burst}
+	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat,
+		Installation: installation, Worker: "w1", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log, Timings: fastTimings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	h.wg.Go(func() {
+		if err := p.Run(h.ctx); err != nil {
+			t.Errorf("provisioner: %v", err)
+		}
+	})
+	start := time.Now()
+	h.reconciler("r1")
+	for i := range n {
+		h.put(fmt.Sprintf("p%02d", i), `{"provider":"fake"}`)
+	}
+	sawLimited := false
+	h.waitFor("every proxy created", 60*time.Second, func() (bool, string) {
+		calls := fake.Calls("create")
+		allowed := burst + int(time.Since(start).Seconds()*perMinute/60) // read after the calls: looser
+		if calls > allowed {
+			t.Fatalf("%d creates %v after the start, the limit allows %d", calls, time.Since(start).Round(time.Millisecond), allowed)
+		}
+		for i := range n {
+			if st, ok := h.status(fmt.Sprintf("p%02d", i)); ok && st.Reason == events.ReasonRateLimited {
+				sawLimited = true
+			}
+		}
+		return calls == n, fmt.Sprintf("%d of %d created", calls, n)
+	})
+	if !sawLimited {
+		t.Error("no waiting proxy said RateLimited")
+	}
 }

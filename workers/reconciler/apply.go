@@ -37,6 +37,9 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	spec := *se.spec
 	in.Spec = &spec
 	in.Targets = l.targets[spec.Provider]
+	if c := l.limits[spec.Provider]; c != nil {
+		in.CreateAt = c.next(in.Now)
+	}
 	if he, ok := l.health[name]; ok {
 		in.Health = &he.h
 	}
@@ -71,6 +74,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		in := l.input(name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
+		l.countCreates(s.d.Ops, in.Now)
 		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
 		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
 	}

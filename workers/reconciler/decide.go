@@ -26,7 +26,9 @@ type Input struct {
 	Catalog      map[string]ProviderInfo
 	// Targets are the latest checks of the spec's provider's targets, by target (host) name;
 	// a target without one is taken as healthy.
-	Targets      map[string]TargetCheck
+	Targets map[string]TargetCheck
+	// CreateAt is when the provider's create-rate limit lets the next create go; zero: now.
+	CreateAt     time.Time
 	Installation string
 	Result       *events.OpResult // an op result to fold in first, if any
 	Now          time.Time
@@ -271,7 +273,7 @@ func (d *decider) provision(host, hash string) {
 	}
 	switch {
 	case d.st.InstanceID == "":
-		if d.holdCreate(host) {
+		if d.holdCreate(host) || d.rateLimited() {
 			return
 		}
 		if d.st.ProvisionAt.IsZero() {

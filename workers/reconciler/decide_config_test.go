@@ -110,6 +110,20 @@ func configCases(p Policy) []decideCase {
 			in.Targets = map[string]TargetCheck{"h1": {Reason: "Unreachable", CheckedAt: t0}}
 			return in
 		}, decideWant{phase: events.PhaseRunning}},
+		{"a create waits while the provider's create-rate limit is used up", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.CreateAt = t0.Add(7 * time.Second)
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonRateLimited, check: func(t *testing.T, d Decision) {
+			if !d.Wake.Equal(t0.Add(7*time.Second)) || !strings.Contains(d.Status.Message, "create-rate limit of provider local") {
+				t.Errorf("wake %v, message %q", d.Wake, d.Status.Message)
+			}
+		}}},
+		{"a create goes once the create-rate limit lets it", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.CreateAt = t0
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
 		{"missing cloud_init document waits", func(t *testing.T) Input {
 			in := input(t, spec(t, `{"provider":"local","cloudInitRef":"squid"}`), nil, t0)
 			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)

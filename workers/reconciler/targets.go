@@ -3,6 +3,7 @@ package reconciler
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/egressd/egressd/events"
 )
@@ -49,5 +50,18 @@ func (d *decider) holdCreate(host string) bool {
 	if d.p.TargetCheckStale > 0 {
 		d.wakeAt(d.in.Targets[host].CheckedAt.Add(d.p.TargetCheckStale))
 	}
+	return true
+}
+
+// rateLimited keeps a create back while the provider's create-rate limit is used up: the
+// proxy waits with reason RateLimited, saying when, and is decided again then.
+func (d *decider) rateLimited() bool {
+	if !d.in.CreateAt.After(d.now) {
+		return false
+	}
+	d.st.Reason = events.ReasonRateLimited
+	d.st.Message = fmt.Sprintf("the create-rate limit of provider %s is used up; the next create may go at %s",
+		d.in.Spec.Provider, d.in.CreateAt.UTC().Format(time.RFC3339))
+	d.wakeAt(d.in.CreateAt)
 	return true
 }

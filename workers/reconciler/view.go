@@ -132,6 +132,7 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 			info.Hosts = append(info.Hosts, h.Name)
 		}
 		l.catalog[e.Key()] = info
+		l.setLimit(e.Key(), rec)
 	}
 	var all []string
 	for n := range l.names() {

@@ -33,9 +33,12 @@ type File struct {
 // Provider declares one provider instance: a name users put in specs, a type, and the
 // block of that type (a pointer to the type's config, as the registry declares it).
 type Provider struct {
-	Name  string
-	Type  string
-	Block any
+	Name string
+	Type string
+	// MaxCreatesPerMinute bounds the creates the reconciler sends this provider (0: no bound),
+	// with CreateBurst of them at once (default 1); docs/configuration.md.
+	MaxCreatesPerMinute, CreateBurst int
+	Block                            any
 	// Others names blocks of other types found in the entry: an error for validate.
 	Others []string
 }

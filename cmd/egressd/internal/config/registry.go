@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"reflect"
 	"sort"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/providers/gcp"
 	"github.com/egressd/egressd/providers/kubernetes"
 	"github.com/egressd/egressd/providers/libvirt"
@@ -143,6 +145,8 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 	fields := []reflect.StructField{
 		{Name: "Name", Type: reflect.TypeFor[string](), Tag: `yaml:"name"`},
 		{Name: "Type", Type: reflect.TypeFor[string](), Tag: `yaml:"type"`},
+		{Name: "MaxCreatesPerMinute", Type: reflect.TypeFor[int](), Tag: `yaml:"maxCreatesPerMinute"`},
+		{Name: "CreateBurst", Type: reflect.TypeFor[int](), Tag: `yaml:"createBurst"`},
 	}
 	for i, k := range kinds {
 		fields = append(fields, reflect.StructField{
@@ -157,9 +161,10 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 // providerFromDoc turns one decoded providerDoc into a Provider. Blocks keyed by a type
 // other than the entry's are kept in Others, for validation to name.
 func providerFromDoc(v reflect.Value) Provider {
-	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String()}
+	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String(),
+		MaxCreatesPerMinute: int(v.Field(2).Int()), CreateBurst: int(v.Field(3).Int())}
 	for i, k := range providerDocKinds {
-		f := v.Field(2 + i)
+		f := v.Field(4 + i)
 		if f.IsNil() {
 			continue
 		}
@@ -179,6 +184,7 @@ func (pc *Provider) validateKind(at string) []error {
 	if len(pc.Others) > 0 {
 		errs = append(errs, fmt.Errorf("%s: a block of another type is set (%v; type is %q)", at, pc.Others, pc.Type))
 	}
+	errs = append(errs, pc.validateRate(at)...)
 	k, ok := providerKinds[pc.Type]
 	switch {
 	case pc.Type == "":
@@ -191,4 +197,37 @@ func (pc *Provider) validateKind(at string) []error {
 		pc.Block = reflect.New(k.block).Interface()
 	}
 	return errs
+}
+
+// maxCreateRate bounds maxCreatesPerMinute and createBurst: a bound above it is no bound.
+const maxCreateRate = 100000
+
+// validateRate checks the create-rate limit and fills the default burst (1).
+func (pc *Provider) validateRate(at string) []error {
+	var errs []error
+	if pc.MaxCreatesPerMinute < 0 || pc.MaxCreatesPerMinute > maxCreateRate {
+		errs = append(errs, fmt.Errorf("%s.maxCreatesPerMinute: must be between 0 (no limit) and %d, got %d", at, maxCreateRate, pc.MaxCreatesPerMinute))
+	}
+	switch {
+	case pc.CreateBurst < 0 || pc.CreateBurst > maxCreateRate:
+		errs = append(errs, fmt.Errorf("%s.createBurst: must be between 1 and %d, got %d", at, maxCreateRate, pc.CreateBurst))
+	case pc.CreateBurst > 0 && pc.MaxCreatesPerMinute == 0:
+		errs = append(errs, fmt.Errorf("%s.createBurst: needs maxCreatesPerMinute: it is how many of a minute's creates may go at once", at))
+	case pc.CreateBurst == 0 && pc.MaxCreatesPerMinute > 0:
+		pc.CreateBurst = 1
+	}
+	return errs
+}
+
+// Limits are the provider's limits as its catalog record carries them to the reconciler
+// (events.CatalogRecord.Limits), merged over what the provider itself reports.
+func (pc Provider) Limits(fromProvider map[string]int) map[string]int {
+	out := maps.Clone(fromProvider)
+	if pc.MaxCreatesPerMinute > 0 {
+		if out == nil {
+			out = map[string]int{}
+		}
+		out[events.LimitCreatesPerMinute], out[events.LimitCreateBurst] = pc.MaxCreatesPerMinute, pc.CreateBurst
+	}
+	return out
 }

@@ -2,10 +2,12 @@ package config
 
 import (
 	"log/slog"
+	"maps"
 
 	"reflect"
 	"testing"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/providers/local"
 )
 
@@ -40,5 +42,22 @@ func TestProviderDocDecodesBlocks(t *testing.T) {
 	}
 	if got := blockOf[local.Config](cfg.Providers[1]); got.MaxConcurrentOps != 3 {
 		t.Fatalf("block = %+v", got)
+	}
+}
+
+// The create-rate limit rides with the catalog's limits, its burst 1 unless set, and an entry
+// without one adds nothing to what the provider reports.
+func TestCreateRateLimits(t *testing.T) {
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local, maxCreatesPerMinute: 6}\n  - {name: b, type: local}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cfg.Providers[0].Limits(map[string]int{"instances": 40})
+	want := map[string]int{"instances": 40, events.LimitCreatesPerMinute: 6, events.LimitCreateBurst: 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("limits %v, want %v", got, want)
+	}
+	if got := cfg.Providers[1].Limits(nil); got != nil {
+		t.Errorf("limits of an entry without a rate %v, want none", got)
 	}
 }
