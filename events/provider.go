@@ -10,6 +10,8 @@ const BucketProviderHealth = "provider_health"
 const (
 	LimitCreatesPerMinute = "createsPerMinute"
 	LimitCreateBurst      = "createBurst"
+	LimitMaxInstances     = "maxInstances"          // instances egressd may have on the provider
+	LimitMaxPerTarget     = "maxInstancesPerTarget" // and on each of its targets
 )
 
 // CatalogRecord is the value of a provider's key in provider_catalog: what the provider

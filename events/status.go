@@ -52,7 +52,10 @@ const (
 	ReasonProviderUnhealthy Reason = "ProviderUnhealthy"
 	// ReasonRateLimited: the provider's create-rate limit (maxCreatesPerMinute) is used up;
 	// the message says when the next create may go.
-	ReasonRateLimited       Reason = "RateLimited"
+	ReasonRateLimited Reason = "RateLimited"
+	// ReasonLimitReached: a new instance would pass the provider's maxInstances (or
+	// maxInstancesPerTarget); the proxy is created when room appears, oldest first.
+	ReasonLimitReached      Reason = "LimitReached"
 	ReasonWaitingForAddress Reason = "WaitingForAddress"
 	ReasonProbeFailing      Reason = "ProbeFailing"
 	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates

@@ -126,3 +126,84 @@ func TestCreateRateLimit(t *testing.T) {
 		t.Error("no waiting proxy said RateLimited")
 	}
 }
+
+// maxInstances fails closed: eight proxies on a provider limited to three never have more
+// than three instances at any observation, counted from the provider itself, while the
+// leading reconciler is killed twice (kill -9 as NATS sees it) and another takes over; the
+// five others say LimitReached; raising the limit to eight creates the rest.
+func TestInstanceLimitHoldsAcrossTakeovers(t *testing.T) {
+	h := newHarness(t)
+	fake := providertest.NewFake("fake", fakeHost(8))
+	cat := fake.Catalog()
+	cat.Limits = map[string]int{events.LimitMaxInstances: 3}
+	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat,
+		Installation: installation, Worker: "w1", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log, Timings: fastTimings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	h.wg.Go(func() {
+		if err := p.Run(h.ctx); err != nil {
+			t.Errorf("provisioner: %v", err)
+		}
+	})
+	const n = 8
+	most := 0
+	var raised atomic.Bool // once set, the limit is eight
+	observe := func() int {
+		insts, err := fake.List(h.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if most = max(most, len(insts)); len(insts) > 3 && !raised.Load() {
+			t.Fatalf("%d instances on a provider limited to 3", len(insts))
+		}
+		return len(insts)
+	}
+	waiting := func() int {
+		k := 0
+		for i := range n {
+			if st, ok := h.status(fmt.Sprintf("p%d", i)); ok && st.Reason == events.ReasonLimitReached {
+				k++
+			}
+		}
+		return k
+	}
+	procs := []*reconcilerProc{h.startReconciler("r1"), h.startReconciler("r2")}
+	// Put last to first: the first made are then the last by name, so a new leader that
+	// decided its waiting proxies (p0…) before counting what exists would overrun the limit.
+	for i := n - 1; i >= 0; i-- {
+		h.put(fmt.Sprintf("p%d", i), `{"provider":"fake"}`)
+	}
+	for kill := range 2 {
+		h.waitFor("three instances and five proxies waiting", 60*time.Second, func() (bool, string) {
+			got, w := observe(), waiting()
+			return got == 3 && w == n-3, fmt.Sprintf("%d instances, %d waiting", got, w)
+		})
+		procs[0].kill() // the first started leads, or took over from the one killed before
+		procs = append(procs[1:], h.startReconciler(fmt.Sprintf("r%d", 3+kill)))
+		// A leader's whole term, observed: the new one must count what the old one made.
+		deadline := time.Now().Add(2 * leaderTTL)
+		for time.Now().Before(deadline) {
+			observe()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	raised.Store(true)
+	cat.Limits[events.LimitMaxInstances] = 8
+	raise, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat,
+		Installation: installation, Worker: "w2", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log, Timings: fastTimings()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raise.PublishCatalog(h.ctx); err != nil { // as a provisioner restarted with the new config
+		t.Fatal(err)
+	}
+	h.waitFor("every proxy created once the limit is eight", 60*time.Second, func() (bool, string) {
+		got := observe()
+		return got == n, fmt.Sprintf("%d instances", got)
+	})
+	t.Logf("at most %d instances at once, 3 of them before the raise", most)
+}

@@ -40,6 +40,11 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	if c := l.limits[spec.Provider]; c != nil {
 		in.CreateAt = c.next(in.Now)
 	}
+	declared := in.Now
+	if in.Status != nil {
+		declared = in.Status.CreatedAt
+	}
+	in.Limit = l.tally.limit(l.caps[spec.Provider], spec.Provider, name, declared)
 	if he, ok := l.health[name]; ok {
 		in.Health = &he.h
 	}
@@ -70,11 +75,15 @@ type step struct {
 // writes nothing: its CAS fails and its ops are never sent.
 func (l *loop) run(ctx context.Context, b *batch) {
 	steps := make([]step, len(b.names))
+	// Room made by the last batch (an instance gone, a limit raised) goes to the proxies
+	// waiting for it, oldest first.
+	defer func() { l.enqueue(l.tally.takeFreed()) }()
 	for i, name := range b.names {
 		in := l.input(name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
 		l.countCreates(s.d.Ops, in.Now)
+		l.tally.set(name, s.d.Status) // counted as decided: the batch's next decisions see it
 		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
 		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
 	}
@@ -202,8 +211,10 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 	switch {
 	case errors.Is(gerr, kvstore.ErrNotFound):
 		delete(l.statuses, name)
+		l.tally.set(name, nil)
 	case gerr == nil:
 		l.statuses[name] = statusEntry{st: st, rev: rev}
+		l.tally.set(name, &st)
 	}
 	return err
 }

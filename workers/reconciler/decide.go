@@ -28,7 +28,9 @@ type Input struct {
 	// a target without one is taken as healthy.
 	Targets map[string]TargetCheck
 	// CreateAt is when the provider's create-rate limit lets the next create go; zero: now.
-	CreateAt     time.Time
+	CreateAt time.Time
+	// Limit is the provider's instance limits and how full it is (nil: no limits).
+	Limit        *InstanceLimit
 	Installation string
 	Result       *events.OpResult // an op result to fold in first, if any
 	Now          time.Time
@@ -273,7 +275,7 @@ func (d *decider) provision(host, hash string) {
 	}
 	switch {
 	case d.st.InstanceID == "":
-		if d.holdCreate(host) || d.rateLimited() {
+		if d.holdCreate(host) || d.limitReached(host) || d.rateLimited() {
 			return
 		}
 		if d.st.ProvisionAt.IsZero() {

@@ -124,6 +124,39 @@ func configCases(p Policy) []decideCase {
 			in.CreateAt = t0
 			return in
 		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, reason: events.ReasonCreating}},
+		{"a new instance that would pass maxInstances waits, saying how full the provider is", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.Limit = &InstanceLimit{Max: 3, Count: 3}
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonLimitReached, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "provider local has 3 of its 3 instances (maxInstances)") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+		}}},
+		{"room taken by older waiting proxies: a newer one waits its turn", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.Limit = &InstanceLimit{Max: 3, Count: 2, Ahead: 1}
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonLimitReached, check: func(t *testing.T, d Decision) {
+			if !strings.Contains(d.Status.Message, "1 declared before this one wait ahead of it") {
+				t.Errorf("message %q", d.Status.Message)
+			}
+		}}},
+		{"a full target holds a new instance back", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.Limit = &InstanceLimit{PerTarget: 2, TargetCount: map[string]int{"h1": 2}}
+			return in
+		}, decideWant{phase: events.PhasePending, reason: events.ReasonLimitReached}},
+		{"with room, the create goes", func(t *testing.T) Input {
+			in := input(t, spec(t, base), nil, t0)
+			in.Limit = &InstanceLimit{Max: 3, Count: 2, PerTarget: 2, TargetCount: map[string]int{"h1": 1}}
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
+		{"an instance that may exist is never held by a limit", func(t *testing.T) Input {
+			in := input(t, spec(t, base), running(spec(t, base)), t0)
+			in.Limit = &InstanceLimit{Max: 1, Count: 5}
+			return in
+		}, decideWant{phase: events.PhaseRunning}},
 		{"missing cloud_init document waits", func(t *testing.T) Input {
 			in := input(t, spec(t, `{"provider":"local","cloudInitRef":"squid"}`), nil, t0)
 			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)

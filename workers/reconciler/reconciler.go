@@ -103,6 +103,8 @@ type loop struct {
 	catalog     map[string]ProviderInfo
 	targets     map[string]map[string]TargetCheck // provider → target → its latest check
 	limits      map[string]*createLimit           // provider → its create-rate limit, if any
+	caps        map[string]*instanceCap           // provider → its instance limits, if any
+	tally       *tally                            // the instances that may exist, for the limits
 	health      map[string]healthEntry
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
@@ -118,7 +120,7 @@ const consumerName = "reconciler"
 func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
-		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, due: map[string]time.Time{},
+		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, caps: map[string]*instanceCap{}, tally: newTally(), due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {

@@ -28,6 +28,7 @@ func (l *loop) loadStatuses(ctx context.Context) error {
 			return fmt.Errorf("read status %s: %w", k, err)
 		}
 		l.statuses[k] = statusEntry{st: st, rev: e.Revision()}
+		l.tally.set(k, &st)
 	}
 	return nil
 }
@@ -133,6 +134,7 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 		}
 		l.catalog[e.Key()] = info
 		l.setLimit(e.Key(), rec)
+		l.setCap(e.Key(), rec)
 	}
 	var all []string
 	for n := range l.names() {

@@ -38,7 +38,10 @@ type Provider struct {
 	// MaxCreatesPerMinute bounds the creates the reconciler sends this provider (0: no bound),
 	// with CreateBurst of them at once (default 1); docs/configuration.md.
 	MaxCreatesPerMinute, CreateBurst int
-	Block                            any
+	// MaxInstances and MaxInstancesPerTarget bound the instances egressd may have on this
+	// provider, and on each of its targets (0: no bound).
+	MaxInstances, MaxInstancesPerTarget int
+	Block                               any
 	// Others names blocks of other types found in the entry: an error for validate.
 	Others []string
 }

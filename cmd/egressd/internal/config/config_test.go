@@ -40,6 +40,8 @@ func TestParseConfig(t *testing.T) {
 		{"empty", "", "empty config"},
 		{"a create-rate limit", "providers:\n  - {name: a, type: local, maxCreatesPerMinute: 6, createBurst: 2}\n", ""},
 		{"a negative create rate", "providers:\n  - {name: a, type: local, maxCreatesPerMinute: -1}\n", "providers[0].maxCreatesPerMinute: must be between 0"},
+		{"instance limits", "providers:\n  - {name: a, type: local, maxInstances: 3, maxInstancesPerTarget: 2}\n", ""},
+		{"a negative instance limit", "providers:\n  - {name: a, type: local, maxInstances: -3}\n", "providers[0].maxInstances: must be between 0"},
 		{"a burst without a rate", "providers:\n  - {name: a, type: local, createBurst: 2}\n", "providers[0].createBurst: needs maxCreatesPerMinute"},
 		{"lease HTTP crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: crawlee, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", ""},
 		{"lease HTTP without crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP: {crawlers: []}\n", "leaseHTTP.crawlers: at least one"},

@@ -147,6 +147,8 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 		{Name: "Type", Type: reflect.TypeFor[string](), Tag: `yaml:"type"`},
 		{Name: "MaxCreatesPerMinute", Type: reflect.TypeFor[int](), Tag: `yaml:"maxCreatesPerMinute"`},
 		{Name: "CreateBurst", Type: reflect.TypeFor[int](), Tag: `yaml:"createBurst"`},
+		{Name: "MaxInstances", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstances"`},
+		{Name: "MaxInstancesPerTarget", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstancesPerTarget"`},
 	}
 	for i, k := range kinds {
 		fields = append(fields, reflect.StructField{
@@ -162,9 +164,10 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 // other than the entry's are kept in Others, for validation to name.
 func providerFromDoc(v reflect.Value) Provider {
 	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String(),
-		MaxCreatesPerMinute: int(v.Field(2).Int()), CreateBurst: int(v.Field(3).Int())}
+		MaxCreatesPerMinute: int(v.Field(2).Int()), CreateBurst: int(v.Field(3).Int()),
+		MaxInstances: int(v.Field(4).Int()), MaxInstancesPerTarget: int(v.Field(5).Int())}
 	for i, k := range providerDocKinds {
-		f := v.Field(4 + i)
+		f := v.Field(6 + i)
 		if f.IsNil() {
 			continue
 		}
@@ -216,6 +219,14 @@ func (pc *Provider) validateRate(at string) []error {
 	case pc.CreateBurst == 0 && pc.MaxCreatesPerMinute > 0:
 		pc.CreateBurst = 1
 	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{{"maxInstances", pc.MaxInstances}, {"maxInstancesPerTarget", pc.MaxInstancesPerTarget}} {
+		if f.v < 0 || f.v > maxCreateRate {
+			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 (no limit) and %d, got %d", at, f.key, maxCreateRate, f.v))
+		}
+	}
 	return errs
 }
 
@@ -223,11 +234,19 @@ func (pc *Provider) validateRate(at string) []error {
 // (events.CatalogRecord.Limits), merged over what the provider itself reports.
 func (pc Provider) Limits(fromProvider map[string]int) map[string]int {
 	out := maps.Clone(fromProvider)
-	if pc.MaxCreatesPerMinute > 0 {
-		if out == nil {
-			out = map[string]int{}
+	set := func(k string, v int) {
+		if v > 0 {
+			if out == nil {
+				out = map[string]int{}
+			}
+			out[k] = v
 		}
-		out[events.LimitCreatesPerMinute], out[events.LimitCreateBurst] = pc.MaxCreatesPerMinute, pc.CreateBurst
 	}
+	if pc.MaxCreatesPerMinute > 0 {
+		set(events.LimitCreatesPerMinute, pc.MaxCreatesPerMinute)
+		set(events.LimitCreateBurst, pc.CreateBurst)
+	}
+	set(events.LimitMaxInstances, pc.MaxInstances)
+	set(events.LimitMaxPerTarget, pc.MaxInstancesPerTarget)
 	return out
 }
