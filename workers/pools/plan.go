@@ -42,6 +42,7 @@ type input struct {
 	Taken     func(name string) bool
 	InUse     func(name string) bool
 	Phase     map[string]events.Phase
+	Limited   map[string]string // members that wait for their provider's instance limit: its message
 	Leases    map[string]int
 	Blocked   map[string]int // distinct targets the member was reported blocked on in the window
 	Load      func(provider, zone string) int

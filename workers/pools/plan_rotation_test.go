@@ -2,6 +2,7 @@ package pools
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,5 +257,30 @@ func TestFailedMembersAreReplaced(t *testing.T) {
 	}
 	if _, ok := w.owned[succ]; ok {
 		t.Fatalf("the Failed successor %s is still there", succ)
+	}
+}
+
+// Members kept back by their provider's instance limit make the pool say so: Progressing,
+// reason LimitReached, with how many wait and why; once they are Ready the pool is too.
+func TestMembersWaitingForTheInstanceLimit(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":4}`)
+	w.settle()
+	waiting := w.members()[2:]
+	for _, n := range waiting {
+		w.phase[n] = events.PhasePending
+		w.limited[n] = "provider local has 2 of its 2 instances (maxInstances); it is created when room appears"
+	}
+	w.step()
+	if w.ledger.Phase != events.PoolProgressing || w.ledger.Reason != events.ReasonLimitReached ||
+		!strings.Contains(w.ledger.Message, "2 of 4 members Ready; 2 wait for the instance limit ("+waiting[0]+": provider local has 2 of its 2") {
+		t.Fatalf("pool %s %s %q, want Progressing, LimitReached, saying who waits and why", w.ledger.Phase, w.ledger.Reason, w.ledger.Message)
+	}
+	for _, n := range waiting {
+		w.phase[n] = events.PhaseReady
+		delete(w.limited, n)
+	}
+	w.step()
+	if w.ledger.Phase != events.PoolReady || w.ledger.Reason != "" {
+		t.Fatalf("pool %s %s once every member is Ready", w.ledger.Phase, w.ledger.Reason)
 	}
 }

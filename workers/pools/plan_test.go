@@ -32,6 +32,7 @@ type world struct {
 	owned   map[string]owned
 	taken   map[string]bool
 	phase   map[string]events.Phase
+	limited map[string]string
 	leases  map[string]int
 	blocked map[string]int
 	now     time.Time
@@ -40,13 +41,13 @@ type world struct {
 
 func newWorld(t *testing.T, doc string) *world {
 	return &world{t: t, spec: poolSpec(t, doc), owned: map[string]owned{}, taken: map[string]bool{},
-		phase: map[string]events.Phase{}, leases: map[string]int{}, blocked: map[string]int{}, now: t0}
+		phase: map[string]events.Phase{}, limited: map[string]string{}, leases: map[string]int{}, blocked: map[string]int{}, now: t0}
 }
 
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
-		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Leases: w.leases, Blocked: w.blocked, Now: w.now,
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Now: w.now,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

@@ -34,6 +34,9 @@ func (p *planner) summarize() {
 	case retiring != "" || draining > 0 || act != *spec.Replicas:
 		phase, reason = events.PoolProgressing, retiring
 		msg = fmt.Sprintf("%d of %d members Ready, %d draining", ready, *spec.Replicas, draining)
+	case ready < act && p.limited() != "":
+		phase, reason = events.PoolProgressing, events.ReasonLimitReached
+		msg = fmt.Sprintf("%d of %d members Ready; %s", ready, *spec.Replicas, p.limited())
 	case ready < act:
 		phase = events.PoolDegraded
 		for _, m := range p.members {
@@ -66,4 +69,23 @@ func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg strin
 		}
 	}
 	p.out.Ledger = &st
+}
+
+// limited says why members wait for their provider's instance limit: how many, and the
+// first one's message (in name order), or "" when none does.
+func (p *planner) limited() string {
+	var first, msg string
+	n := 0
+	for _, m := range p.members {
+		if lm, ok := p.in.Limited[m.Name]; ok && active(m) {
+			n++
+			if first == "" || m.Name < first {
+				first, msg = m.Name, lm
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d wait for the instance limit (%s: %s)", n, first, msg)
 }

@@ -26,6 +26,7 @@ type view struct {
 	byOwner map[string]map[string]bool // pool → the names of the specs naming it
 	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
 	phases  map[string]events.Phase
+	limited map[string]string // statuses that wait for their provider's instance limit
 	dirty   map[string]bool
 	wake    chan struct{}
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
@@ -48,7 +49,7 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
 		catalog: schemas.Catalog{}}
 }
 
@@ -232,7 +233,9 @@ func (v *view) noteDelete(name string, rev uint64) {
 }
 
 type phaseOnly struct {
-	Phase events.Phase `json:"phase"`
+	Phase   events.Phase  `json:"phase"`
+	Reason  events.Reason `json:"reason"`
+	Message string        `json:"message"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -240,10 +243,14 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	defer v.mu.Unlock()
 	name := e.Key()
 	var st phaseOnly
+	delete(v.limited, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
 		v.phases[name] = st.Phase
+		if st.Reason == events.ReasonLimitReached {
+			v.limited[name] = st.Message
+		}
 	}
 	if pe, ok := v.proxies[name]; ok {
 		v.mark(pe.owner)
@@ -278,8 +285,9 @@ func (v *view) takeDirty() []string {
 
 // snapshot is what a pass of pool reads from the view.
 type snapshot struct {
-	owned  map[string]owned
-	phases map[string]events.Phase
+	owned   map[string]owned
+	phases  map[string]events.Phase
+	limited map[string]string
 }
 
 // snapshot costs what the pool's members do, not what the fleet does: the specs come from the
@@ -287,11 +295,14 @@ type snapshot struct {
 func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}}
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}}
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
 		s.phases[name] = v.phases[name]
+		if msg, ok := v.limited[name]; ok {
+			s.limited[name] = msg
+		}
 	}
 	if ledger != nil {
 		for _, m := range ledger.Members {
