@@ -20,6 +20,7 @@ var exportedMetrics = map[string]string{
 	"egress_proxies_healthy":                 "gauge",
 	"egress_proxies_anonymity":               "gauge",
 	"egress_proxies_probe_overdue":           "gauge",
+	"egress_limit_waiting_proxies":           "gauge",
 	"egress_leases_active":                   "gauge",
 	"egress_lease_requests_total":            "counter",
 	"egress_lease_acquire_duration_seconds":  "histogram",

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,7 @@ var (
 	descPoolLeased   = prometheus.NewDesc("egress_pool_leased", "Lease slots held on a pool's members.", []string{"pool"}, nil)
 	descPoolDraining = prometheus.NewDesc("egress_pool_draining", "A pool's members that are draining: no new leases, held ones run on.", []string{"pool"}, nil)
 	descPoolInfo     = prometheus.NewDesc("egress_pool_info", "1 for every pool, labelled with its phase.", []string{"pool", "phase"}, nil)
+	descLimitWaiting = prometheus.NewDesc("egress_limit_waiting_proxies", "Proxies whose create a guard rail holds back, by provider and reason: LimitReached (maxInstances), RateLimited (maxCreatesPerMinute), ProviderUnhealthy (a failing target).", []string{"provider", "reason"}, nil)
 	descScrapeErrors = prometheus.NewDesc("egress_scrape_errors", "Sources that could not be read during this scrape.", []string{"source"}, nil)
 )
 
@@ -59,7 +61,7 @@ type stateCollector struct {
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descProxies, descHealthy, descAnonymity, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
+	for _, d := range []*prometheus.Desc{descProxies, descLimitWaiting, descHealthy, descAnonymity, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
 		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
 		descReconnects, descConnected, descPoolDesired, descPoolMembers, descPoolReady, descPoolLeased, descPoolDraining, descPoolInfo,
 		descScrapeErrors} {
@@ -102,6 +104,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(fl.Totals.Healthy))
 			collectAnonymity(ch, fl.Totals.Anonymity)
 			collectOverdue(ch, fl.Rows)
+			collectLimitWaiting(ch, fl.Rows)
 		}
 	}
 	if !failed[events.BucketLeases] {
@@ -245,4 +248,30 @@ func (c *stateCollector) collectStreams(ctx context.Context, ch chan<- prometheu
 		}
 	}
 	return lister.Err()
+}
+
+// heldBack are the reasons of a create a guard rail holds back.
+var heldBack = []events.Reason{events.ReasonLimitReached, events.ReasonRateLimited, events.ReasonProviderUnhealthy}
+
+// collectLimitWaiting exports, for every provider that has proxies, how many of them wait on
+// each guard rail, at 0 when none does, so an alert sees the series before the first one.
+func collectLimitWaiting(ch chan<- prometheus.Metric, rows []fleet.Row) {
+	counts := map[string]map[events.Reason]int{}
+	for i := range rows {
+		r := &rows[i]
+		if r.Provider == "" {
+			continue
+		}
+		if counts[r.Provider] == nil {
+			counts[r.Provider] = map[events.Reason]int{}
+		}
+		if slices.Contains(heldBack, r.Reason) {
+			counts[r.Provider][r.Reason]++
+		}
+	}
+	for provider, by := range counts {
+		for _, reason := range heldBack {
+			ch <- prometheus.MustNewConstMetric(descLimitWaiting, prometheus.GaugeValue, float64(by[reason]), provider, string(reason))
+		}
+	}
 }
