@@ -95,14 +95,6 @@ type Change struct {
 	Removed bool
 }
 
-// Key is the key the change is about ("" for the marker).
-func (c Change) Key() string {
-	if c.Entry == nil {
-		return ""
-	}
-	return c.Entry.Key()
-}
-
 // Take turns what Updates gave (the value and whether the channel was open) into a Change.
 // A closed channel is ErrWatchEnded, naming the bucket; the caller that is stopping anyway
 // (its ctx ended) takes that as the end, not as a failure.

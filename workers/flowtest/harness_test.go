@@ -99,8 +99,15 @@ func (h *harness) connectNC() (*nats.Conn, *kvstore.Store) {
 
 // provisioner starts a provisioner for the fake on its own connection.
 func (h *harness) provisioner(name string, fake *providertest.Fake, worker string) {
-	p, err := provisioner.New(provisioner.Config{Provider: name, Backend: fake, Catalog: fake.Catalog(),
-		Installation: installation, Worker: worker, Buckets: provisioner.BucketsOf(h.connect()), Log: h.log.With("worker", worker), Timings: fastTimings(), Tracing: h.tracing})
+	h.startProvisioner(provisioner.Config{Provider: name, Backend: fake, Catalog: fake.Catalog(), Worker: worker})
+}
+
+// startProvisioner starts a provisioner of cfg on its own connection, with the harness's
+// installation, timings, log and tracing.
+func (h *harness) startProvisioner(cfg provisioner.Config) {
+	cfg.Installation, cfg.Buckets, cfg.Timings, cfg.Tracing = installation, provisioner.BucketsOf(h.connect()), fastTimings(), h.tracing
+	cfg.Log = h.log.With("worker", cfg.Worker)
+	p, err := provisioner.New(cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -109,7 +116,7 @@ func (h *harness) provisioner(name string, fake *providertest.Fake, worker strin
 	}
 	h.wg.Go(func() {
 		if err := p.Run(h.ctx); err != nil {
-			h.t.Errorf("provisioner %s: %v", worker, err)
+			h.t.Errorf("provisioner %s: %v", cfg.Worker, err)
 		}
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/providers/providertest"
 	"github.com/egressd/egressd/workers/provisioner"
@@ -34,20 +33,7 @@ func TestFailingTargetGetsNoCreates(t *testing.T) {
 	h := newHarness(t)
 	fake := &checkedFake{Fake: providertest.NewFake("fake", fakeHost(2))}
 	fake.down.Store(true)
-	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: fake.Catalog(),
-		Installation: installation, Worker: "w1", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log,
-		Timings: fastTimings(), Checks: provisioner.Checks{Interval: 200 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	h.wg.Go(func() {
-		if err := p.Run(h.ctx); err != nil {
-			t.Errorf("provisioner: %v", err)
-		}
-	})
+	h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: fake.Catalog(), Worker: "w1", Checks: provisioner.Checks{Interval: 200 * time.Millisecond}})
 	h.reconciler("r1")
 
 	h.put("p1", `{"provider":"fake"}`)
@@ -90,19 +76,7 @@ func TestCreateRateLimit(t *testing.T) {
 	const perMinute, burst, n = 60, 3, 12 // one a second, three at once
 	cat := fake.Catalog()
 	cat.Limits = map[string]int{events.LimitCreatesPerMinute: perMinute, events.LimitCreateBurst: burst}
-	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat,
-		Installation: installation, Worker: "w1", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log, Timings: fastTimings()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	h.wg.Go(func() {
-		if err := p.Run(h.ctx); err != nil {
-			t.Errorf("provisioner: %v", err)
-		}
-	})
+	h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat, Worker: "w1"})
 	start := time.Now()
 	h.reconciler("r1")
 	for i := range n {
@@ -136,19 +110,7 @@ func TestInstanceLimitHoldsAcrossTakeovers(t *testing.T) {
 	fake := providertest.NewFake("fake", fakeHost(8))
 	cat := fake.Catalog()
 	cat.Limits = map[string]int{events.LimitMaxInstances: 3}
-	p, err := provisioner.New(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat,
-		Installation: installation, Worker: "w1", Buckets: provisioner.BucketsOf(h.connect()), Log: h.log, Timings: fastTimings()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Setup(h.ctx, kvstore.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	h.wg.Go(func() {
-		if err := p.Run(h.ctx); err != nil {
-			t.Errorf("provisioner: %v", err)
-		}
-	})
+	h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat, Worker: "w1"})
 	const n = 8
 	most := 0
 	var raised atomic.Bool // once set, the limit is eight

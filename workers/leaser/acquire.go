@@ -167,7 +167,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		if b, err = json.Marshal(lease); err != nil {
 			break
 		}
-		key = slotKey(c.Name, slot)
+		key = events.SlotKey(c.Name, slot)
 		wctx, cancel := l.shards.writeContext(ctx, patient)
 		rev, err = l.createSlot(wctx, l.cfg.Buckets.Leases.Of(c.Name), key, slot, b, ttl)
 		cancel()

@@ -5,8 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
-	"github.com/egressd/egressd/events"
 	"strings"
+
+	"github.com/egressd/egressd/events"
 
 	"github.com/egressd/egressd/schemas"
 )
@@ -22,10 +23,7 @@ type leaseID struct {
 	Token string
 }
 
-func (id leaseID) String() string { return slotKey(id.Proxy, id.Slot) + "." + id.Token }
-
-// slotKey is the key of a slot in proxy_leases (events.SlotKey owns the format).
-func slotKey(proxy string, slot int) string { return events.SlotKey(proxy, slot) }
+func (id leaseID) String() string { return events.SlotKey(id.Proxy, id.Slot) + "." + id.Token }
 
 // newToken returns a fresh random lease token.
 func newToken() string {
@@ -44,7 +42,7 @@ func parseLeaseID(s string) (leaseID, error) {
 	if len(parts) != 3 || schemas.ValidName(parts[0]) != nil || !validToken(parts[2]) {
 		return leaseID{}, errMalformedID
 	}
-	slot, ok := parseSlot(parts[1])
+	slot, ok := events.ParseSlot(parts[1])
 	if !ok {
 		return leaseID{}, errMalformedID
 	}
@@ -60,8 +58,6 @@ func parseSlotKey(key string) (string, int, bool) {
 	}
 	return proxy, slot, true
 }
-
-func parseSlot(s string) (int, bool) { return events.ParseSlot(s) }
 
 func validToken(s string) bool {
 	if len(s) != 2*tokenBytes {

@@ -14,7 +14,7 @@ import (
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
-	key := slotKey(id.Proxy, id.Slot)
+	key := events.SlotKey(id.Proxy, id.Slot)
 	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		if gone := l.goneError(id); gone != nil {
@@ -68,7 +68,7 @@ const casRetries = 3
 // renewals and releases are written by the replica that made them, once (unique); an end
 // another replica may see too is deduplicated by ID.
 func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease, wrote uint64) {
-	key := slotKey(lease.Proxy, lease.Slot)
+	key := events.SlotKey(lease.Proxy, lease.Slot)
 	l.stats.lease(l.view.originOf(lease.Proxy), lease.Proxy, lease.Target, key, reason, wrote)
 	if !l.cfg.RawEvents.Publishes(reason) {
 		return
@@ -102,7 +102,7 @@ func (v *view) originOf(proxy string) origin {
 // error, when the lease is gone or belongs to someone else (release is idempotent), with
 // why in words.
 func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, why string, err error) {
-	key := slotKey(id.Proxy, id.Slot)
+	key := events.SlotKey(id.Proxy, id.Slot)
 	// The view usually holds the grant (this replica made it, or the watch brought it): a
 	// delete at the revision it knows is as exact as one after a read, and one call fewer.
 	// If the slot changed since, the delete fails and the read below decides.

@@ -72,7 +72,7 @@ func (v *view) findStale(proxy string) {
 	}
 	v.fleet.HeldSlots(proxy, func(h selection.Heard, s selection.Slot) {
 		if end := v.staleEnd(h, s.Lease); end != "" && s.Rev != 0 {
-			v.queue(removal{key: slotKey(proxy, s.Lease.Slot), rev: s.Rev, lease: s.Lease, end: end})
+			v.queue(removal{key: events.SlotKey(proxy, s.Lease.Slot), rev: s.Rev, lease: s.Lease, end: end})
 		}
 	})
 }

@@ -19,7 +19,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := slotKey(id.Proxy, id.Slot)
+	key := events.SlotKey(id.Proxy, id.Slot)
 	for range casRetries {
 		rec, rev, err := l.readLease(ctx, id)
 		if err != nil {

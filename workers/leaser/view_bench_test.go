@@ -26,7 +26,7 @@ func BenchmarkViewCycle(b *testing.B) {
 		var cur selection.Cursor
 		cs := v.fleet.Next(q, &cur, map[string]bool{}, candidateBatch)
 		c := cs[0]
-		key := slotKey(c.Name, c.Free[0])
+		key := events.SlotKey(c.Name, c.Free[0])
 		rev++
 		v.noteLease(key, rev, events.Lease{Proxy: c.Name, Slot: c.Free[0], AcquiredAt: time.Unix(int64(i), 0)})
 		v.noteReleased(key, rev)

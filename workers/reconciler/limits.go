@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/schemas"
 )
 
 // Instance limits fail closed. A provider's maxInstances (and maxInstancesPerTarget), set in
@@ -88,7 +89,7 @@ func (t *tally) set(name string, st *events.ProxyStatus) {
 			delete(t.waiting, p)
 		}
 	}
-	if st == nil || st.Mode == "external" {
+	if st == nil || st.Mode == schemas.ModeExternal {
 		return
 	}
 	if st.InstanceID != "" || !st.ProvisionAt.IsZero() {

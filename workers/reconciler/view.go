@@ -144,8 +144,10 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 }
 
 // applyTarget folds a provider target's latest check (provider_health, <provider>.<target>)
-// and returns the provider's proxies: a failing target holds their creates back, and one that
-// passes again lets them go.
+// and returns the provider's proxies without an instance when the verdict changed: a failing
+// target holds their creates back, and one that passes again lets them go. A check that only
+// says the same again (every check interval) changes no decision, and a proxy with an
+// instance is never held by one.
 func (l *loop) applyTarget(e jetstream.KeyValueEntry) []string {
 	if e == nil {
 		return nil
@@ -154,6 +156,7 @@ func (l *loop) applyTarget(e jetstream.KeyValueEntry) []string {
 	if !ok {
 		return nil
 	}
+	old, had := l.targets[provider][target]
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(l.targets[provider], target)
 	} else {
@@ -165,11 +168,15 @@ func (l *loop) applyTarget(e jetstream.KeyValueEntry) []string {
 		if l.targets[provider] == nil {
 			l.targets[provider] = map[string]TargetCheck{}
 		}
-		l.targets[provider][target] = TargetCheck{Ready: rec.Ready, Reason: rec.Reason, Message: rec.Message, CheckedAt: rec.CheckedAt}
+		c := TargetCheck{Ready: rec.Ready, Reason: rec.Reason, Message: rec.Message, CheckedAt: rec.CheckedAt}
+		l.targets[provider][target] = c
+		if had && c.Ready == old.Ready && c.Reason == old.Reason && c.Message == old.Message {
+			return nil
+		}
 	}
 	var affected []string
 	for name, s := range l.specs {
-		if s.spec != nil && s.spec.Provider == provider {
+		if s.spec != nil && s.spec.Provider == provider && l.statuses[name].st.InstanceID == "" {
 			affected = append(affected, name)
 		}
 	}

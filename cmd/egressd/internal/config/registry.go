@@ -202,18 +202,19 @@ func (pc *Provider) validateKind(at string) []error {
 	return errs
 }
 
-// maxCreateRate bounds maxCreatesPerMinute and createBurst: a bound above it is no bound.
-const maxCreateRate = 100000
+// maxLimitValue bounds every limit of a provider entry (rates, bursts, instances): a bound
+// above it is no bound.
+const maxLimitValue = 100000
 
 // validateRate checks the create-rate limit and fills the default burst (1).
 func (pc *Provider) validateRate(at string) []error {
 	var errs []error
-	if pc.MaxCreatesPerMinute < 0 || pc.MaxCreatesPerMinute > maxCreateRate {
-		errs = append(errs, fmt.Errorf("%s.maxCreatesPerMinute: must be between 0 (no limit) and %d, got %d", at, maxCreateRate, pc.MaxCreatesPerMinute))
+	if pc.MaxCreatesPerMinute < 0 || pc.MaxCreatesPerMinute > maxLimitValue {
+		errs = append(errs, fmt.Errorf("%s.maxCreatesPerMinute: must be between 0 (no limit) and %d, got %d", at, maxLimitValue, pc.MaxCreatesPerMinute))
 	}
 	switch {
-	case pc.CreateBurst < 0 || pc.CreateBurst > maxCreateRate:
-		errs = append(errs, fmt.Errorf("%s.createBurst: must be between 1 and %d, got %d", at, maxCreateRate, pc.CreateBurst))
+	case pc.CreateBurst < 0 || pc.CreateBurst > maxLimitValue:
+		errs = append(errs, fmt.Errorf("%s.createBurst: must be between 1 and %d, got %d", at, maxLimitValue, pc.CreateBurst))
 	case pc.CreateBurst > 0 && pc.MaxCreatesPerMinute == 0:
 		errs = append(errs, fmt.Errorf("%s.createBurst: needs maxCreatesPerMinute: it is how many of a minute's creates may go at once", at))
 	case pc.CreateBurst == 0 && pc.MaxCreatesPerMinute > 0:
@@ -223,8 +224,8 @@ func (pc *Provider) validateRate(at string) []error {
 		key string
 		v   int
 	}{{"maxInstances", pc.MaxInstances}, {"maxInstancesPerTarget", pc.MaxInstancesPerTarget}} {
-		if f.v < 0 || f.v > maxCreateRate {
-			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 (no limit) and %d, got %d", at, f.key, maxCreateRate, f.v))
+		if f.v < 0 || f.v > maxLimitValue {
+			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 (no limit) and %d, got %d", at, f.key, maxLimitValue, f.v))
 		}
 	}
 	return errs
