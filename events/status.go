@@ -55,7 +55,17 @@ const (
 	ReasonRateLimited Reason = "RateLimited"
 	// ReasonLimitReached: a new instance would pass the provider's maxInstances (or
 	// maxInstancesPerTarget); the proxy is created when room appears, oldest first.
-	ReasonLimitReached      Reason = "LimitReached"
+	ReasonLimitReached Reason = "LimitReached"
+	// ReasonUnhealthyReplaced: the instance stayed Unhealthy past the reconciler's
+	// replaceAfter; it is deleted and created again (a teardown reason).
+	ReasonUnhealthyReplaced Reason = "UnhealthyReplaced"
+	// ReasonSuspect: so many proxies of a provider target or a pool turned Unhealthy together
+	// that the fault is more likely theirs in common (the network, the probe path) than each
+	// one's: replacements for health are held (an event reason; the status says it in
+	// ProxyStatus.Suspect).
+	ReasonSuspect Reason = "Suspect"
+	// ReasonSuspectCleared: the share fell back; replacements for health go on.
+	ReasonSuspectCleared    Reason = "SuspectCleared"
 	ReasonWaitingForAddress Reason = "WaitingForAddress"
 	ReasonProbeFailing      Reason = "ProbeFailing"
 	// ReasonExternalEndpoint is the reason every external proxy's status carries: it restates
@@ -97,6 +107,37 @@ type ProxyStatus struct {
 	CreatedAt      time.Time  `json:"createdAt,omitzero"`
 	ReadyAt        time.Time  `json:"readyAt,omitzero"`
 	UpdatedAt      time.Time  `json:"updatedAt,omitzero"`
+	// Pool is the pool the proxy is a member of (its spec's), so that readers of statuses
+	// alone (the brake's tally) can group by pool.
+	Pool string `json:"pool,omitempty"`
+	// Suspect, on an Unhealthy proxy, says the brake holds its replacement: the group it
+	// belongs to has too many Unhealthy proxies at once.
+	Suspect Suspect `json:"suspect,omitzero"`
+}
+
+// Scopes of the brake: a provider target, or a pool.
+const (
+	SuspectTarget = "target"
+	SuspectPool   = "pool"
+)
+
+// Suspect is a group of proxies the brake holds: Name is <provider>/<target> for a target,
+// the pool's name for a pool; Unhealthy of Total of its proxies with an instance were
+// Unhealthy when it was last decided.
+type Suspect struct {
+	Scope     string `json:"scope,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Unhealthy int    `json:"unhealthy,omitempty"`
+	Total     int    `json:"total,omitempty"`
+}
+
+// String says it for humans.
+func (s Suspect) String() string {
+	if s.Scope == "" {
+		return ""
+	}
+	return s.Scope + " " + s.Name + " is Suspect: " + strconv.Itoa(s.Unhealthy) + " of " + strconv.Itoa(s.Total) +
+		" proxies Unhealthy at once; replacements for health are held"
 }
 
 // Incarnation names the instance the status describes, "" while there is none: the

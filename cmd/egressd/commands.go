@@ -44,7 +44,7 @@ func init() {
 			func(ctx context.Context, a []string, s stdio) int { return leaseCmd(ctx, a, s.out, s.errOut) }},
 		{"status", []helpLine{{"status [-o json] [--check]", "show proxies: phase, address, health, leases, reason, age"},
 			{"status pools", "show pools: desired, ready, leased and draining members, next rotation"},
-			{"status providers", "show provider targets: ready, reason, latency"},
+			{"status providers", "show providers: instances against limits, creates, brake; targets: check, instances"},
 			{"status probers", "show the live probers: their share of the fleet and lag"},
 			{"status holders", "show who holds leases: leases, proxies, targets, sessions"},
 			{"status leases [--holder h]", "show every held lease: holder, proxy, target, session, expiry"}},

@@ -67,8 +67,10 @@ var roleTable = []role{
 	// for a provider that is only a moment away.
 	{name: "reconciler", after: []string{"provisioner"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
 		build: func(_ context.Context, d *daemon) (runner, error) {
+			h := d.cfg.HealthPolicy()
 			r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(d.store), Installation: d.installation, Holder: d.holder,
-				LeaderTTL: d.f.leaderTTL, LeaseSpreadInterval: spreadInterval(d.f.spread), Log: d.log})
+				LeaderTTL: d.f.leaderTTL, LeaseSpreadInterval: spreadInterval(d.f.spread), MaxInstances: d.cfg.MaxInstances(),
+				Brake: reconciler.Brake{Share: h.BrakeShare, Minimum: h.BrakeMinimum}, ReplaceUnhealthyAfter: h.ReplaceAfter, Log: d.log})
 			if err != nil {
 				return nil, err
 			}

@@ -109,7 +109,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "probers":
 		return showList(ctx, *natsURL, events.BucketProbers, fleet.Probers, *output == "json", printProbers, stdout, stderr)
 	case "providers":
-		return showList(ctx, *natsURL, events.BucketProviderHealth, fleet.Targets, *output == "json", printTargets, stdout, stderr)
+		return showProviders(ctx, *natsURL, *output == "json", stdout, stderr)
 	}
 	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
 }

@@ -15,7 +15,8 @@ import (
 )
 
 // The proxies a guard rail holds back are counted by provider and reason, every reason of a
-// provider that has proxies at 0 when none waits on it.
+// provider that has proxies at 0 when none waits on it; the instances against the limit and
+// the groups the brake holds are exported beside them.
 func TestLimitWaitingMetrics(t *testing.T) {
 	_, nc, js := kvstoretest.Start(t)
 	st, err := kvstore.Ensure(context.Background(), js, kvstore.Options{})
@@ -29,7 +30,30 @@ func TestLimitWaitingMetrics(t *testing.T) {
 		fleettest.Put(t, st.Status, name, events.ProxyStatus{V: 1, Phase: events.PhasePending, Mode: "managed", Provider: "kvm",
 			Reason: reason, CreatedAt: now, UpdatedAt: now})
 	}
+	fleettest.Put(t, st.Catalog, "kvm", events.CatalogRecord{V: 1, Provider: "kvm", Hosts: []events.CatalogHost{{Name: "h1"}},
+		Limits: map[string]int{events.LimitMaxInstances: 5}})
+	for name, suspect := range map[string]events.Suspect{"s1": {Scope: events.SuspectTarget, Name: "kvm/h1", Unhealthy: 3, Total: 4},
+		"s2": {Scope: events.SuspectPool, Name: "web", Unhealthy: 3, Total: 3}} {
+		fleettest.Put(t, st.Proxies, name, []byte(`{"provider":"kvm"}`))
+		fleettest.Put(t, st.Status, name, events.ProxyStatus{V: 1, Phase: events.PhaseUnhealthy, Mode: "managed", Provider: "kvm", Host: "h1",
+			InstanceID: "i-" + name, ProvisionAt: now.Add(-time.Hour), Suspect: suspect, CreatedAt: now, UpdatedAt: now})
+	}
 	m := metrics.New(st, nc, true)
+	guards := `
+# HELP egress_limit_instances Instances that may exist on a provider (a create was sent or one was reported), as the reconciler counts them against maxInstances.
+# TYPE egress_limit_instances gauge
+egress_limit_instances{provider="kvm"} 2
+# HELP egress_limit_max_instances A provider's maxInstances, where it has one.
+# TYPE egress_limit_max_instances gauge
+egress_limit_max_instances{provider="kvm"} 5
+# HELP egress_brake_suspect 1 for a provider target (name provider/target) or a pool the brake holds: so many of its proxies are Unhealthy at once that none is replaced for health.
+# TYPE egress_brake_suspect gauge
+egress_brake_suspect{name="kvm/h1",scope="target"} 1
+egress_brake_suspect{name="web",scope="pool"} 1
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(guards), "egress_limit_instances", "egress_limit_max_instances", "egress_brake_suspect"); err != nil {
+		t.Error(err)
+	}
 	want := `
 # HELP egress_limit_waiting_proxies Proxies whose create a guard rail holds back, by provider and reason: LimitReached (maxInstances), RateLimited (maxCreatesPerMinute), ProviderUnhealthy (a failing target).
 # TYPE egress_limit_waiting_proxies gauge

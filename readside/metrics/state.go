@@ -2,7 +2,6 @@ package metrics
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -64,7 +63,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProxies, descLimitWaiting, descHealthy, descAnonymity, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
 		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
 		descReconnects, descConnected, descPoolDesired, descPoolMembers, descPoolReady, descPoolLeased, descPoolDraining, descPoolInfo,
-		descScrapeErrors} {
+		descLimitInstances, descLimitMax, descLimitCreates, descSuspect, descScrapeErrors} {
 		ch <- d
 	}
 }
@@ -104,7 +103,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descHealthy, prometheus.GaugeValue, float64(fl.Totals.Healthy))
 			collectAnonymity(ch, fl.Totals.Anonymity)
 			collectOverdue(ch, fl.Rows)
-			collectLimitWaiting(ch, fl.Rows)
+			c.collectGuards(ctx, ch, fl.Rows, fail)
 		}
 	}
 	if !failed[events.BucketLeases] {
@@ -248,30 +247,4 @@ func (c *stateCollector) collectStreams(ctx context.Context, ch chan<- prometheu
 		}
 	}
 	return lister.Err()
-}
-
-// heldBack are the reasons of a create a guard rail holds back.
-var heldBack = []events.Reason{events.ReasonLimitReached, events.ReasonRateLimited, events.ReasonProviderUnhealthy}
-
-// collectLimitWaiting exports, for every provider that has proxies, how many of them wait on
-// each guard rail, at 0 when none does, so an alert sees the series before the first one.
-func collectLimitWaiting(ch chan<- prometheus.Metric, rows []fleet.Row) {
-	counts := map[string]map[events.Reason]int{}
-	for i := range rows {
-		r := &rows[i]
-		if r.Provider == "" {
-			continue
-		}
-		if counts[r.Provider] == nil {
-			counts[r.Provider] = map[events.Reason]int{}
-		}
-		if slices.Contains(heldBack, r.Reason) {
-			counts[r.Provider][r.Reason]++
-		}
-	}
-	for provider, by := range counts {
-		for _, reason := range heldBack {
-			ch <- prometheus.MustNewConstMetric(descLimitWaiting, prometheus.GaugeValue, float64(by[reason]), provider, string(reason))
-		}
-	}
 }

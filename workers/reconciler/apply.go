@@ -44,7 +44,11 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 	if in.Status != nil {
 		declared = in.Status.CreatedAt
 	}
-	in.Limit = l.tally.limit(l.caps[spec.Provider], spec.Provider, name, declared)
+	in.Limit = l.tally.limit(l.caps, l.r.cfg.MaxInstances, spec.Provider, name, declared)
+	if in.Status != nil {
+		in.Suspect = l.brakes.held(in.Status.Provider, in.Status.Host, spec.Pool)
+		in.BrakeReleasedAt = l.brakes.releasedAt(in.Status.Provider, in.Status.Host, spec.Pool)
+	}
 	if he, ok := l.health[name]; ok {
 		in.Health = &he.h
 	}
@@ -77,13 +81,16 @@ func (l *loop) run(ctx context.Context, b *batch) {
 	steps := make([]step, len(b.names))
 	// Room made by the last batch (an instance gone, a limit raised) goes to the proxies
 	// waiting for it, oldest first.
-	defer func() { l.enqueue(l.tally.takeFreed()) }()
+	defer func() {
+		l.enqueue(l.tally.takeFreed(l.r.cfg.MaxInstances))
+		l.announceFlips(ctx)
+	}()
 	for i, name := range b.names {
 		in := l.input(name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
 		l.countCreates(s.d.Ops, in.Now)
-		l.tally.set(name, s.d.Status) // counted as decided: the batch's next decisions see it
+		l.count(name, s.d.Status) // counted as decided: the batch's next decisions see it
 		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
 		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
 	}
@@ -211,10 +218,10 @@ func (l *loop) conflict(ctx context.Context, name string, err error) error {
 	switch {
 	case errors.Is(gerr, kvstore.ErrNotFound):
 		delete(l.statuses, name)
-		l.tally.set(name, nil)
+		l.count(name, nil)
 	case gerr == nil:
 		l.statuses[name] = statusEntry{st: st, rev: rev}
-		l.tally.set(name, &st)
+		l.count(name, &st)
 	}
 	return err
 }

@@ -30,11 +30,18 @@ type Input struct {
 	// CreateAt is when the provider's create-rate limit lets the next create go; zero: now.
 	CreateAt time.Time
 	// Limit is the provider's instance limits and how full it is (nil: no limits).
-	Limit        *InstanceLimit
-	Installation string
-	Result       *events.OpResult // an op result to fold in first, if any
-	Now          time.Time
-	NewID        func() string // fresh random IDs for UIDs and ops
+	Limit *InstanceLimit
+	// Suspect is the group (provider target or pool) whose brake holds the proxy's
+	// replacement for health, if any (brake.go).
+	Suspect *events.Suspect
+	// BrakeReleasedAt is when the brake last let go of the proxy's groups: an Unhealthy
+	// proxy is replaced only ReplaceUnhealthyAfter past it, so the fleet an outage left
+	// Unhealthy recovers before anything is replaced.
+	BrakeReleasedAt time.Time
+	Installation    string
+	Result          *events.OpResult // an op result to fold in first, if any
+	Now             time.Time
+	NewID           func() string // fresh random IDs for UIDs and ops
 }
 
 // TargetCheck is the latest check of one provider target (provider_health).
@@ -207,6 +214,7 @@ func (d *decider) managed() {
 		return
 	}
 	d.ensureStatus()
+	d.st.Pool = spec.Pool
 	host, err := d.pickHost(prov)
 	if err != nil {
 		d.invalid(events.ReasonInvalidPlacement, err.Error())
@@ -272,6 +280,9 @@ func (d *decider) provision(host, hash string) {
 		if soon := d.now.Add(d.p.ProvisioningPoll); d.st.NextPollAt.After(soon) {
 			d.st.NextPollAt = soon
 		}
+	}
+	if d.replaceUnhealthy() {
+		return
 	}
 	switch {
 	case d.st.InstanceID == "":

@@ -24,12 +24,18 @@ import (
 // appears in the order they were declared (their status's CreatedAt, then name): a newer
 // proxy decided first in a batch does not take the place of an older one.
 
-// InstanceLimit is what Decide needs of a provider's instance limits for one proxy.
+// InstanceLimit is what Decide needs of the instance limits over one proxy: its provider's,
+// its provider target's and the installation's (the reconciler's own maxInstances, across
+// every provider).
 type InstanceLimit struct {
 	Max, PerTarget int            // 0: no limit
 	Count          int            // the provider's instances that may exist
 	TargetCount    map[string]int // of them, per target (host)
 	Ahead          int            // older proxies of the provider waiting for room
+	// GlobalMax bounds the instances of every provider together (0: no limit); GlobalCount
+	// is how many may exist, GlobalAhead the older proxies waiting for that room whose own
+	// provider has room.
+	GlobalMax, GlobalCount, GlobalAhead int
 }
 
 // limitReached keeps a new instance from passing its provider's limits: the proxy waits,
@@ -39,8 +45,10 @@ func (d *decider) limitReached(host string) bool {
 	if lim == nil || d.mayExist() {
 		return false
 	}
-	msg := ""
+	msg, ahead := "", lim.Ahead
 	switch {
+	case lim.GlobalMax > 0 && lim.GlobalCount+lim.GlobalAhead >= lim.GlobalMax:
+		msg, ahead = fmt.Sprintf("the installation has %d of its %d instances (the reconciler's maxInstances)", lim.GlobalCount, lim.GlobalMax), lim.GlobalAhead
 	case lim.Max > 0 && lim.Count+lim.Ahead >= lim.Max:
 		msg = fmt.Sprintf("provider %s has %d of its %d instances (maxInstances)", d.in.Spec.Provider, lim.Count, lim.Max)
 	case lim.PerTarget > 0 && lim.TargetCount[host] >= lim.PerTarget:
@@ -49,8 +57,8 @@ func (d *decider) limitReached(host string) bool {
 	default:
 		return false
 	}
-	if lim.Ahead > 0 {
-		msg += fmt.Sprintf("; %d declared before this one wait ahead of it", lim.Ahead)
+	if ahead > 0 {
+		msg += fmt.Sprintf("; %d declared before this one wait ahead of it", ahead)
 	}
 	d.st.Reason, d.st.Message = events.ReasonLimitReached, msg+"; it is created when room appears"
 	d.wakeAt(d.now.Add(d.p.DriftPoll)) // room wakes it at once; this only bounds a missed wake
@@ -68,6 +76,9 @@ type tally struct {
 	target   map[[2]string]int
 	waiting  map[string]map[string]time.Time // provider → waiting proxy → when declared
 	freed    map[string]bool                 // providers that gained room since the last take
+	// freedAny: an instance left somewhere since the last take, which is room under the
+	// installation's limit for the waiters of every provider.
+	freedAny bool
 }
 
 func newTally() *tally {
@@ -75,13 +86,16 @@ func newTally() *tally {
 		waiting: map[string]map[string]time.Time{}, freed: map[string]bool{}}
 }
 
+// total is how many instances may exist, across every provider.
+func (t *tally) total() int { return len(t.counted) }
+
 // set records name's status (nil: none).
 func (t *tally) set(name string, st *events.ProxyStatus) {
 	if at, ok := t.counted[name]; ok {
 		delete(t.counted, name)
 		t.provider[at[0]]--
 		t.target[at]--
-		t.freed[at[0]] = true
+		t.freed[at[0]], t.freedAny = true, true
 	}
 	for p, w := range t.waiting {
 		delete(w, name)
@@ -98,6 +112,7 @@ func (t *tally) set(name string, st *events.ProxyStatus) {
 		t.provider[at[0]]++
 		t.target[at]++
 		delete(t.freed, at[0]) // this one took what room there was
+		t.freedAny = false
 		return
 	}
 	if st.Reason == events.ReasonLimitReached && st.Provider != "" {
@@ -108,14 +123,36 @@ func (t *tally) set(name string, st *events.ProxyStatus) {
 	}
 }
 
-// limit is what Decide needs for proxy name on provider (nil without limits).
-func (t *tally) limit(c *instanceCap, provider, name string, declared time.Time) *InstanceLimit {
-	if c == nil {
+// limit is what Decide needs for proxy name on provider (nil without limits). caps are every
+// provider's limits and global the installation's.
+func (t *tally) limit(caps map[string]*instanceCap, global int, provider, name string, declared time.Time) *InstanceLimit {
+	c := caps[provider]
+	if c == nil && global <= 0 {
 		return nil
 	}
-	lim := &InstanceLimit{Max: c.max, PerTarget: c.perTarget, Count: t.provider[provider], TargetCount: map[string]int{}}
+	lim := &InstanceLimit{Count: t.provider[provider], TargetCount: map[string]int{}}
+	// The proxy's own instance, counted from its stored status, is not in its way: a
+	// decision that folds its delete's result may create again in the same step.
+	self, counted := t.counted[name]
+	if counted && self[0] == provider {
+		lim.Count--
+	}
+	if global > 0 {
+		lim.GlobalMax, lim.GlobalCount = global, t.total()
+		if counted {
+			lim.GlobalCount--
+		}
+		lim.GlobalAhead = t.globalAhead(caps, name, declared)
+	}
+	if c == nil {
+		return lim
+	}
+	lim.Max, lim.PerTarget = c.max, c.perTarget
 	for at, n := range t.target {
 		if at[0] == provider {
+			if counted && at == self {
+				n--
+			}
 			lim.TargetCount[at[1]] = n
 		}
 	}
@@ -127,19 +164,47 @@ func (t *tally) limit(c *instanceCap, provider, name string, declared time.Time)
 	return lim
 }
 
-// takeFreed returns the proxies waiting on providers that gained room, oldest first.
-func (t *tally) takeFreed() []string {
-	var out []string
-	for p := range t.freed {
-		w := t.waiting[p]
-		names := make([]string, 0, len(w))
-		for n := range w {
-			names = append(names, n)
+// globalAhead counts the proxies declared before name that wait for room and could take
+// room under the installation's limit: those whose own provider is not full. A waiter held by
+// its own provider's limit takes nothing from the others, so it holds none of them back.
+func (t *tally) globalAhead(caps map[string]*instanceCap, name string, declared time.Time) int {
+	n := 0
+	for p, w := range t.waiting {
+		if c := caps[p]; c != nil && c.max > 0 && t.provider[p] >= c.max {
+			continue
 		}
-		slices.SortFunc(names, func(a, b string) int { return cmp.Or(w[a].Compare(w[b]), cmp.Compare(a, b)) })
-		out = append(out, names...)
+		for other, at := range w {
+			if other != name && (at.Before(declared) || at.Equal(declared) && other < name) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// takeFreed returns the proxies waiting on providers that gained room, oldest first; with an
+// installation's limit, an instance gone anywhere is room for the waiters of every provider.
+func (t *tally) takeFreed(global int) []string {
+	type waiter struct {
+		name string
+		at   time.Time
+	}
+	var ws []waiter
+	for p, w := range t.waiting {
+		if !t.freed[p] && (global <= 0 || !t.freedAny) {
+			continue
+		}
+		for n, at := range w {
+			ws = append(ws, waiter{n, at})
+		}
+	}
+	slices.SortFunc(ws, func(a, b waiter) int { return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.name, b.name)) })
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.name
 	}
 	clear(t.freed)
+	t.freedAny = false
 	return out
 }
 

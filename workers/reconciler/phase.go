@@ -26,6 +26,9 @@ func (d *decider) finish() Decision {
 		return dec
 	}
 	d.st.Phase = d.phase()
+	if d.st.Phase != events.PhaseUnhealthy {
+		d.st.Suspect = events.Suspect{} // the brake holds only Unhealthy proxies
+	}
 	if d.st.Phase != old || d.warningChanged() {
 		dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindPhase, Proxy: d.in.Name, At: d.now,
 			Phase: d.st.Phase, From: old, Reason: d.st.Reason, Message: d.st.Message})

@@ -18,6 +18,9 @@ type Policy struct {
 	// TargetCheckStale is the age past which a provider target's failing check no longer
 	// holds creates back: its checker may be gone, and then the check says nothing.
 	TargetCheckStale time.Duration
+	// ReplaceUnhealthyAfter is how long an instance may stay Unhealthy (by the probers'
+	// verdict) before it is replaced, unless the brake holds it (brake.go); 0: never.
+	ReplaceUnhealthyAfter time.Duration
 }
 
 // DefaultPolicy is the policy of DESIGN §5.1.
@@ -35,6 +38,9 @@ func DefaultPolicy() Policy {
 		OpTimeout:         5 * time.Minute,
 		AddrMissLimit:     3,
 		TargetCheckStale:  5 * time.Minute,
+		// Long enough that a proxy a probe path blip or a host's short outage turned
+		// Unhealthy recovers first; short enough that a dead VM does not idle for an hour.
+		ReplaceUnhealthyAfter: 10 * time.Minute,
 	}
 }
 

@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
@@ -34,8 +35,15 @@ type Config struct {
 	// LeaseSpreadInterval is how often the leader spreads the lease shards' stream leaders
 	// over the servers (spread.go); 0 is DefaultLeaseSpreadInterval, negative never.
 	LeaseSpreadInterval time.Duration
-	Log                 *slog.Logger
-	Tracing             trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
+	// MaxInstances bounds the instances of every provider together, beside each provider's
+	// own limits (limits.maxInstances in the config file); 0: no such limit.
+	MaxInstances int
+	// Brake is the fleet-wide brake (brake.go); zero fields take the defaults.
+	Brake Brake
+	// ReplaceUnhealthyAfter overrides the policy's (0: keep it; negative: never replace).
+	ReplaceUnhealthyAfter time.Duration
+	Log                   *slog.Logger
+	Tracing               trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
 }
 
 // Reconciler decides for every proxy while it holds the leader lease.
@@ -52,6 +60,14 @@ func New(cfg Config) (*Reconciler, error) {
 	if cfg.Policy == (Policy{}) {
 		cfg.Policy = DefaultPolicy()
 	}
+	switch d := cfg.ReplaceUnhealthyAfter; {
+	case d < 0:
+		cfg.Policy.ReplaceUnhealthyAfter = 0
+	case d > 0:
+		cfg.Policy.ReplaceUnhealthyAfter = d
+	}
+	cfg.Brake.Share = cmp.Or(cfg.Brake.Share, DefaultBrakeShare)
+	cfg.Brake.Minimum = cmp.Or(cfg.Brake.Minimum, DefaultBrakeMinimum)
 	if cfg.LeaderTTL == 0 {
 		cfg.LeaderTTL = 10 * time.Second
 	}
@@ -105,6 +121,7 @@ type loop struct {
 	limits      map[string]*createLimit           // provider → its create-rate limit, if any
 	caps        map[string]*instanceCap           // provider → its instance limits, if any
 	tally       *tally                            // the instances that may exist, for the limits
+	brakes      *brakeTally                       // the Unhealthy share of each target and pool
 	health      map[string]healthEntry
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
@@ -120,12 +137,14 @@ const consumerName = "reconciler"
 func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
-		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, caps: map[string]*instanceCap{}, tally: newTally(), due: map[string]time.Time{},
+		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, caps: map[string]*instanceCap{}, tally: newTally(), brakes: newBrakeTally(r.cfg.Brake), due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {
 		return err
 	}
+	l.brakes.takeFlips() // a Suspect group found at start is no news; its proxies are decided below
+
 	// The catalog and the cloud-init documents first, so that the specs are judged with them.
 	var watches [5]*kvstore.Watch
 	for i, w := range []struct {

@@ -18,7 +18,7 @@ func sameVerdict(a, b *events.ProxyHealth) bool {
 	}
 	return a.Address == b.Address && a.Healthy == b.Healthy && a.Judged() == b.Judged() && a.LastError == b.LastError &&
 		a.Anonymity == b.Anonymity && slices.Equal(a.LeakedHeaders, b.LeakedHeaders) && slices.EqualFunc(a.Paths, b.Paths, samePath) &&
-		a.EgressIP == b.EgressIP && a.ExpectedEgress == b.ExpectedEgress
+		a.EgressIP == b.EgressIP && a.ExpectedEgress == b.ExpectedEgress && a.LastTransitionAt.Equal(b.LastTransitionAt)
 }
 
 func samePath(a, b events.PathCheck) bool {

@@ -28,7 +28,7 @@ func (l *loop) loadStatuses(ctx context.Context) error {
 			return fmt.Errorf("read status %s: %w", k, err)
 		}
 		l.statuses[k] = statusEntry{st: st, rev: e.Revision()}
-		l.tally.set(k, &st)
+		l.count(k, &st)
 	}
 	return nil
 }

@@ -28,6 +28,8 @@ type File struct {
 	Events    *eventsConfig `yaml:"events"`
 	LeaseHTTP *LeaseHTTP    `yaml:"leaseHTTP"`
 	Leases    *leasesConfig `yaml:"leases"`
+	Limits    *fleetLimits  `yaml:"limits"`
+	Health    *healthConfig `yaml:"health"`
 }
 
 // Provider declares one provider instance: a name users put in specs, a type, and the
@@ -142,6 +144,9 @@ func (c File) validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.validateLeases(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateFleet(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
