@@ -3,6 +3,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -105,11 +106,21 @@ func Guards(rows []Row, catalogs []events.CatalogRecord, checks []events.TargetH
 		by[k[0]].Targets = append(by[k[0]].Targets, *t)
 	}
 	for _, g := range by {
-		slices.SortFunc(g.Targets, func(a, b TargetGuard) int { return strings.Compare(a.Target, b.Target) })
+		slices.SortFunc(g.Targets, func(a, b TargetGuard) int {
+			return cmp.Or(cmp.Compare(a.order(), b.order()), strings.Compare(a.Target, b.Target))
+		})
 		out = append(out, *g)
 	}
 	slices.SortFunc(out, func(a, b ProviderGuard) int { return cmp.Compare(a.Provider, b.Provider) })
 	return out
+}
+
+// order is the target's place in its provider's config, as its check says; unchecked last.
+func (t TargetGuard) order() int {
+	if t.Check == nil {
+		return math.MaxInt
+	}
+	return t.Check.Order
 }
 
 // countRow adds one proxy to its provider's and target's counts.

@@ -41,7 +41,7 @@ func TestGuards(t *testing.T) {
 	if len(g.Targets) != 3 {
 		t.Fatalf("targets %+v", g.Targets)
 	}
-	h1, h2, h3 := g.Targets[0], g.Targets[1], g.Targets[2]
+	h3, h1, h2 := g.Targets[0], g.Targets[1], g.Targets[2] // checked targets first, in config order
 	if h1.Instances != 2 || h1.MaxInstances != 2 || h1.Suspect != nil {
 		t.Errorf("h1 %+v", h1)
 	}

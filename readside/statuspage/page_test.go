@@ -94,12 +94,16 @@ func TestPageShowsTheFleet(t *testing.T) {
 
 	targets := seconds(strings.Join(tableRows(t, body, "providers"), "\n"))
 	wantTargets := []string{
-		"kvm-home hv1 Ready Ready 38.6 ms Ns ago 26h",
-		"kvm-home hv2 Not ready Unreachable 15000.0 ms Ns ago 25m dial tcp 192.0.2.10:22: i/o timeout",
-		"local local Ready Ready 0.4 ms Ns ago 3h",
+		"kvm-home hv1 Ready Ready 0 - 38.6 ms Ns ago 26h",
+		"kvm-home hv2 Not ready Unreachable 0 - 15000.0 ms Ns ago 25m dial tcp 192.0.2.10:22: i/o timeout",
+		"local local Ready Ready 0 - 0.4 ms Ns ago 3h",
 	}
 	if targets != strings.Join(wantTargets, "\n") {
 		t.Errorf("provider rows:\n%s\nwant:\n%s", targets, strings.Join(wantTargets, "\n"))
+	}
+	limits := strings.Join(tableRows(t, body, "limits"), "\n")
+	if !strings.Contains(limits, "local") || !strings.Contains(limits, "kvm-home") {
+		t.Errorf("guard rails rows:\n%s", limits)
 	}
 
 	evs := tableRows(t, body, "events")

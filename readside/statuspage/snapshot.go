@@ -3,11 +3,13 @@ package statuspage
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/readside/fleet"
 )
 
@@ -27,7 +29,10 @@ type Snapshot struct {
 	// ledger), which `egressd status pools -o json` has; the filter does not apply to them.
 	Pools     []fleet.PoolRow `json:"pools"`
 	Providers []TargetRow     `json:"providers"`
-	Events    []EventRow      `json:"events"` // newest first, without routine successful gets
+	// Limits is each provider's guard rails: instances against maxInstances, creates in the
+	// last minute against the rate, and the proxies each rail holds back.
+	Limits []LimitRow `json:"limits"`
+	Events []EventRow `json:"events"` // newest first, without routine successful gets
 	// RoutineHidden is how many routine successful get ops Events leaves out among the events
 	// newer than its oldest; the stream keeps them.
 	RoutineHidden int `json:"routineHidden"`
@@ -91,6 +96,22 @@ type TargetRow struct {
 	CheckedAt          time.Time `json:"checkedAt"`
 	LastTransitionTime time.Time `json:"lastTransitionTime"`
 	Message            string    `json:"message,omitempty"`
+	// Instances on the target against maxInstancesPerTarget (0: none), and the brake when
+	// it holds (docs/operations.md).
+	Instances    int             `json:"instances"`
+	MaxInstances int             `json:"maxInstances,omitempty"`
+	Suspect      *events.Suspect `json:"suspect,omitempty"`
+}
+
+// LimitRow is one provider's guard rails (fleet.ProviderGuard without its targets, which
+// Providers has).
+type LimitRow struct {
+	Provider            string                `json:"provider"`
+	Instances           int                   `json:"instances"`
+	MaxInstances        int                   `json:"maxInstances,omitempty"`
+	CreatesLastMinute   int                   `json:"createsLastMinute"`
+	MaxCreatesPerMinute int                   `json:"maxCreatesPerMinute,omitempty"`
+	Waiting             map[events.Reason]int `json:"waiting,omitempty"`
 }
 
 // EventRow is one event with a one-line human summary.
@@ -120,6 +141,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		stats   *fleet.Stats
 		cools   []fleet.CooldownRow
 		tErr    error
+		cats    []events.CatalogRecord
 		eErr    error
 		sErr    error
 		cErr    error
@@ -131,7 +153,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		b.LeaseDetail = withStats
 		fl = fleet.Load(ctx, b, now)
 	})
-	wg.Go(func() { targets, tErr = fleet.Targets(ctx, cfg.Store.Providers) })
+	wg.Go(func() { targets, cats, tErr = readProviders(ctx, cfg.Store) })
 	wg.Go(func() { evs, hidden, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
 	wg.Go(func() { cools, cErr = fleet.Cooldowns(ctx, cfg.Store.Cooldowns, now) })
 	if withStats {
@@ -145,13 +167,13 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		RefreshSeconds: max(int(cfg.Refresh.Round(time.Second)/time.Second), 1),
 		Errors:         []string{},
 		Filter:         q.echo,
-		Providers:      targetRows(targets),
-		Events:         evs,
-		RoutineHidden:  hidden,
-		Cooldowns:      cools,
-		Stats:          stats,
-		Since:          q.since,
-		incomplete:     map[string]bool{},
+
+		Events:        evs,
+		RoutineHidden: hidden,
+		Cooldowns:     cools,
+		Stats:         stats,
+		Since:         q.since,
+		incomplete:    map[string]bool{},
 	}
 	for _, e := range fl.Errors {
 		s.Errors = append(s.Errors, e.Error())
@@ -163,6 +185,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		}
 	}
 	s.failed("providers", tErr)
+	s.Providers, s.Limits = guardRows(fleet.Guards(fl.Rows, cats, targets, now))
 	s.failed("events", eErr)
 	s.failed("cooldowns", cErr)
 	s.failed("stats", sErr)
@@ -265,13 +288,30 @@ func count(t fleet.Totals, targets []TargetRow) Counts {
 	return c
 }
 
-// targetRows keeps the columns `egressd status providers` prints; Details and Address are
-// left out, as a provider's details are free-form.
-func targetRows(checks []events.TargetHealth) []TargetRow {
-	out := make([]TargetRow, 0, len(checks))
-	for _, th := range checks {
-		out = append(out, TargetRow{Provider: th.Provider, Target: th.Target, Ready: th.Ready, Reason: th.Reason,
-			LatencyMs: th.LatencyMs, CheckedAt: th.CheckedAt, LastTransitionTime: th.LastTransitionTime, Message: th.Message})
+// readProviders reads the targets' checks and the providers' catalogs.
+func readProviders(ctx context.Context, st *kvstore.Store) ([]events.TargetHealth, []events.CatalogRecord, error) {
+	targets, tErr := fleet.Targets(ctx, st.Providers)
+	cats, cErr := fleet.Catalogs(ctx, st.Catalog)
+	return targets, cats, errors.Join(tErr, cErr)
+}
+
+// guardRows splits the providers' guard rails into the page's two tables. The targets keep the
+// columns `egressd status providers` prints (a check's Details and Address are left out, as
+// a provider's details are free-form); a target not checked yet is not shown.
+func guardRows(guards []fleet.ProviderGuard) ([]TargetRow, []LimitRow) {
+	targets, limits := []TargetRow{}, make([]LimitRow, 0, len(guards))
+	for _, g := range guards {
+		limits = append(limits, LimitRow{Provider: g.Provider, Instances: g.Instances, MaxInstances: g.MaxInstances,
+			CreatesLastMinute: g.CreatesLastMinute, MaxCreatesPerMinute: g.MaxCreatesPerMinute, Waiting: g.Waiting})
+		for _, t := range g.Targets {
+			th := t.Check
+			if th == nil {
+				continue
+			}
+			targets = append(targets, TargetRow{Provider: th.Provider, Target: th.Target, Ready: th.Ready, Reason: th.Reason,
+				LatencyMs: th.LatencyMs, CheckedAt: th.CheckedAt, LastTransitionTime: th.LastTransitionTime, Message: th.Message,
+				Instances: t.Instances, MaxInstances: t.MaxInstances, Suspect: t.Suspect})
+		}
 	}
-	return out
+	return targets, limits
 }
