@@ -140,11 +140,15 @@ func (s Suspect) String() string {
 		" proxies Unhealthy at once; replacements for health are held"
 }
 
+// MayExist says whether an instance may exist: one was reported, or a create was issued and
+// no delete has confirmed it gone since. The instance limits count these.
+func (s ProxyStatus) MayExist() bool { return s.InstanceID != "" || !s.ProvisionAt.IsZero() }
+
 // Incarnation names the instance the status describes, "" while there is none: the
 // instance ID with the start of the create that made it, since a replacement may reuse the
 // instance's name and ID.
 func (s ProxyStatus) Incarnation() string {
-	if s.InstanceID == "" && s.ProvisionAt.IsZero() {
+	if !s.MayExist() {
 		return ""
 	}
 	return s.InstanceID + "@" + s.ProvisionAt.UTC().Format(time.RFC3339Nano)

@@ -136,7 +136,7 @@ func countRow(r *Row, provider func(string) *ProviderGuard, target func(p, t str
 	if !st.ProvisionAt.IsZero() && now.Sub(st.ProvisionAt) < time.Minute {
 		g.CreatesLastMinute++
 	}
-	if st.InstanceID == "" && st.ProvisionAt.IsZero() {
+	if !st.MayExist() {
 		return
 	}
 	g.Instances++

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/egressd/egressd/events"
-
 	"github.com/egressd/egressd/schemas"
 )
 

@@ -63,9 +63,14 @@ func groupsOf(st *events.ProxyStatus) []group {
 	if st == nil || st.Mode == schemas.ModeExternal || st.InstanceID == "" || st.Provider == "" {
 		return nil
 	}
-	gs := []group{{events.SuspectTarget, st.Provider + "/" + st.Host}}
-	if st.Pool != "" {
-		gs = append(gs, group{events.SuspectPool, st.Pool})
+	return groupsAt(st.Provider, st.Host, st.Pool)
+}
+
+// groupsAt are the groups of a proxy on provider/host in pool ("" for none): the target first.
+func groupsAt(provider, host, pool string) []group {
+	gs := []group{{events.SuspectTarget, provider + "/" + host}}
+	if pool != "" {
+		gs = append(gs, group{events.SuspectPool, pool})
 	}
 	return gs
 }
@@ -123,8 +128,8 @@ func (t *brakeTally) judge(g group) {
 // held is the Suspect group that holds the replacement of a proxy on provider/host in pool,
 // if any: the target first.
 func (t *brakeTally) held(provider, host, pool string) *events.Suspect {
-	for _, g := range []group{{events.SuspectTarget, provider + "/" + host}, {events.SuspectPool, pool}} {
-		if g.name != "" && t.suspect[g] {
+	for _, g := range groupsAt(provider, host, pool) {
+		if t.suspect[g] {
 			return &events.Suspect{Scope: g.scope, Name: g.name, Unhealthy: len(t.sick[g]), Total: t.total[g]}
 		}
 	}
@@ -134,14 +139,13 @@ func (t *brakeTally) held(provider, host, pool string) *events.Suspect {
 // releasedAt is when the brake last let go of a group of a proxy on provider/host in pool
 // (zero: never since this leader began).
 func (t *brakeTally) releasedAt(provider, host, pool string) time.Time {
-	a, b := t.released[group{events.SuspectTarget, provider + "/" + host}], time.Time{}
-	if pool != "" {
-		b = t.released[group{events.SuspectPool, pool}]
+	var last time.Time
+	for _, g := range groupsAt(provider, host, pool) {
+		if at := t.released[g]; at.After(last) {
+			last = at
+		}
 	}
-	if b.After(a) {
-		return b
-	}
-	return a
+	return last
 }
 
 // flip is a group whose verdict changed, and its Unhealthy proxies to decide again.

@@ -109,7 +109,7 @@ func (d *decider) decide() {
 // mayExist says whether an instance may exist: one was reported, or a create was issued and
 // no delete has confirmed it gone since.
 func (d *decider) mayExist() bool {
-	return d.st != nil && (d.st.InstanceID != "" || !d.st.ProvisionAt.IsZero())
+	return d.st != nil && d.st.MayExist()
 }
 
 func (d *decider) ensureStatus() {

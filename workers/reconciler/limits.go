@@ -106,7 +106,7 @@ func (t *tally) set(name string, st *events.ProxyStatus) {
 	if st == nil || st.Mode == schemas.ModeExternal {
 		return
 	}
-	if st.InstanceID != "" || !st.ProvisionAt.IsZero() {
+	if st.MayExist() {
 		at := [2]string{st.Provider, st.Host}
 		t.counted[name] = at
 		t.provider[at[0]]++

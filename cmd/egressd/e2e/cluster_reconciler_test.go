@@ -158,6 +158,17 @@ func (c *cluster) leaderOf(locks jetstream.KeyValue, key string, not *node) *nod
 func proxyProcsByInstance(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	n := map[string]int{}
+	for inst, pids := range proxyPIDsByInstance(t, dir) {
+		n[inst] = len(pids)
+	}
+	return n
+}
+
+// proxyPIDsByInstance lists the live forward-proxy processes under dir by the instance each
+// serves (its --instance argument).
+func proxyPIDsByInstance(t *testing.T, dir string) map[string][]int {
+	t.Helper()
+	n := map[string][]int{}
 	for _, pid := range proxyProcs(t, dir) {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if err != nil {
@@ -166,7 +177,7 @@ func proxyProcsByInstance(t *testing.T, dir string) map[string]int {
 		args := strings.Split(string(cmdline), "\x00")
 		for i, a := range args {
 			if a == "--instance" && i+1 < len(args) {
-				n[args[i+1]]++
+				n[args[i+1]] = append(n[args[i+1]], pid)
 			}
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -119,14 +118,11 @@ func incarnations(rows map[string]fleet.Row) map[string]string {
 // pidOf is the forward-proxy process of an instance, found from /proc.
 func pidOf(t *testing.T, dir, instance string) int {
 	t.Helper()
-	for _, pid := range proxyProcs(t, dir) {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		if err == nil && strings.Contains(string(cmdline), "\x00--instance\x00"+instance+"\x00") {
-			return pid
-		}
+	pids := proxyPIDsByInstance(t, dir)[instance]
+	if len(pids) != 1 {
+		t.Fatalf("instance %s has processes %v, want one", instance, pids)
 	}
-	t.Fatalf("no process for instance %s", instance)
-	return 0
+	return pids[0]
 }
 
 func signal(t *testing.T, pid int, sig syscall.Signal) {
