@@ -126,6 +126,7 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	if len(at.holderFull) > 0 {
 		return nil, holderAtCapError(r.Holder, at, &av)
 	}
+	l.demand.refused(r.Selector, r.Holder)
 	msg := fmt.Sprintf("no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
 		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)
 	if r.MinAnonymity != "" {
@@ -211,6 +212,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// already ranks the proxy by its new load.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
+	l.demand.granted(l.view.originOf(c.Name).pool, r.Selector)
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -35,7 +36,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		{st.Status, l.view.applyStatus},
 		{st.Health, l.view.applyHealth},
 		{st.Cooldowns, l.view.applyCooldown},
-		{st.Pools, l.view.applyPool},
+		{st.Pools, l.applyPool},
 		{st.LeaseState, l.view.applyState},
 	}
 	for _, kv := range st.Leases.All() {
@@ -56,6 +57,9 @@ func (l *Leaser) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
+	dw := &demandWriter{book: l.demand, js: st.JS, kv: st.PoolDemand, log: l.log, member: l.stats.member,
+		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}
+	wg.Go(func() { dw.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })
 
 	for range watches {
@@ -88,6 +92,19 @@ func (l *Leaser) Run(ctx context.Context) error {
 	stopHTTP()
 	l.stop(svc)
 	return err
+}
+
+// applyPool folds an entry of pools into the view (holder caps) and the demand book (which
+// pools a selector can match).
+func (l *Leaser) applyPool(e jetstream.KeyValueEntry) {
+	l.view.applyPool(e)
+	var spec *schemas.PoolSpec
+	if isPut(e) {
+		if s, err := schemas.ParsePoolSpec(e.Value()); err == nil {
+			spec = &s
+		}
+	}
+	l.demand.setPool(e.Key(), spec)
 }
 
 // applyLease folds a proxy_leases entry and publishes the expiry of a held slot. Every
