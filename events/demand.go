@@ -72,16 +72,20 @@ type PoolDemand struct {
 
 // DemandSum adds the records of one scope: Held is the largest, the rest add up.
 type DemandSum struct {
-	Held            int     `json:"held"`
-	Waiting         int     `json:"waiting"`
-	Refused         int     `json:"refused"`
-	Granted         int     `json:"granted"`
-	GrantsPerSecond float64 `json:"grantsPerSecond"`
-	Leasers         int     `json:"leasers"` // records summed
+	Selector        map[string]string `json:"selector,omitempty"` // a selector's scope: the selector
+	Held            int               `json:"held"`
+	Waiting         int               `json:"waiting"`
+	Refused         int               `json:"refused"`
+	Granted         int               `json:"granted"`
+	GrantsPerSecond float64           `json:"grantsPerSecond"`
+	Leasers         int               `json:"leasers"` // records summed
 }
 
 // Add folds one leaser's record in.
 func (s *DemandSum) Add(d PoolDemand) {
+	if d.Selector != nil {
+		s.Selector = d.Selector
+	}
 	s.Held = max(s.Held, d.Held)
 	s.Waiting += d.Waiting
 	s.Refused += d.Refused

@@ -82,4 +82,3 @@ func TestDemandRecordedPerPool(t *testing.T) {
 	r.stopLeasers()
 	eventually(t, 20*time.Second, "the records expired", func() bool { return r.keys(r.store.PoolDemand) == 0 })
 }
-

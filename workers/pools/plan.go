@@ -44,7 +44,8 @@ type input struct {
 	Phase     map[string]events.Phase
 	Limited   map[string]string // members that wait for their provider's instance limit: its message
 	Leases    map[string]int
-	Blocked   map[string]int // distinct targets the member was reported blocked on in the window
+	Blocked   map[string]int   // distinct targets the member was reported blocked on in the window
+	Demand    events.DemandSum // what the leasers measured of the pool (autoscale)
 	Load      func(provider, zone string) int
 	Now       time.Time
 	NewSuffix func() string
@@ -80,7 +81,8 @@ type planner struct {
 	in      input
 	out     outcome
 	members []events.PoolMember
-	held    string // why a replacement waits, if one does
+	held    string                // why a replacement waits, if one does
+	scaled  *events.PoolAutoscale // the autoscaler's state to record, with autoscale
 }
 
 func (p *planner) emit(reason events.Reason, member, successor string, leases int, format string, args ...any) {
@@ -107,6 +109,7 @@ func (p *planner) run() {
 	}
 	p.reconcileLedger()
 	p.adopt()
+	p.autoscale()
 	p.retire()
 	p.replace()
 	p.scale()

@@ -29,6 +29,7 @@ type view struct {
 	limited map[string]string // statuses that wait for their provider's instance limit
 	dirty   map[string]bool
 	wake    chan struct{}
+	demand  map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -50,6 +51,7 @@ type proxyEntry struct {
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
 		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		demand:  map[string]map[string]events.PoolDemand{},
 		catalog: schemas.Catalog{}}
 }
 
