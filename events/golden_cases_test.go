@@ -29,6 +29,8 @@ func goldenCases() map[string]any {
 	target := TargetHealth{V: 1, Provider: "kvm-home", Target: "h1", Order: 1, Address: "qemu+ssh://h1.lan/system", Ready: true,
 		Reason: "Reachable", Message: "libvirt 10.0.0, pool default active", LatencyMs: 8.2,
 		Details: map[string]string{"libvirt": "10.0.0"}, CheckedAt: at, LastTransitionTime: at.Add(-time.Hour), Checker: "host-1"}
+	scaleInputs := ScaleInputs{Held: 8, Waiting: 6, Refused: 2, GrantsPerSecond: 1.5, Members: 3, Ready: 2, Capacity: 8, Target: 0.8,
+		Wanted: 5, Leasers: 2}
 	return map[string]any{
 		// Ops and their results (OPS_<provider>, egress.events.op.>).
 		"op.v1.json": op,
@@ -84,6 +86,16 @@ func goldenCases() map[string]any {
 				{Name: "crawl-g5h6j", Placement: 0, CreatedAt: at.Add(-3 * time.Hour), Rev: 22, Retire: ReasonScaleDown, Deleting: true},
 			},
 			NextRotation: at.Add(5 * time.Hour), UpdatedAt: at},
+		"pool_status_autoscale.v1.json": PoolStatus{V: 1, Phase: PoolReady, Message: "2 of 2 members Ready", SpecRevision: 3, Replicas: 2, MaxMembers: 3,
+			Members: []PoolMember{{Name: "web-a1b2c", CreatedAt: at.Add(-time.Hour), Rev: 5}, {Name: "web-d3e4f", CreatedAt: at.Add(-time.Minute), Rev: 9}},
+			Autoscale: &PoolAutoscale{Desired: 2, Inputs: scaleInputs, LowSince: at.Add(-time.Minute), NextScaleDown: at.Add(4 * time.Minute),
+				Held: "every member above 1 holds a lease: the count goes down as leases end", LastDecision: "0 → 2: 1 refused, 0/0 leased, target 0.8",
+				LastDecisionAt: at.Add(-time.Hour)},
+			UpdatedAt: at},
+		"pool_demand.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Pool: "web", WindowSeconds: 30, Held: 8, Waiting: 6, Refused: 2,
+			Granted: 45, GrantsPerSecond: 1.5, At: at},
+		"pool_demand_selector.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Selector: map[string]string{"geo": "de"}, WindowSeconds: 30, Refused: 1, At: at},
+		"demand_sum.v1.json": DemandSum{Selector: map[string]string{"geo": "de"}, Held: 8, Waiting: 6, Refused: 3, Granted: 45, GrantsPerSecond: 1.5, Leasers: 2},
 
 		// Core NATS.
 		"probe_request.v1.json": ProbeRequest{V: 1, Proxy: "crawl-1", Provider: "local", Host: "local", Address: "127.0.0.2",
@@ -119,6 +131,9 @@ func goldenCases() map[string]any {
 		"event_pool.v1.json": Event{V: 1, ID: "pool:5d1c0a3f9e8b7a6c", Kind: KindPool, Proxy: "crawl", At: at,
 			Reason: ReasonDrainStarted, Message: "member crawl-a1b2c is draining (MaxAge): crawl-d3e4f is Ready in its place",
 			Pool: &PoolEvent{Pool: "crawl", Member: "crawl-a1b2c", Successor: "crawl-d3e4f", Leases: 2}},
+		"event_pool_scale.v1.json": Event{V: 1, ID: "pool:6e2d1b4a0f9c8b7d", Kind: KindPool, Proxy: "web", At: at,
+			Reason: ReasonScaledUp, Message: "autoscale 3 → 5: 6 waiting, 8/8 leased, target 0.8",
+			Pool: &PoolEvent{Pool: "web", Scale: &PoolScale{From: 3, To: 5, Inputs: scaleInputs}}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
 			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
 

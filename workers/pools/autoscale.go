@@ -84,9 +84,16 @@ func scaleDecide(in scaleIn) scaleOut {
 		}
 		out.Desired, out.Reason = cur-step, events.ReasonScaledDown
 	}
-	if out.Desired != cur {
+	if out.Desired != in.Current {
+		// A clamp counts too: a new pool rising to min, a max lowered under the count.
 		out.Changed = true
-		out.Decision = fmt.Sprintf("%d → %d: %s", cur, out.Desired, describeInputs(inputs))
+		if out.Reason == "" {
+			out.Reason = events.ReasonScaledUp
+			if out.Desired < in.Current {
+				out.Reason = events.ReasonScaledDown
+			}
+		}
+		out.Decision = fmt.Sprintf("%d → %d: %s", in.Current, out.Desired, describeInputs(inputs))
 		out.State.Desired = out.Desired
 		out.State.LastDecision, out.State.LastDecisionAt = out.Decision, in.Now
 		if out.Reason == events.ReasonScaledDown && out.Desired > wanted {

@@ -54,8 +54,14 @@ func (w *world) input() input {
 // step plans once and applies the outcome as the controller and a perfect reconciler would:
 // writes land, new members become Ready at once.
 func (w *world) step() outcome {
-	before := len(w.owned)
 	out := plan(w.input())
+	w.apply(out)
+	return out
+}
+
+// apply lands an outcome of plan.
+func (w *world) apply(out outcome) {
+	before := len(w.owned)
 	w.ledger = out.Ledger
 	rev := uint64(100 * w.next)
 	for _, wr := range out.Writes {
@@ -79,7 +85,7 @@ func (w *world) step() outcome {
 			}
 		}
 		if w.t.Failed() {
-			return out
+			return
 		}
 	}
 	if w.ledger != nil {
@@ -97,7 +103,6 @@ func (w *world) step() outcome {
 	if w.spec != nil && len(w.owned) > max(before, w.spec.MaxMembers()) {
 		w.t.Fatalf("%d members, above the cap %d", len(w.owned), w.spec.MaxMembers())
 	}
-	return out
 }
 
 // settle steps until nothing changes, advancing the clock a little each time.
