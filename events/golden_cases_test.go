@@ -95,7 +95,7 @@ func goldenCases() map[string]any {
 		"pool_demand.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Pool: "web", WindowSeconds: 30, Held: 8, Waiting: 6, Refused: 2,
 			Granted: 45, GrantsPerSecond: 1.5, At: at},
 		"pool_demand_selector.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Selector: map[string]string{"geo": "de"}, WindowSeconds: 30, Refused: 1, At: at},
-		"demand_sum.v1.json": DemandSum{Selector: map[string]string{"geo": "de"}, Held: 8, Waiting: 6, Refused: 3, Granted: 45, GrantsPerSecond: 1.5, Leasers: 2},
+		"demand_sum.v1.json":           DemandSum{Selector: map[string]string{"geo": "de"}, Held: 8, Waiting: 6, Refused: 3, Granted: 45, GrantsPerSecond: 1.5, Leasers: 2},
 
 		// Core NATS.
 		"probe_request.v1.json": ProbeRequest{V: 1, Proxy: "crawl-1", Provider: "local", Host: "local", Address: "127.0.0.2",
