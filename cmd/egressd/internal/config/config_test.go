@@ -52,6 +52,9 @@ func TestParseConfig(t *testing.T) {
 		{"holder cap", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 4\n", ""},
 		{"holder cap negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: -1\n", "leases.maxPerHolder: must be between 0"},
 		{"holder cap too high", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 10001\n", "leases.maxPerHolder: must be between 0"},
+		{"demand window", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 10s\n", ""},
+		{"demand window too long", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 2h\n", "leases.demandWindow: must be whole seconds"},
+		{"demand window fraction", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 1500ms\n", "leases.demandWindow: must be whole seconds"},
 		{"leases unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHoldr: 4\n", "field maxPerHoldr not found"},
 	}
 	for _, tc := range cases {
