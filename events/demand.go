@@ -3,6 +3,7 @@ package events
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -92,6 +93,11 @@ func (s *DemandSum) Add(d PoolDemand) {
 	s.Granted += d.Granted
 	s.GrantsPerSecond += d.GrantsPerSecond
 	s.Leasers++
+}
+
+// String is the sum in one line: "6 waiting, 2 refused, 8 held, 1.5 grants/s (2 leasers)".
+func (s DemandSum) String() string {
+	return fmt.Sprintf("%d waiting, %d refused, %d held, %.3g grants/s (%d leasers)", s.Waiting, s.Refused, s.Held, s.GrantsPerSecond, s.Leasers)
 }
 
 // Unmet is the acquires that found no free proxy: waiting now, or refused in the window.

@@ -33,38 +33,10 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, s)
 		}
 		if d := p.Demand; d != nil {
-			fmt.Fprintf(w, "%s: demand %s\n", p.Name, demandText(*d))
+			fmt.Fprintf(w, "%s: demand %s\n", p.Name, d)
 		}
 		if a := p.Autoscale; a != nil {
-			fmt.Fprintf(w, "%s: %s\n", p.Name, autoscaleText(*a, now))
+			fmt.Fprintf(w, "%s: %s\n", p.Name, a.Text(now))
 		}
 	}
-}
-
-// demandText is a pool's demand in one line: "6 waiting, 2 refused, 8 held, 1.5 grants/s (2 leasers)".
-func demandText(d events.DemandSum) string {
-	return fmt.Sprintf("%d waiting, %d refused, %d held, %.3g grants/s (%d leasers)", d.Waiting, d.Refused, d.Held, d.GrantsPerSecond, d.Leasers)
-}
-
-// autoscaleText is a pool's autoscale in one line: its bounds, what demand asks for and from
-// what, the last decision, and the next possible scale-down.
-func autoscaleText(a fleet.AutoscaleRow, now time.Time) string {
-	out := fmt.Sprintf("autoscale %d to %d", a.Min, a.Max)
-	st := a.State
-	if st == nil {
-		return out + ", no decision yet"
-	}
-	in := st.Inputs
-	out += fmt.Sprintf(", wants %d (%d held of %d on %d Ready, %d waiting, %d refused, target %g)",
-		in.Wanted, in.Held, in.Capacity, in.Ready, in.Waiting, in.Refused, in.Target)
-	if st.LastDecision != "" {
-		out += fmt.Sprintf("; last %s, %s ago", st.LastDecision, events.Age(now, st.LastDecisionAt))
-	}
-	if !st.NextScaleDown.IsZero() {
-		out += "; next scale-down " + fleet.Until(now, st.NextScaleDown)
-	}
-	if st.Held != "" {
-		out += "; " + st.Held
-	}
-	return out
 }

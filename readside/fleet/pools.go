@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +63,29 @@ type AutoscaleRow struct {
 	Min   int                   `json:"min"`
 	Max   int                   `json:"max"`
 	State *events.PoolAutoscale `json:"state,omitempty"` // nil until the controller decided
+}
+
+// Text is the autoscale in one line, as every view prints it: its bounds, what demand asks
+// for and from what, the last decision, and the next possible scale-down.
+func (a AutoscaleRow) Text(now time.Time) string {
+	out := fmt.Sprintf("autoscale %d to %d", a.Min, a.Max)
+	st := a.State
+	if st == nil {
+		return out + ", no decision yet"
+	}
+	in := st.Inputs
+	out += fmt.Sprintf(", wants %d (%d held of %d on %d Ready, %d waiting, %d refused, target %g)",
+		in.Wanted, in.Held, in.Capacity, in.Ready, in.Waiting, in.Refused, in.Target)
+	if st.LastDecision != "" {
+		out += fmt.Sprintf("; last %s, %s ago", st.LastDecision, events.Age(now, st.LastDecisionAt))
+	}
+	if !st.NextScaleDown.IsZero() {
+		out += "; next scale-down " + Until(now, st.NextScaleDown)
+	}
+	if st.Held != "" {
+		out += "; " + st.Held
+	}
+	return out
 }
 
 // DesiredText is the DESIRED column of a pool, as every view prints it: the spec's replicas;
