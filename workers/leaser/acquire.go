@@ -212,7 +212,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// already ranks the proxy by its new load.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
-	l.demand.granted(l.view.originOf(c.Name).pool, r.Selector)
+	l.demand.granted(l.view.originOf(c.Name).pool, r.Selector, r.Holder)
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

@@ -121,16 +121,41 @@ func (b *demandBook) refused(sel map[string]string, holder string) {
 }
 
 // granted counts a grant on a proxy of pool ("" when in none: then the selector's scope).
-func (b *demandBook) granted(pool string, sel map[string]string) {
+// The grant answers a refusal counted before it: its holder's, or, without a holder, one
+// anonymous refusal, so that a crawler refused and then served is not counted as demand twice
+// (once held, once refused) while the refusal is in the window.
+func (b *demandBook) granted(pool string, sel map[string]string, holder string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sec := b.now().Unix()
+	scopes := []*scopeDemand{}
 	if pool != "" {
-		b.scope(pool, pool, nil).grants[sec]++
-		return
+		scopes = append(scopes, b.scope(pool, pool, nil))
+	} else {
+		scopes = b.scopesOf(sel)
 	}
-	for _, s := range b.scopesOf(sel) {
+	for _, s := range scopes {
 		s.grants[sec]++
+		if holder != "" {
+			delete(s.holders, holder)
+		} else {
+			s.answerAnon()
+		}
+	}
+}
+
+// answerAnon takes back the newest anonymous refusal, if any.
+func (s *scopeDemand) answerAnon() {
+	newest, found := int64(0), false
+	for sec, n := range s.anon {
+		if n > 0 && (!found || sec > newest) {
+			newest, found = sec, true
+		}
+	}
+	if found {
+		if s.anon[newest]--; s.anon[newest] == 0 {
+			delete(s.anon, newest)
+		}
 	}
 }
 
@@ -169,6 +194,13 @@ func (b *demandBook) records(member string, held func(sels map[string]map[string
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// A pool whose members hold leases has a record even when this replica saw no acquire
+	// for it lately: held is demand too.
+	for pool, n := range byPool {
+		if _, known := b.pools[pool]; known && n > 0 {
+			b.scope(pool, pool, nil)
+		}
+	}
 	now := b.now()
 	from := now.Add(-b.window)
 	out := map[string]events.PoolDemand{}

@@ -31,7 +31,7 @@ func (r *rig) demandOf(scope string) events.DemandSum {
 }
 
 // The leasers record demand per pool a selector can match, even an empty one: refusals (a
-// holder once however often it retries), grants and held slots, summed over the replicas;
+// holder once however often it retries, and no more once it is granted), grants and held slots;
 // a selector that matches no pool gets a scope of its own; the records fade with their TTL.
 func TestDemandRecordedPerPool(t *testing.T) {
 	r := newRig(t, func(c *leaser.Config) { c.DemandInterval = time.Second; c.DemandWindow = 30 * time.Second })
@@ -76,6 +76,15 @@ func TestDemandRecordedPerPool(t *testing.T) {
 	done()
 	eventually(t, 10*time.Second, "the waiter gone", func() bool { return r.demandOf("web").Waiting == 0 })
 	if !r.release(g.ID) {
+		t.Fatal("release")
+	}
+	// c2 is served at last: its refusal is answered, no longer demand on top of its lease.
+	g2 := r.mustAcquire(events.AcquireRequest{Selector: map[string]string{"geo": "de"}, Holder: "c2"})
+	eventually(t, 10*time.Second, "c2's refusal answered by its grant", func() bool {
+		d := r.demandOf("web")
+		return d.Refused == 2 && d.Granted == 2 && d.Held == 1
+	})
+	if !r.release(g2.ID) {
 		t.Fatal("release")
 	}
 	// A replica that stops writes no more: its records fade with their TTL.
