@@ -208,8 +208,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		at.Full[c.Name] = true
 		return nil, conflicts, nil
 	}
-	// Counted in the view at once, before the watch echoes it, so this replica's next acquire
-	// already ranks the proxy by its new load.
+	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
 	l.demand.granted(l.view.originOf(c.Name).pool, r.Selector, r.Holder)
