@@ -187,9 +187,7 @@ func (s PoolSpec) Validate() error {
 	case s.Replicas != nil && s.Autoscale != nil:
 		bad("replicas", "must be left out when autoscale is given: the autoscaler sets the member count")
 	case s.Autoscale != nil:
-		for _, e := range s.Autoscale.validate() {
-			errs = append(errs, e)
-		}
+		errs = append(errs, s.Autoscale.validate()...)
 		// rotation.minAvailable is checked against the most members autoscale allows.
 		if s.Autoscale.Max != nil && *s.Autoscale.Max >= 0 && *s.Autoscale.Max <= MaxReplicas {
 			replicas, replicasOK = *s.Autoscale.Max, true
