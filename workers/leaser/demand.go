@@ -11,6 +11,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
+	"github.com/egressd/egressd/workers/leaser/selection"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -77,7 +78,7 @@ func (b *demandBook) setPool(pool string, spec *schemas.PoolSpec) {
 func (b *demandBook) scopesOf(sel map[string]string) []*scopeDemand {
 	var out []*scopeDemand
 	for pool, attrs := range b.pools {
-		if selectorMatches(attrs, sel) {
+		if selection.Matches(attrs, sel) {
 			out = append(out, b.scope(pool, pool, nil))
 		}
 	}
@@ -94,15 +95,6 @@ func (b *demandBook) scope(key, pool string, sel map[string]string) *scopeDemand
 		b.scopes[key] = s
 	}
 	return s
-}
-
-func selectorMatches(attrs, sel map[string]string) bool {
-	for k, v := range sel {
-		if got, ok := attrs[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
 }
 
 // refused counts an acquire refused for want of a free proxy. A holder counts once in the

@@ -101,3 +101,7 @@ func (f *Fleet) Held(sels map[string]map[string]string) (byPool, bySel map[strin
 	}
 	return byPool, bySel
 }
+
+// Matches is the exact attribute match of an acquire's selector (DESIGN §3.5), for the shell's
+// judgement of which pools a selector can match (demand.go).
+func Matches(attrs, selector map[string]string) bool { return matches(attrs, selector) }
