@@ -42,6 +42,8 @@ type Store struct {
 	Pools      jetstream.KeyValue // PoolSpec by pool name
 	PoolStatus jetstream.KeyValue // PoolStatus (the members' ledger), written by the pool controller
 	PoolDemand jetstream.KeyValue // PoolDemand per scope and leaser replica, with TTLs, written by the leasers
+	// Created names the buckets Open found missing and created (an upgrade added them).
+	Created []string
 }
 
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.
