@@ -216,8 +216,9 @@ func ParseToken(password string) (Token, error) {
 	if err != nil {
 		return Token{}, fmt.Errorf("%w: expiry is not a decimal Unix time", ErrMalformed)
 	}
+	// The decoder skips CR and LF: refuse them first, so that one signature has one spelling.
 	sum, err := b64.DecodeString(mac)
-	if err != nil || len(sum) != sha256.Size {
+	if err != nil || len(sum) != sha256.Size || validField(mac, 0, len(mac)) != nil {
 		return Token{}, fmt.Errorf("%w: signature is not %d bytes of unpadded base64url", ErrMalformed, sha256.Size)
 	}
 	return Token{KeyID: kid, Instance: instance, Expires: time.Unix(secs, 0), exp: exp, mac: sum}, nil
@@ -319,7 +320,7 @@ func ParseFileLine(line string) (Key, error) {
 		return Key{}, errors.New("lease key file: the instance is not valid")
 	}
 	b, err := b64.DecodeString(parts[4])
-	if err != nil || len(b) != KeySize {
+	if err != nil || len(b) != KeySize || validField(parts[4], 0, len(parts[4])) != nil {
 		return Key{}, fmt.Errorf("lease key file: the key is not %d bytes of unpadded base64url", KeySize)
 	}
 	return Key{kid: parts[2], proxy: parts[0], instance: parts[3], b: b}, nil
