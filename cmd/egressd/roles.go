@@ -119,6 +119,14 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			return nil, err
 		}
 		runs = append(runs, p.Run)
+		if w, ok := pb.b.(provisioner.RevocationWriter); ok {
+			// The provider's proxies get the revocation list as they get their keys: from
+			// the process that provisions them (docs/leases.md#revocation).
+			name := pb.name
+			runs = append(runs, provisioner.Revocations{KV: d.store.LeaseState, Deliver: w.WriteRevocations,
+				Log: d.log.With("component", "revocations", "provider", name),
+				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Run)
+		}
 	}
 	return func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)

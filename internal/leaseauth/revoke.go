@@ -63,6 +63,17 @@ func (r *Revocations) Prune(now time.Time) {
 	maps.DeleteFunc(r.until, func(_ string, u time.Time) bool { return now.After(u) })
 }
 
+// Earliest is the earliest end of an entry, false for an empty list.
+func (r *Revocations) Earliest() (time.Time, bool) {
+	var first time.Time
+	for _, u := range r.until {
+		if first.IsZero() || u.Before(first) {
+			first = u
+		}
+	}
+	return first, !first.IsZero()
+}
+
 // Check says ErrRevoked when subject's tokens are revoked at now.
 func (r *Revocations) Check(subject string, now time.Time) error {
 	if r == nil {
