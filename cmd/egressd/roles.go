@@ -124,7 +124,7 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			// the process that provisions them (docs/leases.md#revocation).
 			name := pb.name
 			runs = append(runs, provisioner.Revocations{KV: d.store.LeaseState, Deliver: w.WriteRevocations,
-				Log: d.log.With("component", "revocations", "provider", name),
+				Log:     d.log.With("component", "revocations", "provider", name),
 				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Run)
 		}
 	}

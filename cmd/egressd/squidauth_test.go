@@ -118,7 +118,10 @@ func TestSquidAuthRevocations(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan int, 1)
 	var errs bytes.Buffer
-	go func() { done <- squidAuthCmd([]string{"--key-file", keyFile, "--revocations-file", revFile}, inR, outW, &errs); outW.Close() }()
+	go func() {
+		done <- squidAuthCmd([]string{"--key-file", keyFile, "--revocations-file", revFile}, inR, outW, &errs)
+		outW.Close()
+	}()
 	answers := bufio.NewReader(outR)
 	ask := func(user, pass string) string {
 		t.Helper()

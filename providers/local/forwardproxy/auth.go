@@ -210,7 +210,9 @@ func (a *FileAuthenticator) Check(username, password string) error {
 }
 
 // Allow reports whether a basic-auth credential passes (Check is nil).
-func (a *FileAuthenticator) Allow(username, password string) bool { return a.Check(username, password) == nil }
+func (a *FileAuthenticator) Allow(username, password string) bool {
+	return a.Check(username, password) == nil
+}
 
 func (a *FileAuthenticator) check(username, password string) (grant, error) {
 	now := time.Now()

@@ -23,13 +23,13 @@ import (
 
 // Config configures a forward proxy.
 type Config struct {
-	Listen   string       // address the listener was opened on; informational (logs)
-	Source   string       // optional outbound source IP
-	AuthFile string       // optional basic-auth file (see WriteAuthFile); rotation is picked up live
+	Listen   string // address the listener was opened on; informational (logs)
+	Source   string // optional outbound source IP
+	AuthFile string // optional basic-auth file (see WriteAuthFile); rotation is picked up live
 	// RevocationsFile is an optional lease revocation list (WriteRevocationsFile), re-read
 	// when it changes: the lease tokens it names are refused, and their tunnels closed.
 	RevocationsFile string
-	Logger   *slog.Logger // nil discards
+	Logger          *slog.Logger // nil discards
 }
 
 // Timeouts. Variables rather than constants so that tests can shorten them.
@@ -169,8 +169,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // record is what the one log line of a request says.
 type record struct {
-	method string
-	host   string
+	method  string
+	host    string
 	status  int
 	bytes   int64
 	refused string // why its credentials were refused (leaseauth.Reason)
