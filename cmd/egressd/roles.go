@@ -127,6 +127,9 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 				Log:     d.log.With("component", "revocations", "provider", name),
 				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Run)
 		}
+		if c, ok := pb.b.(interface{ LeaseRefusals() (map[string]int64, error) }); ok {
+			d.obs.RegisterRefusals(pb.name, c.LeaseRefusals)
+		}
 	}
 	return func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)

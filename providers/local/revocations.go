@@ -34,3 +34,32 @@ func (p *Provider) WriteRevocations(ctx context.Context, list *leaseauth.Revocat
 	}
 	return nil
 }
+
+// refusalsFile is where each lease-mode proxy keeps its counts of refused credentials.
+const refusalsFile = "refusals.json"
+
+// LeaseRefusals sums the refusal counts of the provider's proxies, by reason (revoked,
+// expired, instance, key, signature, malformed, credentials): what its proxies refused since
+// each started. A proxy that restarts or goes takes its counts with it, which a counter's
+// rate reads as a reset. Unreadable files are skipped: a count is never worth an error.
+func (p *Provider) LeaseRefusals() (map[string]int64, error) {
+	names, err := p.instanceNames()
+	if err != nil {
+		return nil, err
+	}
+	sum := map[string]int64{}
+	for _, name := range names {
+		data, err := os.ReadFile(filepath.Join(p.dir(name), refusalsFile))
+		if err != nil {
+			continue
+		}
+		r, err := forwardproxy.ReadRefusals(data)
+		if err != nil {
+			continue
+		}
+		for reason, n := range r.Refused {
+			sum[reason] += n
+		}
+	}
+	return sum, nil
+}

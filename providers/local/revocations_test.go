@@ -40,4 +40,19 @@ func TestWriteRevocationsReachesRunningProxies(t *testing.T) {
 	if after := proxies(p, req.Name); len(after) != 1 || after[0] != before[0] {
 		t.Errorf("delivering the list restarted the proxy: %v → %v", before, after)
 	}
+	// The proxy counts what it refused, by reason, and the provider sums the counts.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := p.LeaseRefusals()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got["revoked"] >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("refusals counted: %v, want revoked ≥ 1", got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

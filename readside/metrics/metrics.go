@@ -26,6 +26,7 @@ type Metrics struct {
 	proberLag     prometheus.Gauge
 	revocations   *prometheus.CounterVec
 	revokedList   *prometheus.GaugeVec
+	refusals      *refusalsCollector
 }
 
 // New registers the process's metrics. With state, every scrape also reads egressd's state
@@ -62,11 +63,12 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 			Help: "How late the oldest waiting probe of this process's prober is."}),
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_lease_revocations_total",
 			Help: "Lease revocations this process's leaser wrote (ok) or failed to write (error)."}, []string{"result"}),
+		refusals: &refusalsCollector{sources: map[string]func() (map[string]int64, error){}},
 		revokedList: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_revocation_list_entries",
 			Help: "Entries of the lease revocation list this process last delivered to a provider's proxies."}, []string{"provider"}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.probeTime, m.probeFailures,
-		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList,
+		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
 	if state {

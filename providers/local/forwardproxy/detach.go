@@ -143,6 +143,7 @@ func (o *options) proxyArgs() ([]string, error) {
 		add("--source", o.source, false),
 		add("--auth-file", o.authFile, true),
 		add("--revocations-file", o.revFile, true),
+		add("--refusals-file", o.refusedFile, true),
 		add("--instance", o.instance, false),
 		add("--pid-file", o.pidFile, true),
 	)

@@ -29,7 +29,10 @@ type Config struct {
 	// RevocationsFile is an optional lease revocation list (WriteRevocationsFile), re-read
 	// when it changes: the lease tokens it names are refused, and their tunnels closed.
 	RevocationsFile string
-	Logger          *slog.Logger // nil discards
+	// RefusalsFile, optional, is where the proxy keeps its counts of refused credentials by
+	// reason (Refusals), for the local provider's metrics.
+	RefusalsFile string
+	Logger       *slog.Logger // nil discards
 }
 
 // Timeouts. Variables rather than constants so that tests can shorten them.
@@ -61,6 +64,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	counted := make(chan struct{})
+	countCtx, stopCounting := context.WithCancel(context.Background())
+	if h.auth != nil && cfg.RefusalsFile != "" {
+		go func() { defer close(counted); h.writeRefusals(countCtx, cfg.RefusalsFile) }()
+	} else {
+		close(counted)
+	}
+	// The counts are written a last time after the server has stopped.
+	defer func() { stopCounting(); <-counted }()
 
 	select {
 	case err := <-errc:
