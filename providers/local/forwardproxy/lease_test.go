@@ -3,10 +3,12 @@ package forwardproxy
 import (
 	"encoding/base64"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +209,63 @@ func TestTunnelsEndWithTheirToken(t *testing.T) {
 			t.Fatal("the tunnel outlived its lease's revocation")
 		}
 	})
+}
+
+// Sentinel: whatever the proxy refuses, counts or closes, neither a token nor the key reaches
+// its log (debug included) or its refusal counts; the reason does.
+func TestRefusalsNeverQuoteTheToken(t *testing.T) {
+	oldPoll, oldEvery := revocationPoll, refusalsEvery
+	revocationPoll, refusalsEvery = 20*time.Millisecond, 20*time.Millisecond
+	t.Cleanup(func() { revocationPoll, refusalsEvery = oldPoll, oldEvery })
+	upstream, _ := recordingServer(t, false)
+	dir := t.TempDir()
+	authFile, revFile, countFile := filepath.Join(dir, "auth"), filepath.Join(dir, "revoked"), filepath.Join(dir, "refusals.json")
+	m := leaseauth.NewMaster()
+	key := m.InstanceKey("p1", "g2")
+	if err := WriteLeaseKeyFile(authFile, key.FileLine()); err != nil {
+		t.Fatal(err)
+	}
+	var buf syncBuffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	proxy := startProxy(t, Config{AuthFile: authFile, RevocationsFile: revFile, RefusalsFile: countFile, Logger: log})
+	exp := time.Now().Add(time.Minute)
+	revokedUser := url.UserPassword(key.Sign("p1.0.00000000000000aa", exp))
+	oldUser := url.UserPassword(m.InstanceKey("p1", "g1").Sign("p1.1.00000000000000bb", exp))
+	ended := openTunnel(t, proxy, revokedUser)
+	var list leaseauth.Revocations
+	list.Add("p1.0.00000000000000aa", exp)
+	if err := WriteRevocationsFile(revFile, &list); err != nil {
+		t.Fatal(err)
+	}
+	<-ended
+	for _, u := range []*url.Userinfo{revokedUser, oldUser} {
+		if code := getVia(t, proxy, upstream.URL+"/", u).StatusCode; code != 407 {
+			t.Fatalf("status %d, want 407", code)
+		}
+	}
+	var counts Refusals
+	deadline := time.Now().Add(20 * time.Second)
+	for counts.Refused["instance"] < 1 && time.Now().Before(deadline) {
+		data, _ := os.ReadFile(countFile)
+		counts, _ = ReadRefusals(data)
+		time.Sleep(20 * time.Millisecond)
+	}
+	if counts.Refused["revoked"] != 1 || counts.Refused["instance"] != 1 {
+		t.Fatalf("refusal counts %v, want revoked 1 and instance 1", counts.Refused)
+	}
+	data, _ := os.ReadFile(countFile)
+	out := buf.String() + string(data)
+	if !strings.Contains(out, "refused=revoked") || !strings.Contains(out, "refused=instance") || !strings.Contains(out, "lease token revoked") {
+		t.Errorf("the log does not say why:\n%s", out)
+	}
+	for _, u := range []*url.Userinfo{revokedUser, oldUser} {
+		pass, _ := u.Password()
+		sig := pass[strings.LastIndex(pass, ".")+1:]
+		if strings.Contains(out, pass) || strings.Contains(out, sig) {
+			t.Errorf("a token leaked:\n%s", out)
+		}
+	}
+	if k := strings.Split(strings.TrimSpace(key.FileLine()), ":")[4]; strings.Contains(out, k) {
+		t.Errorf("the key leaked:\n%s", out)
+	}
 }
