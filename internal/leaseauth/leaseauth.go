@@ -113,10 +113,11 @@ func (m Master) Encode() []byte { return []byte(b64.EncodeToString(m.b)) }
 func (m Master) IsZero() bool { return len(m.b) == 0 }
 
 // ID names the master in keys and tokens: 8 characters of base64url, a digest of the master
-// that reveals nothing of it. "" for a zero master.
+// that reveals nothing of it. A zero master is "none", so that what it signs (nothing any key
+// accepts) is still well-formed.
 func (m Master) ID() string {
 	if m.IsZero() {
-		return ""
+		return "none"
 	}
 	h := hmac.New(sha256.New, m.b)
 	h.Write([]byte("egressd-lease-master-id"))

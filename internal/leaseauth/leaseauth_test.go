@@ -64,7 +64,7 @@ func TestVerify(t *testing.T) {
 		{"a rebuilt instance's token", k, user, rebuiltPass, t0, ErrInstance},
 		{"altered instance", k, user, "v2." + kid + ".i2." + exp + "." + sig, t0, ErrInstance},
 		{"zero key", Key{proxy: "p1"}, user, pass, t0, ErrSignature},
-		{"zero master signs nothing valid", k, user, func() string { _, p := (Master{}).InstanceKey("p1", "i1").Sign(leaseID, t0); return p }(), t0, ErrMalformed},
+		{"zero master signs nothing valid", k, user, func() string { _, p := (Master{}).InstanceKey("p1", "i1").Sign(leaseID, t0); return p }(), t0, ErrKeyID},
 		{"empty", k, "", "", t0, ErrMalformed},
 		{"bad subject", k, "p1 0", pass, t0, ErrMalformed},
 		{"long subject", k, strings.Repeat("a", MaxSubject+1), pass, t0, ErrMalformed},
