@@ -125,7 +125,7 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			name := pb.name
 			runs = append(runs, provisioner.Revocations{KV: d.store.LeaseState, Deliver: w.WriteRevocations,
 				Log:     d.log.With("component", "revocations", "provider", name),
-				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Run)
+				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Follow)
 		}
 		if c, ok := pb.b.(interface{ LeaseRefusals() (map[string]int64, error) }); ok {
 			d.obs.RegisterRefusals(pb.name, c.LeaseRefusals)

@@ -42,6 +42,24 @@ type Revocations struct {
 	Now          func() time.Time
 }
 
+// Follow runs Run until ctx ends, starting it again after an error (a watch NATS denied, as on
+// an installation whose permissions predate revocations, or one that ended): a provisioner
+// never stops provisioning for it, and its proxies keep the last list meanwhile.
+func (r Revocations) Follow(ctx context.Context) error {
+	for {
+		err := r.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.Log.Warn("following lease revocations; proxies keep their last list; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * cmpDur(r.Retry, time.Second)):
+		}
+	}
+}
+
 // Run follows until ctx ends; it returns the error that stopped it otherwise.
 func (r Revocations) Run(ctx context.Context) error {
 	r.Batch, r.Retry = cmpDur(r.Batch, 100*time.Millisecond), cmpDur(r.Retry, time.Second)
