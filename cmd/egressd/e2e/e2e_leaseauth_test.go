@@ -374,9 +374,19 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 	if strings.Contains(n.logs(), key) {
 		t.Error("the log holds a proxy's lease key")
 	}
-	for _, out := range []string{n.egressd("events", "-f=false"), n.egressd("status", "-o", "json")} {
+	revList, _ := os.ReadFile(revokedFile(keyFile))
+	for _, out := range []string{n.egressd("events", "-f=false"), n.egressd("status", "-o", "json"), n.logs(), string(revList)} {
 		if strings.Contains(out, key) {
-			t.Error("events or status hold a proxy's lease key")
+			t.Error("events, status, the log or the revocation list hold a proxy's lease key")
+		}
+		// Nor any token: the revoked ones are named by their lease ID only.
+		for _, h := range hs {
+			for _, u := range []string{h.shrt.Lease.URL, h.long.Lease.URL, h.renewed.Lease.URL} {
+				pass, _ := credsOf(t, u).Password()
+				if strings.Contains(out, pass[strings.LastIndex(pass, ".")+1:]) {
+					t.Errorf("events, status, the log or the revocation list hold a token of %s", h.proxy)
+				}
+			}
 		}
 	}
 }
