@@ -100,12 +100,17 @@ func TestRevokedAndRebuiltTokensAreRefused(t *testing.T) {
 	if err := WriteRevocationsFile(revFile, &list); err != nil {
 		t.Fatal(err)
 	}
-	for name, write := range map[string]func(){
-		"listed":   func() {},
-		"corrupt":  func() { os.WriteFile(revFile, []byte("garbage\n"), 0o644) },
-		"vanished": func() { os.Remove(revFile) },
+	// In this order: the list must have been read before it turns unusable.
+	for _, c := range []struct {
+		name  string
+		write func()
+	}{
+		{"listed", func() {}},
+		{"corrupt", func() { os.WriteFile(revFile, []byte("garbage\n"), 0o644) }},
+		{"vanished", func() { os.Remove(revFile) }},
 	} {
-		write()
+		name := c.name
+		c.write()
 		if got := status(released); got != 407 {
 			t.Fatalf("%s: a revoked token: %d, want 407", name, got)
 		}
