@@ -9,7 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -135,6 +137,12 @@ func TestLeaseTokensEndWithTheirTunnelAndInstance(t *testing.T) {
 	if code := curlVia(t, old, web.URL); code != "407" {
 		t.Errorf("the predecessor's token at the rebuilt proxy: HTTP %s, want 407", code)
 	}
+	// Refused as another instance's (not only as revoked with its lease): the proxy counts why.
+	counts := filepath.Join(dir, "data", "local", "local", second.Status.InstanceName, "refusals.json")
+	waitUntil(t, "the rebuilt proxy to count an instance refusal", 30*time.Second, func() (bool, string) {
+		b, err := os.ReadFile(counts)
+		return err == nil && strings.Contains(string(b), `"instance":1`), string(b)
+	})
 	if p, _ := credsOf(t, long.Lease.URL).Password(); !strings.Contains(p, "."+first.Status.Generation+".") {
 		t.Errorf("the token does not name the instance it was issued for")
 	}
