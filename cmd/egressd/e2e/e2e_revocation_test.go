@@ -84,7 +84,8 @@ func busyTunnel(t *testing.T, leaseURL, target string) <-chan time.Time {
 // through it is closed once the token has expired (plus the skew and the grace), not left to
 // run until either side hangs up; and a proxy rebuilt under the same name (deleted and
 // declared again) is another instance, with another generation, that refuses the tokens
-// handed out for its predecessor while passing its own.
+// handed out for its predecessor while passing its own; and with egressd gone, the proxy
+// keeps refusing a revoked token and passing a held one.
 func TestLeaseTokensEndWithTheirTunnelAndInstance(t *testing.T) {
 	needNats(t)
 	if _, err := exec.LookPath("curl"); err != nil {
@@ -146,7 +147,7 @@ func TestLeaseTokensEndWithTheirTunnelAndInstance(t *testing.T) {
 	if p, _ := credsOf(t, long.Lease.URL).Password(); !strings.Contains(p, "."+first.Status.Generation+".") {
 		t.Errorf("the token does not name the instance it was issued for")
 	}
-	fresh, raw := n.acquire(`{"selector":{"kind":"fp"},"ttlSeconds":30}`)
+	fresh, raw := n.acquire(`{"selector":{"kind":"fp"},"ttlSeconds":120}`)
 	if fresh.Lease.URL == "" {
 		t.Fatalf("acquire: %s", raw)
 	}
@@ -155,5 +156,27 @@ func TestLeaseTokensEndWithTheirTunnelAndInstance(t *testing.T) {
 	}
 	if tok, err := leaseauth.ParseToken(func() string { p, _ := credsOf(t, fresh.Lease.URL).Password(); return p }()); err != nil || tok.Instance != second.Status.Generation {
 		t.Errorf("the new token names instance %q (%v), want %q", tok.Instance, err, second.Status.Generation)
+	}
+
+	// Offline: with egressd gone (kill -9: no NATS, no leaser, no provisioner), the proxy
+	// keeps its last revocation list. The released lease's token stays refused, the held
+	// one's keeps passing: neither open to all nor closed to all.
+	gone, raw := n.acquire(`{"selector":{"kind":"fp"},"ttlSeconds":60}`)
+	if gone.Lease.URL == "" {
+		t.Fatalf("acquire: %s", raw)
+	}
+	released := time.Now()
+	if _, raw := n.leaseCall(events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, gone.Lease.ID)); !strings.Contains(raw, `"released":true`) {
+		t.Fatalf("release: %s", raw)
+	}
+	refusedWithin(t, "the released lease's token", gone.Lease.URL, web.URL, released, 5*time.Second)
+	n.kill9()
+	for what, c := range map[string]struct{ url, want string }{
+		"a released lease's token, egressd gone": {gone.Lease.URL, "407"},
+		"a held lease's token, egressd gone":     {fresh.Lease.URL, "200"},
+	} {
+		if code := curlVia(t, c.url, web.URL); code != c.want {
+			t.Errorf("%s: HTTP %s, want %s", what, code, c.want)
+		}
 	}
 }
