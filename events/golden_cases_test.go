@@ -36,6 +36,10 @@ func goldenCases() map[string]any {
 		"op.v1.json": op,
 		"op_delete.v1.json": Op{V: 1, ID: "op4", Kind: OpDelete, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
 			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", SpecRevision: 8, IssuedAt: at},
+		// A create since instances have generations (op.v1.json is one from before).
+		"op_create_generation.v1.json": Op{V: 1, ID: "op5", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local",
+			UID: "u1", InstanceName: "egress-abcdefghijklmnop", SpecRevision: 9, SpecHash: "0123456789abcdef",
+			Generation: "9f3a0c1d2e4b5a68", IssuedAt: at},
 		"op_result.v1.json":       res,
 		"op_result_error.v1.json": failed,
 
@@ -56,6 +60,13 @@ func goldenCases() map[string]any {
 			Message: "read CONNECT answer: i/o timeout", ProvisionAt: at.Add(-time.Hour), AddressAt: at.Add(-time.Hour),
 			CreatedAt: at.Add(-time.Hour), UpdatedAt: at, Pool: "web",
 			Suspect: Suspect{Scope: SuspectTarget, Name: "local/local", Unhealthy: 7, Total: 10}},
+		// A status since instances have generations, which lease tokens name.
+		"proxy_status_generation.v1.json": ProxyStatus{V: 1, Phase: PhaseReady, Mode: "managed", UID: "u1",
+			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local",
+			IP: "127.0.0.2", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 9,
+			ProvisionAt: at, Generation: "9f3a0c1d2e4b5a68", AddressAt: at, CreatedAt: at, ReadyAt: at, UpdatedAt: at},
+		"lease_revocation.v1.json": LeaseRevocation{V: 1, Lease: "crawl-1.0.0123456789abcdef", Proxy: "crawl-1",
+			Until: at.Add(time.Minute + 5*time.Second), Reason: ReasonReleased},
 		"proxy_health.v1.json":  healthy,
 		"target_health.v1.json": target,
 		"provider_catalog.v1.json": CatalogRecord{V: 1, Provider: "kvm-home", Type: "libvirt",

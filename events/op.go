@@ -26,7 +26,8 @@ type Op struct {
 	InstanceName string    `json:"instanceName"`
 	InstanceID   string    `json:"instanceId,omitempty"` // get and delete
 	SpecRevision uint64    `json:"specRevision,omitempty"`
-	SpecHash     string    `json:"specHash,omitempty"` // create: the hash the spec must still have
+	SpecHash     string    `json:"specHash,omitempty"`   // create: the hash the spec must still have
+	Generation   string    `json:"generation,omitempty"` // create: the instance's (ProxyStatus.Generation)
 	IssuedAt     time.Time `json:"issuedAt"`
 }
 

@@ -103,10 +103,14 @@ type ProxyStatus struct {
 	RetryAt        time.Time  `json:"retryAt,omitzero"`
 	NextPollAt     time.Time  `json:"nextPollAt,omitzero"`
 	ProvisionAt    time.Time  `json:"provisionAt,omitzero"` // when the current create began
-	AddressAt      time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
-	CreatedAt      time.Time  `json:"createdAt,omitzero"`
-	ReadyAt        time.Time  `json:"readyAt,omitzero"`
-	UpdatedAt      time.Time  `json:"updatedAt,omitzero"`
+	// Generation is a fresh ID for each instance the proxy gets (set when its create is first
+	// issued, cleared once it is gone): lease tokens carry it, and the instance's key derives
+	// from it, so an instance rebuilt under the proxy's name refuses its predecessor's tokens.
+	Generation string    `json:"generation,omitempty"`
+	AddressAt  time.Time `json:"addressAt,omitzero"` // when ip:port last changed
+	CreatedAt  time.Time `json:"createdAt,omitzero"`
+	ReadyAt    time.Time `json:"readyAt,omitzero"`
+	UpdatedAt  time.Time `json:"updatedAt,omitzero"`
 	// Pool is the pool the proxy is a member of (its spec's), so that readers of statuses
 	// alone (the brake's tally) can group by pool.
 	Pool string `json:"pool,omitempty"`

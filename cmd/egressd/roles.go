@@ -59,7 +59,8 @@ var roleTable = []role{
 			return func(ctx context.Context) error { return servePprof(ctx, ln) }, nil
 		}},
 	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners,
-		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks}},
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks,
+			events.BucketLeaseState}},
 	{name: "echo", wanted: func(d *daemon) bool { return d.ls.echo != nil },
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			ln := d.ls.echo
@@ -151,6 +152,19 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			return nil, err
 		}
 		runs = append(runs, p.Run)
+		if w, ok := pb.b.(provisioner.RevocationWriter); ok && d.store.LeaseState != nil {
+			// The provider's proxies get the revocation list as they get their keys: from
+			// the process that provisions them (docs/leases.md#revocation).
+			name := pb.name
+			runs = append(runs, provisioner.Revocations{KV: provisioner.BucketsOf(d.store).LeaseState, Deliver: w.WriteRevocations,
+				Log:     d.log.With("component", "revocations", "provider", name),
+				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Follow)
+		}
+		if c, ok := pb.b.(interface {
+			LeaseRefusals() (map[string]int64, error)
+		}); ok {
+			d.obs.RegisterRefusals(pb.name, c.LeaseRefusals)
+		}
 	}
 	return func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)

@@ -80,6 +80,7 @@ func (d *decider) gone() {
 	st := d.st
 	st.InstanceID, st.IP, st.Port, st.SpecHash, st.ExpectedEgress = "", "", 0, "", ""
 	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
+	st.Generation = ""
 }
 
 // setAddress records the proxy's address, and when it changed, so that readers can tell a
