@@ -62,9 +62,11 @@ func identityOf(s schemas.ProxySpec) identity {
 }
 
 // inPlace is cur with everything a pool may change without a new instance taken from want:
-// attributes, lease limit, health, auth, owner and drain.
+// attributes, lease limit, health, auth, lifetime (it applies to the next instance), owner and
+// drain.
 func inPlace(cur, want schemas.ProxySpec) schemas.ProxySpec {
 	cur.Attributes, cur.MaxLeases, cur.HealthCheck, cur.Auth = want.Attributes, want.MaxLeases, want.HealthCheck, want.Auth
+	cur.MaxLifetimeSeconds = want.MaxLifetimeSeconds
 	cur.Pool, cur.Drain = want.Pool, want.Drain
 	return cur
 }
