@@ -56,6 +56,10 @@ const (
 	// ReasonLimitReached: a new instance would pass the provider's maxInstances (or
 	// maxInstancesPerTarget); the proxy is created when room appears, oldest first.
 	ReasonLimitReached Reason = "LimitReached"
+	// ReasonLifetimeExceeded: the instance passed its lifetime (maxLifetimeSeconds, stamped on
+	// it at creation): the collector deleted it, or the reconciler does, and a new one is
+	// made (a teardown reason; also the reason of the collector's gc event).
+	ReasonLifetimeExceeded Reason = "LifetimeExceeded"
 	// ReasonUnhealthyReplaced: the instance stayed Unhealthy past the reconciler's
 	// replaceAfter; it is deleted and created again (a teardown reason).
 	ReasonUnhealthyReplaced Reason = "UnhealthyReplaced"

@@ -70,7 +70,7 @@ func (b *FakeBackend) create(provider string, req providers.CreateRequest) (prov
 		port:  req.Port,
 		marks: providers.Marks{Managed: true, UID: req.UID, Installation: req.Installation, CreatedAt: now,
 			ExpiresAt: providers.ExpiryOf(now, req.Lifetime)},
-		req:   cloneRequest(req),
+		req: cloneRequest(req),
 	}
 	b.instances[req.Name] = in
 	return in.view(), nil
