@@ -110,7 +110,11 @@ type ProxyStatus struct {
 	AddressAt      time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
 	CreatedAt      time.Time  `json:"createdAt,omitzero"`
 	ReadyAt        time.Time  `json:"readyAt,omitzero"`
-	UpdatedAt      time.Time  `json:"updatedAt,omitzero"`
+	// ExpiresAt is when the instance's lifetime ends, as its own mark says (the provisioner
+	// reads it back): the collector deletes it then, and the reconciler replaces it; zero:
+	// no lifetime.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 	// Pool is the pool the proxy is a member of (its spec's), so that readers of statuses
 	// alone (the brake's tally) can group by pool.
 	Pool string `json:"pool,omitempty"`
