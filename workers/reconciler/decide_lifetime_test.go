@@ -46,8 +46,8 @@ func lifetimeCases(p Policy) []decideCase {
 		{"an instance past its lifetime is replaced: LifetimeExceeded, delete first", func(t *testing.T) Input {
 			return input(t, spec(t, base), expiring(t, t0), t0)
 		}, decideWant{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, reason: events.ReasonLifetimeExceeded, check: func(t *testing.T, d Decision) {
-			if d.Status.Teardown != events.ReasonLifetimeExceeded || d.Ops[0].InstanceID != "local/x" {
-				t.Errorf("teardown %q op %+v", d.Status.Teardown, d.Ops[0])
+			if d.Status.Teardown != events.ReasonLifetimeExceeded || len(d.Ops) != 1 || d.Ops[0].InstanceID != "local/x" {
+				t.Errorf("teardown %q ops %+v", d.Status.Teardown, d.Ops)
 			}
 			if !strings.Contains(d.Status.Message, "lifetime") || len(d.Events) != 1 || d.Events[0].Reason != events.ReasonLifetimeExceeded {
 				t.Errorf("message %q events %+v", d.Status.Message, d.Events)
