@@ -103,3 +103,26 @@ func rotateAt(r schemas.Rotation, name string, created time.Time) time.Time {
 	jitter := time.Duration(share * float64(time.Duration(r.JitterSeconds)*time.Second))
 	return created.Add(time.Duration(r.MaxAgeSeconds)*time.Second - jitter)
 }
+
+// provisionAllowance is how long a member replaced ahead of its instance's lifetime gives its
+// successor to become Ready, beside the drain timeout it gives its own leases.
+const provisionAllowance = 5 * time.Minute
+
+// expiry is when a member's current instance was made and when its lifetime ends, as its
+// status says (the end comes from the instance's own mark); until is zero without one.
+type expiry struct{ from, until time.Time }
+
+// lifetimeRotateAt is when a member is replaced ahead of its instance's lifetime's end: early
+// enough for a successor to become Ready and the member to drain (the drain timeout plus
+// provisionAllowance) before the collector deletes the instance, but not before half of the
+// lifetime has passed. Zero: no lifetime.
+func lifetimeRotateAt(e expiry, drain time.Duration) time.Time {
+	if e.until.IsZero() {
+		return time.Time{}
+	}
+	lead := drain + provisionAllowance
+	if !e.from.IsZero() && e.until.After(e.from) {
+		lead = min(lead, e.until.Sub(e.from)/2)
+	}
+	return e.until.Add(-lead)
+}
