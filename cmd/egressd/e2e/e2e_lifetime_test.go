@@ -55,10 +55,11 @@ func TestLifetimeEnforcedWithoutTheReconciler(t *testing.T) {
 		t.Fatalf("the instance was deleted at %v, before its lifetime ended at %v", gone, st.ExpiresAt)
 	}
 	t.Logf("the instance went %s after its lifetime's end (GC interval 2 s)", time.Since(st.ExpiresAt).Round(100*time.Millisecond))
-	gc := n.egressd("events", "-f=false", "--kind", "gc")
-	if !strings.Contains(gc, string(events.ReasonLifetimeExceeded)) || !strings.Contains(gc, st.InstanceName) {
-		t.Fatalf("no gc event LifetimeExceeded for %s:\n%s", st.InstanceName, gc)
-	}
+	// Published right after the delete.
+	waitUntil(t, "a gc event LifetimeExceeded for "+st.InstanceName, 30*time.Second, func() (bool, string) {
+		gc := n.egressd("events", "-f=false", "--kind", "gc")
+		return strings.Contains(gc, string(events.ReasonLifetimeExceeded)) && strings.Contains(gc, st.InstanceName), gc
+	})
 	if now := n.rows()["short"].Status; now == nil || now.Incarnation() != st.Incarnation() {
 		t.Fatalf("the status changed with no reconciler running: %+v", now)
 	}
