@@ -74,3 +74,47 @@ func TestLifetimeEnforcedWithoutTheReconciler(t *testing.T) {
 		t.Errorf("no phase event says LifetimeExceeded:\n%s", ph)
 	}
 }
+
+// TestPoolReplacesMembersAheadOfTheirLifetime: a pool whose template sets a 60 s lifetime
+// replaces its members successor-first well before it ends (at the end less the drain timeout
+// and five minutes, here half the lifetime), so neither the reconciler nor the collector has to
+// end an instance that still serves: never fewer than replicas Ready members, events
+// LifetimeEnding, no LifetimeExceeded for the first members.
+func TestPoolReplacesMembersAheadOfTheirLifetime(t *testing.T) {
+	needNats(t)
+	dir := t.TempDir()
+	defer killProcs(t, dir)
+	n := startNode(t, dir, "--config", writeConfig(t, dir, 59), "--gc-interval", "2s")
+	w := watchPool(t, n, "short")
+	n.nats("kv", "put", "pools", "short", `{"template":{"provider":"local","maxLifetimeSeconds":60,`+poolHealth+`},"replicas":2,"rotation":{"drainTimeoutSeconds":5}}`)
+	rows := n.waitRows("2 Ready members with a lifetime", time.Minute, poolReady("short", 2, func(r fleet.Row) bool {
+		return r.Status != nil && !r.Status.ExpiresAt.IsZero()
+	}))
+	w.arm()
+	first := map[string]string{} // member → its instance
+	for _, m := range members(rows, "short") {
+		first[m.Name] = m.Status.InstanceName
+	}
+	n.waitRows("both first members replaced", 2*time.Minute, func(r map[string]fleet.Row) bool {
+		for name := range first {
+			if _, ok := r[name]; ok {
+				return false
+			}
+		}
+		return poolReady("short", 2, nil)(r)
+	})
+	if _, minReady := w.stats(); minReady < 2 {
+		t.Errorf("%d Ready members at one point while replacing, want 2 (successor-first)", minReady)
+	}
+	if ev := n.egressd("events", "-f=false", "--kind", "pool"); !strings.Contains(ev, string(events.ReasonLifetimeEnding)) {
+		t.Errorf("no pool event LifetimeEnding:\n%s", ev)
+	}
+	ev := n.egressd("events", "-f=false", "--kind", "gc,phase")
+	for name, inst := range first {
+		for line := range strings.Lines(ev) {
+			if strings.Contains(line, string(events.ReasonLifetimeExceeded)) && (strings.Contains(line, name) || strings.Contains(line, inst)) {
+				t.Errorf("member %s's instance %s reached its lifetime's end instead of being replaced ahead of it: %s", name, inst, line)
+			}
+		}
+	}
+}
