@@ -44,6 +44,7 @@ type Instance struct {
 	EgressIP  string    `json:"egressIp,omitempty"` // where its traffic leaves from, when the provider knows
 	UID       string    `json:"uid,omitempty"`
 	CreatedAt time.Time `json:"createdAt,omitzero"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"` // its lifetime's end, from its own mark; zero: none
 }
 
 // OpResult is what a provisioner reports after running an op (an event of kind op).

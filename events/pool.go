@@ -31,7 +31,10 @@ const (
 // Reasons of pool decisions: why a member is replaced (its Retire reason), and what the
 // controller did or is waiting for.
 const (
-	ReasonMaxAge          Reason = "MaxAge"          // the member reached its maximum age
+	ReasonMaxAge Reason = "MaxAge" // the member reached its maximum age
+	// ReasonLifetimeEnding: the member's instance nears the end of its lifetime
+	// (maxLifetimeSeconds): it is replaced successor-first before the collector deletes it.
+	ReasonLifetimeEnding  Reason = "LifetimeEnding"
 	ReasonTemplateChanged Reason = "TemplateChanged" // the template or the member's placement changed in a way that needs a new instance
 	ReasonBurned          Reason = "Burned"          // crawlers reported it blocked on enough distinct targets
 	ReasonMemberFailed    Reason = "MemberFailed"    // its instance is Failed (latched by the reconciler): only a new member helps

@@ -72,6 +72,8 @@ var poolCases = []specCase{
 	{name: "no template", doc: `{"replicas":1}`, fields: want("template.provider")},
 	{name: "empty template", doc: `{"template":{},"replicas":1}`, fields: want("template.provider")},
 	{name: "template provider invalid", doc: `{"template":{"provider":"P"},"replicas":1}`, fields: want("template.provider")},
+	{name: "template lifetime too short", doc: `{"template":{"provider":"p","maxLifetimeSeconds":5},"replicas":1}`, fields: want("template.maxLifetimeSeconds")},
+	{name: "template lifetime", doc: `{"template":{"provider":"p","maxLifetimeSeconds":3600},"replicas":1}`},
 	{name: "template external", doc: `{"template":{"mode":"external","endpoint":{"host":"h"}},"replicas":1}`, fields: want("template.mode")},
 	{name: "template external without endpoint", doc: `{"template":{"mode":"external"},"replicas":1}`,
 		fields: want("template.endpoint.host", "template.mode")},

@@ -35,6 +35,7 @@ type world struct {
 	limited map[string]string
 	leases  map[string]int
 	blocked map[string]int
+	expiry  map[string]expiry
 	now     time.Time
 	next    int
 }
@@ -47,7 +48,7 @@ func newWorld(t *testing.T, doc string) *world {
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
-		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Now: w.now,
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Now: w.now,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

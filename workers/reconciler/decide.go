@@ -248,6 +248,9 @@ func (d *decider) managed() {
 			d.st.Teardown = events.ReasonProviderChanged
 		case d.st.SpecHash != "" && d.st.SpecHash != hash:
 			d.st.Teardown = events.ReasonSpecChanged
+		case d.expired():
+			d.st.Teardown = events.ReasonLifetimeExceeded
+			d.st.Reason, d.st.Message = events.ReasonLifetimeExceeded, d.lifetimeMessage("deleting it to create a new one")
 		}
 	}
 	if d.waitForOp() || d.waitForRetry() {
@@ -296,7 +299,10 @@ func (d *decider) provision(host, hash string) {
 			d.st.Generation = d.in.NewID()
 		}
 		d.st.SpecHash, d.st.AuthHash = hash, auth
-		d.st.Reason, d.st.Message = events.ReasonCreating, ""
+		if d.st.Reason != events.ReasonLifetimeExceeded {
+			// Why the proxy has a new instance stays in sight until it runs.
+			d.st.Reason, d.st.Message = events.ReasonCreating, ""
+		}
 		d.issue(events.OpCreate)
 	case d.st.AuthHash != auth:
 		// Credentials never replace an instance; an idempotent create delivers them to the
@@ -316,10 +322,24 @@ func (d *decider) provision(host, hash string) {
 		d.issue(events.OpGet)
 	default:
 		d.wakeAt(d.st.NextPollAt)
+		if !d.st.ExpiresAt.IsZero() {
+			d.wakeAt(d.st.ExpiresAt) // replaced on time, whoever gets there first
+		}
 		if d.st.IP == "" {
 			d.wakeAt(d.st.ProvisionAt.Add(d.p.ProvisionDeadline))
 		}
 	}
+}
+
+// expired reports whether the instance that may exist has passed its lifetime, as its mark
+// says (ProxyStatus.ExpiresAt).
+func (d *decider) expired() bool {
+	return d.mayExist() && !d.st.ExpiresAt.IsZero() && !d.now.Before(d.st.ExpiresAt)
+}
+
+func (d *decider) lifetimeMessage(then string) string {
+	return fmt.Sprintf("the instance %s passed its lifetime, which ended at %s: %s", d.st.InstanceName,
+		d.st.ExpiresAt.UTC().Format(time.RFC3339), then)
 }
 
 func (d *decider) setIdentity() {
