@@ -60,8 +60,12 @@ var roleTable = []role{
 		}},
 	{name: "prober", after: []string{"echo"}, wanted: func(d *daemon) bool { return d.roles.prober }, build: buildProber},
 	{name: "leaser", wanted: func(d *daemon) bool { return d.roles.leaser }, build: buildLeaser},
-	// The reloader is started once what it reloads (the lease HTTP face) exists.
-	{name: "reload", after: []string{"leaser"}, wanted: always,
+	// The gateway takes leases over NATS like any crawler; after the leaser, so that an
+	// all-in-one's first request finds the service up.
+	{name: "gateway", after: []string{"leaser"}, build: buildGateway,
+		wanted: func(d *daemon) bool { return d.roles.gateway && d.f.gateway.listen != "" }},
+	// The reloader is started once what it reloads (the lease HTTP face, the gateway) exists.
+	{name: "reload", after: []string{"leaser", "gateway"}, wanted: always,
 		build: func(_ context.Context, d *daemon) (runner, error) { return d.reload.watch, nil }},
 	// The catalogs are published before the reconciler starts, so no spec is judged Invalid
 	// for a provider that is only a moment away.
