@@ -76,7 +76,7 @@ func (f *gatewayFlags) config(cfg config.File) (gateway.Config, error) {
 		return gateway.Config{}, listenError("--gateway-listen", f.listen, err, func(bool) string { return "stop it, or pass another --gateway-listen" })
 	}
 	return gateway.Config{Listener: ln, Crawlers: cfg.LeaseHTTP.GatewayCrawlers(), Attributes: splitList(f.attributes),
-		Rules: rules, LeaseTTL: f.leaseTTL, IdleRelease: f.idle, MaxProxiesPerRoute: f.maxProxies, InfoHeaders: f.infoHeaders}, nil
+		Rules: &rules, LeaseTTL: f.leaseTTL, IdleRelease: f.idle, MaxProxiesPerRoute: f.maxProxies, InfoHeaders: f.infoHeaders}, nil
 }
 
 func buildGateway(_ context.Context, d *daemon) (runner, error) {

@@ -21,7 +21,7 @@ type Config struct {
 	// Attributes are the username keys taken as selector attributes besides "pool"
 	// (default DefaultAttributes).
 	Attributes []string
-	Rules      Rules
+	Rules      *Rules // nil: DefaultRules
 	// LeaseTTL is the TTL of the gateway's leases (default 60s): the client renews them at a
 	// third of it while held, and a gateway killed outright leaves them for at most this long.
 	LeaseTTL time.Duration
@@ -82,6 +82,10 @@ func New(cfg Config) (*Gateway, error) {
 				return nil, fmt.Errorf("gateway: attribute key %q is a reserved username key", a)
 			}
 		}
+	}
+	if cfg.Rules == nil {
+		d := DefaultRules()
+		cfg.Rules = &d
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = time.Minute
