@@ -129,38 +129,56 @@ func (p *leasePool) take(ctx context.Context, holder string, r Route, target str
 	return best, nil
 }
 
-// acquireRoute leases a proxy for a rotating route. A proxy the route holds already is given
-// back at once: the fleet has no other proxy for it now, so the route stops asking a moment.
+// acquireRoute leases a proxy for a rotating route. A proxy the route holds already is
+// held a moment while the route asks again (its lease now counts against it, so the service
+// offers another, even when its view of a lease given back is a moment late), then given
+// back: after duplicateTries the fleet has no other proxy for the route now, and the route
+// stops asking a moment.
 func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Route, target string) (*held, error) {
-	l, err := p.c.Acquire(ctx, client.AcquireOptions{Selector: r.Selector, Target: target, TTL: p.ttl, Holder: holder,
-		Strategy: r.Strategy, MinAnonymity: r.MinAnonymity})
-	if err != nil {
-		if errors.Is(err, client.ErrNoProxy) || errors.Is(err, client.ErrHolderCap) {
-			p.mu.Lock()
-			p.refused[key] = time.Now().Add(time.Second)
-			p.mu.Unlock()
-		}
-		return nil, err
-	}
-	h := &held{lease: l, key: key}
-	p.mu.Lock()
-	for _, o := range p.routes[key] {
-		if !o.gone && o.lease.Proxy == l.Proxy {
-			p.refused[key] = time.Now().Add(time.Second)
-			p.mu.Unlock()
+	var dups []*client.Lease
+	defer func() {
+		for _, l := range dups {
 			p.releaseLease(l)
-			return nil, client.ErrNoProxy
 		}
-	}
-	if p.closed {
+	}()
+	for range duplicateTries {
+		l, err := p.c.Acquire(ctx, client.AcquireOptions{Selector: r.Selector, Target: target, TTL: p.ttl, Holder: holder,
+			Strategy: r.Strategy, MinAnonymity: r.MinAnonymity})
+		if err != nil {
+			if errors.Is(err, client.ErrNoProxy) || errors.Is(err, client.ErrHolderCap) {
+				p.refuse(key)
+			}
+			return nil, err
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			dups = append(dups, l)
+			return nil, errPoolClosed
+		}
+		if slices.ContainsFunc(p.routes[key], func(o *held) bool { return !o.gone && o.lease.Proxy == l.Proxy }) {
+			p.mu.Unlock()
+			dups = append(dups, l)
+			continue
+		}
+		h := &held{lease: l, key: key}
+		p.routes[key] = append(p.routes[key], h)
+		p.use(h)
 		p.mu.Unlock()
-		p.releaseLease(l)
-		return nil, errPoolClosed
+		return h, nil
 	}
-	p.routes[key] = append(p.routes[key], h)
-	p.use(h)
+	p.refuse(key)
+	return nil, client.ErrNoProxy
+}
+
+// duplicateTries bounds the acquires of one request that return proxies the route holds.
+const duplicateTries = 3
+
+// refuse stops the route from asking for new leases for a second.
+func (p *leasePool) refuse(key string) {
+	p.mu.Lock()
+	p.refused[key] = time.Now().Add(time.Second)
 	p.mu.Unlock()
-	return h, nil
 }
 
 // takeSession hands out the session's lease, acquiring it (the lease service keeps the
