@@ -367,23 +367,3 @@ func (p *leasePool) close() {
 		p.releaseLease(l)
 	}
 }
-
-// held counts the leases the pool holds (status and tests).
-func (p *leasePool) heldCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	n := 0
-	for _, hs := range p.routes {
-		for _, h := range hs {
-			if !h.gone {
-				n++
-			}
-		}
-	}
-	for _, h := range p.sessions {
-		if !h.gone {
-			n++
-		}
-	}
-	return n
-}
