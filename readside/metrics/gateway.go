@@ -11,6 +11,7 @@ import (
 // configured crawlers; pools are what authenticated crawlers ask for.
 type gatewayMetrics struct {
 	requests *prometheus.CounterVec
+	hits     *prometheus.CounterVec
 	bytes    *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 }
@@ -20,6 +21,9 @@ func newGatewayMetrics(reg *prometheus.Registry) *gatewayMetrics {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_gateway_requests_total",
 			Help: "Gateway requests (kind http) and tunnels (kind connect), by holder, pool and result: ok, blocked and failed (a block rule hit, reported), upstream_error, refused, unauthorized."},
 			[]string{"holder", "pool", "kind", "result"}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_gateway_blocks_total",
+			Help: "Block rule hits the gateway reported to the lease service, by holder, pool and result (blocked, failed), retried or not."},
+			[]string{"holder", "pool", "result"}),
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_gateway_bytes_total",
 			Help: "Bytes the gateway relayed, by holder, pool and direction (up: crawler to site, down: site to crawler)."},
 			[]string{"holder", "pool", "direction"}),
@@ -28,7 +32,7 @@ func newGatewayMetrics(reg *prometheus.Registry) *gatewayMetrics {
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}},
 			[]string{"holder", "pool", "kind"}),
 	}
-	reg.MustRegister(g.requests, g.bytes, g.duration)
+	reg.MustRegister(g.requests, g.hits, g.bytes, g.duration)
 	return g
 }
 
@@ -45,4 +49,9 @@ func (m *Metrics) ObserveGatewayRequest(holder, pool, kind, result string, up, d
 	if result != "unauthorized" {
 		g.duration.WithLabelValues(holder, pool, kind).Observe(d.Seconds())
 	}
+}
+
+// ObserveGatewayHit counts one rule hit the gateway reported (gateway.Observer).
+func (m *Metrics) ObserveGatewayHit(holder, pool, result string) {
+	m.gateway.hits.WithLabelValues(holder, pool, result).Inc()
 }

@@ -154,7 +154,7 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, rq *request) {
 			return
 		}
 		verdict, gerr := g.judgeHop(hp, h.lease.Proxy)
-		g.afterFailure(r.Context(), h, verdict, host, hp)
+		g.afterFailure(r.Context(), rq, h, verdict, host, hp)
 		g.pool.done(h)
 		if attempt == 0 && rq.route.Session == "" && verdict.result != "" {
 			avoid = append(avoid, h.lease.Proxy)
@@ -170,7 +170,7 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, rq *request) {
 }
 
 // afterFailure reports a rule hit, and gives up a lease whose credentials were refused.
-func (g *Gateway) afterFailure(ctx context.Context, h *held, v hit, target string, hp hop) {
+func (g *Gateway) afterFailure(ctx context.Context, rq *request, h *held, v hit, target string, hp hop) {
 	if hp.status == http.StatusProxyAuthRequired {
 		g.pool.drop(h)
 	}
@@ -179,6 +179,7 @@ func (g *Gateway) afterFailure(ctx context.Context, h *held, v hit, target strin
 	}
 	g.cfg.Log.Info("gateway: rule hit", "lease", h.lease.ID, "proxy", h.lease.Proxy, "target", target,
 		"result", v.result, "rule", v.why)
+	g.cfg.Observer.ObserveGatewayHit(rq.holder, rq.route.Pool(), string(v.result))
 	g.pool.report(context.WithoutCancel(ctx), h, v.result, target)
 }
 

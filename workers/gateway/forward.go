@@ -104,7 +104,7 @@ func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, r
 	resp, err := g.transport.RoundTrip(out)
 	if err != nil {
 		verdict, gerr := g.judgeTransport(err, h.lease.Proxy)
-		g.afterFailure(r.Context(), h, verdict, host, hop{err: err})
+		g.afterFailure(r.Context(), rq, h, verdict, host, hop{err: err})
 		if verdict.result != "" && !last {
 			return false
 		}
@@ -114,7 +114,7 @@ func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, r
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusProxyAuthRequired {
-		g.afterFailure(r.Context(), h, hit{}, host, hop{status: resp.StatusCode})
+		g.afterFailure(r.Context(), rq, h, hit{}, host, hop{status: resp.StatusCode})
 		if !last {
 			return false
 		}
@@ -131,12 +131,13 @@ func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, r
 	}
 	rq.result = "ok"
 	if verdict.result != "" {
-		g.afterFailure(r.Context(), h, verdict, host, hop{status: resp.StatusCode})
+		g.afterFailure(r.Context(), rq, h, verdict, host, hop{status: resp.StatusCode})
 		if !last {
 			return false
 		}
 		rq.result = string(verdict.result)
 	}
+	rq.in += max(r.ContentLength, 0)
 	g.relay(w, resp, head, h, rq)
 	return true
 }

@@ -51,12 +51,16 @@ type Observer interface {
 	// upstream_error, refused (no proxy, a bad username) or unauthorized; bytes are those
 	// relayed each way.
 	ObserveGatewayRequest(holder, pool, kind, result string, in, out int64, d time.Duration)
+	// ObserveGatewayHit counts one rule hit reported to the lease service (blocked or
+	// failed), whether the request was then retried or answered with it.
+	ObserveGatewayHit(holder, pool, result string)
 }
 
 type noObserver struct{}
 
 func (noObserver) ObserveGatewayRequest(string, string, string, string, int64, int64, time.Duration) {
 }
+func (noObserver) ObserveGatewayHit(string, string, string) {}
 
 // Gateway is the forward proxy crawlers point any HTTP client at (docs/gateway.md).
 type Gateway struct {

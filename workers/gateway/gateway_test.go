@@ -142,7 +142,7 @@ func TestGatewayReportsABlockAndMovesOn(t *testing.T) {
 	if !slices.Contains(cooling, want) {
 		t.Errorf("cooldowns %v, want %s (blocked for %s)", cooling, want, target)
 	}
-	if r.obs.count("crawler-7//http/ok") != 10 {
+	if r.obs.count("crawler-7//http/ok") != 10 || r.obs.count("hit/crawler-7//blocked") != 1 {
 		t.Errorf("metrics: %v", r.obs.seen)
 	}
 }

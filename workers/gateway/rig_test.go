@@ -284,6 +284,12 @@ func (o *recordingObserver) ObserveGatewayRequest(holder, pool, kind, result str
 	o.seen = append(o.seen, holder+"/"+pool+"/"+kind+"/"+result)
 }
 
+func (o *recordingObserver) ObserveGatewayHit(holder, pool, result string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seen = append(o.seen, "hit/"+holder+"/"+pool+"/"+result)
+}
+
 func (o *recordingObserver) count(key string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -142,9 +143,12 @@ func TestGatewayEndToEnd(t *testing.T) {
 	for _, name := range names {
 		n.nats("kv", "put", "proxies", name, `{"provider":"local","maxLeases":4,"attributes":{"geo":"de"},"auth":{"username":"fleet","password":"`+gwFleetToken+`"},`+hc+`}`)
 	}
-	rows := n.waitRows("the fleet Ready", time.Minute, allPhase(names, events.PhaseReady))
+	// One proxy more, elsewhere (geo fr), with lease-bound credentials: only a lease's own
+	// token passes it, so a page through it shows the gateway chains with the lease's token.
+	n.nats("kv", "put", "proxies", "gw-lease", `{"provider":"local","maxLeases":4,"attributes":{"geo":"fr"},"auth":{"mode":"lease"},`+hc+`}`)
+	rows := n.waitRows("the fleet Ready", time.Minute, allPhase(append(names, "gw-lease"), events.PhaseReady))
 	proxyOf := map[string]string{}
-	for _, name := range names {
+	for _, name := range append(names, "gw-lease") {
 		host, _, _ := net.SplitHostPort(rows[name].Address)
 		proxyOf[host] = name
 	}
@@ -177,6 +181,15 @@ func TestGatewayEndToEnd(t *testing.T) {
 
 	t.Run("curl, Go, Python requests and Scrapy, plain and HTTPS", func(t *testing.T) {
 		gwClientsFetch(t, proxyURL, files.CA, ca, plain, secure, throughFleet)
+	})
+	t.Run("through a proxy with lease-bound credentials", func(t *testing.T) {
+		for _, o := range []*gwOrigin{plain, secure} {
+			from := len(o.sources())
+			out, err := exec.Command("curl", "-s", "--fail", "--max-time", "20", "--cacert", files.CA, "-x", "http://crawler-7-geo-fr:"+token+"@"+gwA, o.url+"/lease").CombinedOutput()
+			if err != nil || len(o.sources()) != from+1 || proxyOf[o.sources()[from]] != "gw-lease" {
+				t.Errorf("curl %s through gw-lease: %v %s (sources %v)", o.url, err, out, o.sources()[from:])
+			}
+		}
 	})
 	t.Run("a wrong token is 407, a bad key named", func(t *testing.T) {
 		out, _ := exec.Command("curl", "-s", "-w", "\n%{http_code}", "-x", "http://crawler-7:wrong@"+gwA, plain.url).Output()
@@ -236,9 +249,18 @@ func TestGatewayEndToEnd(t *testing.T) {
 	t.Run("kill -9 of a gateway leaves no lease past its TTL", func(t *testing.T) {
 		gwKill(t, n, g, gwClient(t, gwB, "crawler-7-geo-de-session-k9", token, ca), plain)
 	})
-	t.Run("the fleet's password is in no log or answer", func(t *testing.T) {
+	t.Run("the fleet's password is in no log, answer or metric", func(t *testing.T) {
 		out, _ := exec.Command("curl", "-s", "-i", "-x", proxyURL, "http://"+gwNet+"1:1/").Output()
-		for what, s := range map[string]string{"egressd run's log": n.logs(), "the gateway's log": g.logs(), "an answer": string(out)} {
+		m := regexp.MustCompile(`msg="serving /metrics and /healthz".*? url=(\S+)`).FindStringSubmatch(n.logs())
+		if m == nil {
+			t.Fatal("no metrics address in the log")
+		}
+		metrics := httpGet(t, m[1]+"/metrics")
+		if !strings.Contains(metrics, `egress_gateway_requests_total{holder="crawler-7",kind="http",pool="",result="ok"}`) ||
+			!strings.Contains(metrics, `egress_gateway_blocks_total{holder="crawler-7",pool="",result="blocked"} 1`) {
+			t.Errorf("the gateway's metrics:\n%s", metrics)
+		}
+		for what, s := range map[string]string{"egressd run's log": n.logs(), "the gateway's log": g.logs(), "an answer": string(out), "the metrics": metrics} {
 			if strings.Contains(s, gwFleetToken) {
 				t.Errorf("%s carries the fleet's password", what)
 			}
