@@ -40,7 +40,7 @@ const (
 // rig is an embedded NATS server with egressd's buckets, a real leaser, real forward proxies
 // (with a password, the sentinel) declared Ready, and origins that record who called them.
 type rig struct {
-	t       *testing.T
+	t       testing.TB
 	srv     *server.Server
 	store   *kvstore.Store
 	logs    *syncBuffer
@@ -64,7 +64,7 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func newRig(t *testing.T, nProxies int) *rig {
+func newRig(t testing.TB, nProxies int) *rig {
 	t.Helper()
 	r := &rig{t: t, srv: kvstoretest.StartServer(t), logs: &syncBuffer{}, sources: map[string]string{}, obs: &recordingObserver{}}
 	_, js := kvstoretest.Connect(t, r.srv)
@@ -228,7 +228,7 @@ type origin struct {
 	block map[string]bool
 }
 
-func startOrigin(t *testing.T, tc *tls.Config) *origin {
+func startOrigin(t testing.TB, tc *tls.Config) *origin {
 	t.Helper()
 	// The TLS origin listens where its certificate says (127.0.0.1); the proxies' sources
 	// still tell them apart, any 127/8 address reaching any other.
@@ -248,6 +248,10 @@ func startOrigin(t *testing.T, tc *tls.Config) *origin {
 	}
 	o.url = scheme + "://" + ln.Addr().String()
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == "/bulk" {
+			serveBulk(w)
+			return
+		}
 		host, _, _ := net.SplitHostPort(req.RemoteAddr)
 		o.mu.Lock()
 		o.seen = append(o.seen, host)
@@ -300,4 +304,17 @@ func (o *recordingObserver) count(key string) int {
 		}
 	}
 	return n
+}
+
+// bulkBytes is what /bulk serves: the benchmark's bulk transfer.
+const bulkBytes = 100 << 20
+
+func serveBulk(w http.ResponseWriter) {
+	w.Header().Set("Content-Length", strconv.Itoa(bulkBytes))
+	buf := make([]byte, 64<<10)
+	for sent := 0; sent < bulkBytes; sent += len(buf) {
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+	}
 }
