@@ -57,12 +57,13 @@ type leasePool struct {
 	routes   map[string][]*held
 	sessions map[string]*held
 	refused  map[string]time.Time // route key → no new acquire before (a 503 or 429 just came)
+	asking   map[string]bool      // route key → an acquire for one more proxy is in flight
 	closed   bool
 }
 
 func newLeasePool(c *client.Client, ttl, idle time.Duration, maxPerRoute int, log *slog.Logger) *leasePool {
 	return &leasePool{c: c, ttl: ttl, idle: idle, maxPerRoute: maxPerRoute, cooldown: 10 * time.Minute, log: log,
-		routes: map[string][]*held{}, sessions: map[string]*held{}, refused: map[string]time.Time{}}
+		routes: map[string][]*held{}, sessions: map[string]*held{}, refused: map[string]time.Time{}, asking: map[string]bool{}}
 }
 
 // routeKey is a route's identity in the pool: the holder and everything the username asks for.
@@ -108,14 +109,19 @@ func (p *leasePool) take(ctx context.Context, holder string, r Route, target str
 			best = h
 		}
 	}
-	tryNew := proxies < p.maxPerRoute && time.Now().After(p.refused[key])
+	// One request at a time asks for one more proxy; the others meanwhile take what is held.
+	tryNew := proxies < p.maxPerRoute && time.Now().After(p.refused[key]) && !p.asking[key]
 	if best != nil && !tryNew {
 		p.use(best)
 		p.mu.Unlock()
 		return best, nil
 	}
+	p.asking[key] = true
 	p.mu.Unlock()
 	h, err := p.acquireRoute(ctx, key, holder, r, target)
+	p.mu.Lock()
+	delete(p.asking, key)
+	p.mu.Unlock()
 	if err == nil || best == nil {
 		return h, err
 	}
@@ -146,7 +152,7 @@ func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Rout
 			Strategy: r.Strategy, MinAnonymity: r.MinAnonymity})
 		if err != nil {
 			if errors.Is(err, client.ErrNoProxy) || errors.Is(err, client.ErrHolderCap) {
-				p.refuse(key)
+				p.refuse(key, refusalBackoff)
 			}
 			return nil, err
 		}
@@ -167,17 +173,24 @@ func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Rout
 		p.mu.Unlock()
 		return h, nil
 	}
-	p.refuse(key)
+	p.refuse(key, duplicateBackoff)
 	return nil, client.ErrNoProxy
 }
 
 // duplicateTries bounds the acquires of one request that return proxies the route holds.
 const duplicateTries = 3
 
-// refuse stops the route from asking for new leases for a second.
-func (p *leasePool) refuse(key string) {
+// How long a route makes do with what it holds: after a refusal (503, 429), and after the
+// service offered only proxies it holds (the fleet is all held; costlier to ask again).
+const (
+	refusalBackoff   = time.Second
+	duplicateBackoff = 5 * time.Second
+)
+
+// refuse stops the route from asking for new leases for d.
+func (p *leasePool) refuse(key string, d time.Duration) {
 	p.mu.Lock()
-	p.refused[key] = time.Now().Add(time.Second)
+	p.refused[key] = time.Now().Add(d)
 	p.mu.Unlock()
 }
 

@@ -66,6 +66,18 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 
 func newRig(t testing.TB, nProxies int) *rig {
 	t.Helper()
+	sources := make([]string, nProxies)
+	for i := range sources {
+		sources[i] = rigNet + strconv.Itoa(10+i)
+	}
+	return newRigSources(t, sources)
+}
+
+// newRigSources starts a proxy per source ("" for one that leaves from any address: it binds
+// no source port, so a benchmark's churn of connections does not take ephemeral ports from
+// every other process on the machine).
+func newRigSources(t testing.TB, sources []string) *rig {
+	t.Helper()
 	r := &rig{t: t, srv: kvstoretest.StartServer(t), logs: &syncBuffer{}, sources: map[string]string{}, obs: &recordingObserver{}}
 	_, js := kvstoretest.Connect(t, r.srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -88,8 +100,8 @@ func newRig(t testing.TB, nProxies int) *rig {
 	r.caPool = x509.NewCertPool()
 	r.caPool.AppendCertsFromPEM(pem)
 	r.tlsOrig = startOrigin(t, &tls.Config{Certificates: []tls.Certificate{cert}})
-	for i := range nProxies {
-		r.startProxy(fmt.Sprintf("px-%d", i), rigNet+strconv.Itoa(10+i))
+	for i, src := range sources {
+		r.startProxy(fmt.Sprintf("px-%d", i), src)
 	}
 	// The leaser starts on a declared fleet: its first view has every proxy.
 	r.startLeaser()
