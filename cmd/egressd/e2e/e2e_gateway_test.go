@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,6 +246,23 @@ func TestGatewayEndToEnd(t *testing.T) {
 	})
 	t.Run("a 429 is reported blocked and the next request goes elsewhere", func(t *testing.T) {
 		gwBlock(t, n, gwClient(t, gwA, "crawler-7-geo-de", token, ca), plain, proxyOf)
+	})
+	t.Run("a reload lets a new token in and the old one out", func(t *testing.T) {
+		next := "egt_" + hex.EncodeToString([]byte("gateway-e2e-token-2"))
+		sum2 := leaser.TokenHash(next)
+		b, _ := os.ReadFile(cfg)
+		old := "tokenSHA256: " + hex.EncodeToString(sum[:])
+		if err := os.WriteFile(cfg, []byte(strings.Replace(string(b), old, "tokenSHA256: "+hex.EncodeToString(sum2[:]), 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_ = n.cmd.Process.Signal(syscall.SIGHUP)
+		waitUntil(t, "the new token let in", 15*time.Second, func() (bool, string) {
+			out, _ := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", "http://crawler-7:"+next+"@"+gwA, plain.url).Output()
+			return string(out) == "200", string(out)
+		})
+		if out, _ := exec.Command("curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-x", proxyURL, plain.url).Output(); string(out) != "407" {
+			t.Errorf("the removed token got %s, want 407", out)
+		}
 	})
 	t.Run("kill -9 of a gateway leaves no lease past its TTL", func(t *testing.T) {
 		gwKill(t, n, g, gwClient(t, gwB, "crawler-7-geo-de-session-k9", token, ca), plain)
