@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/relay"
 	"github.com/nats-io/nats.go"
 )
 
@@ -192,10 +193,10 @@ func (g *Gateway) tunnel(w http.ResponseWriter, up net.Conn, h *held, rq *reques
 		return
 	}
 	defer conn.Close()
-	if !g.tunnels.track(conn, up) {
+	if !g.tunnels.Track(conn, up) {
 		return
 	}
-	defer g.tunnels.untrack(conn, up)
+	defer g.tunnels.Untrack(conn, up)
 	conn.SetDeadline(time.Time{})
 	rq.result = "ok"
 	head := "HTTP/1.1 200 Connection established\r\n" + g.infoHeaderLines(h, rq) + "\r\n"
@@ -209,7 +210,7 @@ func (g *Gateway) tunnel(w http.ResponseWriter, up net.Conn, h *held, rq *reques
 		}
 		rq.in += int64(n)
 	}
-	in, out := splice(conn, up, tunnelIdle)
+	in, out := relay.Splice(conn, up, tunnelIdle)
 	rq.in += in
 	rq.out += out
 }

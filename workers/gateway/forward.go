@@ -6,10 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/textproto"
 	"net/url"
-	"strings"
 	"time"
+
+	"github.com/egressd/egressd/internal/relay"
 )
 
 // proxyKey carries a request's fleet proxy URL to the transport's Proxy function.
@@ -35,28 +35,11 @@ func newTransport(d *net.Dialer) *http.Transport {
 	}
 }
 
-// hopHeaders concern one connection, not the request.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
+// removeHopHeaders drops the hop-by-hop headers and every Proxy-* header (the crawler's
+// token among them): none is meant for the site.
 func removeHopHeaders(h http.Header) {
-	for _, f := range h["Connection"] {
-		for name := range strings.SplitSeq(f, ",") {
-			if name = textproto.TrimString(name); name != "" {
-				h.Del(name)
-			}
-		}
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
-	// Every Proxy-* header is meant for a proxy (the crawler's token among them), never
-	// for the site.
-	for name := range h {
-		if len(name) > 6 && strings.EqualFold(name[:6], "Proxy-") {
-			delete(h, name)
-		}
-	}
+	relay.RemoveHopHeaders(h)
+	relay.RemoveProxyHeaders(h)
 }
 
 // forward serves an absolute-form http:// request through a leased proxy. A rotating,
@@ -173,32 +156,6 @@ func (g *Gateway) relay(w http.ResponseWriter, resp *http.Response, head []byte,
 	w.WriteHeader(resp.StatusCode)
 	n, _ := w.Write(head)
 	rq.out += int64(n)
-	m, _ := copyBody(w, resp.Body, resp.ContentLength < 0)
+	m, _ := relay.CopyBody(w, resp.Body, resp.ContentLength < 0)
 	rq.out += m
-}
-
-// copyBody streams body to w; a body of unknown length is flushed as it comes.
-func copyBody(w http.ResponseWriter, body io.Reader, flush bool) (int64, error) {
-	if !flush {
-		return io.Copy(w, body)
-	}
-	rc := http.NewResponseController(w)
-	buf := make([]byte, 32<<10)
-	var total int64
-	for {
-		n, err := body.Read(buf)
-		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return total, werr
-			}
-			total += int64(n)
-			_ = rc.Flush()
-		}
-		if err == io.EOF {
-			return total, nil
-		}
-		if err != nil {
-			return total, err
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/client"
+	"github.com/egressd/egressd/internal/relay"
 )
 
 // Config configures a gateway.
@@ -69,7 +70,7 @@ type Gateway struct {
 	pool      *leasePool
 	transport *http.Transport
 	dialer    *net.Dialer
-	tunnels   *tunnels
+	tunnels   *relay.Tunnels
 }
 
 // New checks cfg and returns a gateway; Run serves it.
@@ -113,7 +114,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{cfg: cfg, pool: newLeasePool(cfg.Client, cfg.LeaseTTL, cfg.IdleRelease, cfg.MaxProxiesPerRoute, cfg.Log),
-		dialer: &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}, tunnels: newTunnels()}
+		dialer: &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}, tunnels: relay.NewTunnels()}
 	if err := g.crawlers.set(cfg.Crawlers); err != nil {
 		return nil, err
 	}
@@ -156,8 +157,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 		cancel()
 		<-errc
 	}
-	g.tunnels.closeAll()
-	g.tunnels.wait(shutdownBudget)
+	g.tunnels.CloseAll()
+	g.tunnels.Wait(shutdownBudget)
 	g.transport.CloseIdleConnections()
 	stopPool()
 	wg.Wait()
