@@ -154,6 +154,7 @@ func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Rout
 			if errors.Is(err, client.ErrNoProxy) || errors.Is(err, client.ErrHolderCap) {
 				p.refuse(key, refusalBackoff)
 			}
+			p.log.Debug("gateway: no more proxies for a route now", "holder", holder, "err", err)
 			return nil, err
 		}
 		p.mu.Lock()
@@ -164,6 +165,7 @@ func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Rout
 		}
 		if slices.ContainsFunc(p.routes[key], func(o *held) bool { return !o.gone && o.lease.Proxy == l.Proxy }) {
 			p.mu.Unlock()
+			p.log.Debug("gateway: offered a proxy the route holds", "holder", holder, "proxy", l.Proxy)
 			dups = append(dups, l)
 			continue
 		}
@@ -181,10 +183,11 @@ func (p *leasePool) acquireRoute(ctx context.Context, key, holder string, r Rout
 const duplicateTries = 3
 
 // How long a route makes do with what it holds: after a refusal (503, 429), and after the
-// service offered only proxies it holds (the fleet is all held; costlier to ask again).
+// service offered only proxies it holds. A lease the route gives up ends the wait: the fleet
+// it asks of has changed.
 const (
 	refusalBackoff   = time.Second
-	duplicateBackoff = 5 * time.Second
+	duplicateBackoff = time.Second
 )
 
 // refuse stops the route from asking for new leases for d.
@@ -323,9 +326,12 @@ func (p *leasePool) reap(now time.Time) {
 		return true
 	}
 	for key, hs := range p.routes {
-		if hs = slices.DeleteFunc(hs, func(h *held) bool { return !keep(h) }); len(hs) == 0 {
-			delete(p.routes, key)
+		n := len(hs)
+		if hs = slices.DeleteFunc(hs, func(h *held) bool { return !keep(h) }); len(hs) < n {
 			delete(p.refused, key)
+		}
+		if len(hs) == 0 {
+			delete(p.routes, key)
 		} else {
 			p.routes[key] = hs
 		}

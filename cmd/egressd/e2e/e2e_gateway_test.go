@@ -304,6 +304,11 @@ func gwClientsFetch(t *testing.T, proxyURL, caFile string, ca *x509.CertPool, pl
 		if out, err := exec.Command("/usr/bin/python3", "-c", py).CombinedOutput(); err != nil || !strings.Contains(string(out), "hello "+gwNet) {
 			t.Errorf("python requests %s: %v %s", o.url, err, out)
 		}
+		if undici := undiciDir(t); undici != "" {
+			if out, err := exec.Command("node", filepath.Join(undici, "fetch.mjs"), o.url+"/undici", proxyURL, caFile).CombinedOutput(); err != nil || !strings.Contains(string(out), "200 <html><title>hello "+gwNet) {
+				t.Errorf("undici %s: %v %s", o.url, err, out)
+			}
+		}
 		throughFleet(t, o, from)
 	}
 	if exec.Command("/usr/bin/python3", "-c", "import scrapy").Run() != nil {
@@ -411,4 +416,24 @@ func gwKill(t *testing.T, n *node, g *node, c *http.Client, o *gwOrigin) {
 		h := held()
 		return h == 0, fmt.Sprintf("%d held %s after the kill", h, time.Since(killed).Round(time.Second))
 	})
+}
+
+// undiciDir is testdata/undici with its packages installed (npm ci there; .ci/run does), or ""
+// when they are not: then the test says so, and fails where the integrations are required.
+func undiciDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.Abs("testdata/undici")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "node_modules/undici")); err == nil {
+		if _, err := exec.LookPath("node"); err == nil {
+			return d
+		}
+	}
+	if os.Getenv(integrationsEnvVar) == "required" {
+		t.Fatalf("%s=required, and undici is missing: npm ci in cmd/egressd/e2e/testdata/undici (.ci/run does)", integrationsEnvVar)
+	}
+	t.Log("SKIPPED undici: npm ci in cmd/egressd/e2e/testdata/undici")
+	return ""
 }
