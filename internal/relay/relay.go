@@ -49,12 +49,24 @@ func (t *tunnelState) touch() { t.last.Store(time.Now().UnixNano()) }
 
 func (t *tunnelState) quiet() bool { return time.Since(time.Unix(0, t.last.Load())) >= t.idle }
 
+// An idle tunnel holds two read buffers: they start small and grow once a read fills one,
+// so a tunnel that only waits costs little and a bulk transfer moves in large reads.
+const (
+	smallBuffer = 4 << 10
+	largeBuffer = 32 << 10
+)
+
 func (t *tunnelState) pipe(dst, src net.Conn) (int64, error) {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, smallBuffer)
 	var total int64
 	for {
 		_ = src.SetReadDeadline(time.Now().Add(t.idle))
 		n, err := src.Read(buf)
+		if n == len(buf) && len(buf) < largeBuffer {
+			grown := make([]byte, largeBuffer)
+			copy(grown, buf[:n])
+			buf = grown
+		}
 		if n > 0 {
 			t.touch()
 			_ = dst.SetWriteDeadline(time.Now().Add(t.idle))

@@ -64,3 +64,20 @@ func TestSpliceHalfClose(t *testing.T) {
 		t.Errorf("Splice counted %v, want [5 10]", n)
 	}
 }
+
+// A transfer larger than the small buffer arrives intact after the buffer grows.
+func TestSpliceGrowsItsBuffer(t *testing.T) {
+	client, clientSide := tcpPair(t)
+	upSide, up := tcpPair(t)
+	go Splice(clientSide, upSide, time.Minute)
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	go func() { _, _ = up.Write(data); CloseWrite(up) }()
+	CloseWrite(client)
+	got, err := io.ReadAll(client)
+	if err != nil || string(got) != string(data) {
+		t.Fatalf("read %d bytes (%v), want the %d sent, intact", len(got), err, len(data))
+	}
+}

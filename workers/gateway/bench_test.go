@@ -1,13 +1,18 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,3 +109,68 @@ func benchConcurrent(b *testing.B, r *rig, proxy *url.URL, u string, keepAlive b
 type gatewayConfig = gateway.Config
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkIdleTunnelMemory opens 200 CONNECT tunnels and leaves them idle, directly through
+// the leased proxy and through the gateway, and reports the heap and stacks each tunnel holds
+// (the whole process: the proxy's side of a tunnel is in both, so the gateway's own share is
+// the difference).
+func BenchmarkIdleTunnelMemory(b *testing.B) {
+	r := newRigSources(b, []string{""})
+	gw, _ := r.gateway(func(c *gatewayConfig) { c.IdleRelease = time.Hour })
+	nc, err := nats.Connect(r.srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	lease, err := client.New(nc).Acquire(context.Background(), client.AcquireOptions{Holder: "bench", TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	direct, _ := url.Parse(lease.URL)
+	target := strings.TrimPrefix(r.origin.url, "http://")
+	for _, c := range []struct {
+		name  string
+		proxy *url.URL
+	}{{"direct", direct}, {"gateway", &url.URL{Host: gw, User: url.UserPassword("crawler-7", testToken)}}} {
+		b.Run(c.name, func(b *testing.B) {
+			const n = 200
+			for b.Loop() {
+				before := inUse()
+				conns := make([]net.Conn, 0, n)
+				for range n {
+					conns = append(conns, openTunnel(b, c.proxy, target))
+				}
+				after := inUse()
+				for _, conn := range conns {
+					conn.Close()
+				}
+				b.ReportMetric(float64(after-before)/n/1024, "KiB/tunnel")
+			}
+		})
+	}
+}
+
+// openTunnel sends CONNECT through proxy and waits for the 200.
+func openTunnel(b *testing.B, proxy *url.URL, target string) net.Conn {
+	conn, err := net.Dial("tcp", proxy.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pass, _ := proxy.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(proxy.User.Username() + ":" + pass))
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", target, target, auth)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return conn
+}
+
+// inUse is the heap and goroutine stacks in use after a collection.
+func inUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
