@@ -30,20 +30,8 @@ import (
 // warm-up (-benchtime 10000x); each case opens fresh connections, so keep it to one run at a
 // time.
 func BenchmarkGatewayVsDirect(b *testing.B) {
-	r := newRigSources(b, []string{""})
-	gw, _ := r.gateway(func(c *gatewayConfig) { c.IdleRelease = time.Hour })
-	nc, err := nats.Connect(r.srv.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	lease, err := client.New(nc).Acquire(context.Background(), client.AcquireOptions{Holder: "bench", TTL: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lease.Release(context.Background())
-	direct, _ := url.Parse(lease.URL)
-	via := map[string]*url.URL{"direct": direct, "gateway": {Scheme: "http", Host: gw, User: url.UserPassword("crawler-7", testToken)}}
+	r, direct, gateway := benchPaths(b)
+	via := map[string]*url.URL{"direct": direct, "gateway": gateway}
 	for _, path := range []string{"direct", "gateway"} {
 		b.Run("plain/"+path, func(b *testing.B) { benchConcurrent(b, r, via[path], r.origin.url+"/", true) })
 	}
@@ -59,6 +47,25 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchPaths starts a rig with one proxy that binds no source port, a gateway, and a lease
+// of the benchmark's own on that proxy: the two ways to the same proxy.
+func benchPaths(b *testing.B) (r *rig, direct, gateway *url.URL) {
+	r = newRigSources(b, []string{""})
+	gw, _ := r.gateway(func(c *gatewayConfig) { c.IdleRelease = time.Hour })
+	nc, err := nats.Connect(r.srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	lease, err := client.New(nc).Acquire(context.Background(), client.AcquireOptions{Holder: "bench", TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lease.Release(context.Background()) })
+	direct, _ = url.Parse(lease.URL)
+	return r, direct, &url.URL{Scheme: "http", Host: gw, User: url.UserPassword("crawler-7", testToken)}
 }
 
 func benchClient(r *rig, proxy *url.URL, keepAlive bool) *http.Client {
@@ -115,24 +122,12 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 // (the whole process: the proxy's side of a tunnel is in both, so the gateway's own share is
 // the difference).
 func BenchmarkIdleTunnelMemory(b *testing.B) {
-	r := newRigSources(b, []string{""})
-	gw, _ := r.gateway(func(c *gatewayConfig) { c.IdleRelease = time.Hour })
-	nc, err := nats.Connect(r.srv.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	lease, err := client.New(nc).Acquire(context.Background(), client.AcquireOptions{Holder: "bench", TTL: time.Hour})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lease.Release(context.Background())
-	direct, _ := url.Parse(lease.URL)
+	r, direct, gateway := benchPaths(b)
 	target := strings.TrimPrefix(r.origin.url, "http://")
 	for _, c := range []struct {
 		name  string
 		proxy *url.URL
-	}{{"direct", direct}, {"gateway", &url.URL{Host: gw, User: url.UserPassword("crawler-7", testToken)}}} {
+	}{{"direct", direct}, {"gateway", gateway}} {
 		b.Run(c.name, func(b *testing.B) {
 			const n = 200
 			for b.Loop() {
