@@ -32,16 +32,12 @@ func newAttempt() *attempt {
 // usually succeeds, and a batch that is used up is followed by the next one.
 const candidateBatch = 4
 
-// acquire picks candidates from the view and commits the first slot whose Create succeeds.
+// acquireDecoded picks candidates from the view and commits the first slot whose Create succeeds.
 // The view may be stale in both directions; a Create that finds its slot taken just moves on,
 // so any number of replicas never grant more than maxLeases slots of a proxy. A sticky
 // session (sessionSeconds) goes to the proxy it is bound to first, and only there when it is
 // strict (sessions.go); a capped holder takes a holder slot before each grant (holders.go).
-func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
-	r, ttl, err := l.decodeAcquire(data)
-	if err != nil {
-		return nil, err
-	}
+func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, ttl time.Duration) (any, error) {
 	q := selection.NewQuery(r)
 	at := newAttempt()
 	q.Capped = at.holderFull

@@ -48,7 +48,7 @@ func (l *Leaser) startHTTP(ctx context.Context, wg *sync.WaitGroup, failed chan<
 	if l.face == nil {
 		return func() {}
 	}
-	return l.face.Start(ctx, wg, failed, l.cfg.RequestBudget, l.cfg.ShutdownBudget)
+	return l.face.Start(ctx, wg, failed, l.cfg.RequestBudget+max(l.cfg.MaxWait, 0), l.cfg.ShutdownBudget)
 }
 
 // httpService is the leaser as the HTTP face calls it (httpface.Service). It is not a method
@@ -72,7 +72,11 @@ func (s httpService) Call(ctx context.Context, endpoint, crawler string, headers
 		body, err = withHolder(body, crawler)
 	}
 	var reply any
-	if err == nil {
+	switch {
+	case err != nil:
+	case endpoint == "acquire":
+		reply, err = l.acquireWith(ctx, body, headers, httpface.ClientGone(ctx))
+	default:
 		reply, err = h(ctx, body)
 	}
 	defer end(err) // after the reply, as over NATS

@@ -30,16 +30,17 @@ func (l *Leaser) Run(ctx context.Context) error {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
 	}
+	// Every entry may free a slot for a waiting acquire (or move the queue): each wakes them.
 	watches := []watch{
-		{st.Proxies, l.view.applySpec},
-		{st.Status, l.view.applyStatus},
-		{st.Health, l.view.applyHealth},
-		{st.Cooldowns, l.view.applyCooldown},
-		{st.Pools, l.view.applyPool},
-		{st.LeaseState, l.view.applyState},
+		{st.Proxies, l.waking(l.view.applySpec)},
+		{st.Status, l.waking(l.view.applyStatus)},
+		{st.Health, l.waking(l.view.applyHealth)},
+		{st.Cooldowns, l.waking(l.view.applyCooldown)},
+		{st.Pools, l.waking(l.view.applyPool)},
+		{st.LeaseState, l.waking(l.view.applyState)},
 	}
 	for _, kv := range st.Leases.All() {
-		watches = append(watches, watch{kv, l.applyLease})
+		watches = append(watches, watch{kv, l.waking(l.applyLease)})
 	}
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
@@ -57,6 +58,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	wg.Go(func() { l.emitter.run(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })
+	wg.Go(func() { l.heartbeat(watchCtx) })
 
 	for range watches {
 		select {
@@ -85,8 +87,10 @@ func (l *Leaser) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-failed:
 	}
+	close(l.quit) // waiting acquires answer now, before the faces stop
 	stopHTTP()
 	l.stop(svc)
+	l.waiters.Wait()
 	return err
 }
 
@@ -123,10 +127,14 @@ func (l *Leaser) serve(ctx context.Context) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", events.LeaseService, err)
 	}
 	g := svc.AddGroup(events.LeaseSubjectPrefix)
+	handlers := map[string]micro.Handler{"acquire": l.acquireHandler(ctx)}
 	for name, h := range map[string]func(context.Context, []byte) (any, error){
-		"acquire": l.acquire, "renew": l.renew, "release": l.release, "report": l.report,
+		"renew": l.renew, "release": l.release, "report": l.report,
 	} {
-		if err := g.AddEndpoint(name, l.handler(ctx, name, h)); err != nil {
+		handlers[name] = l.handler(ctx, name, h)
+	}
+	for name, h := range handlers {
+		if err := g.AddEndpoint(name, h); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", name, err)
 		}
