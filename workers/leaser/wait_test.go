@@ -288,4 +288,3 @@ func TestWaiterWhoseCallerLeftHoldsNoSlot(t *testing.T) {
 		t.Errorf("%d slots held, want 1", n)
 	}
 }
-
