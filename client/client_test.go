@@ -292,3 +292,45 @@ func TestLeaseLostFiresWhenItsProxyIsDeleted(t *testing.T) {
 		t.Fatalf("Err = %v, want ErrEnded with End %s", l.Err(), events.ReasonProxyDeleted)
 	}
 }
+
+// An acquire with Wait is held until the holder before it releases, and then granted; one
+// whose wait is in vain gets ErrNoProxy with the wait's detail. The call's own deadline, shorter
+// than the wait, is what the service goes by: it answers before the caller stops listening.
+func TestAcquireWaits(t *testing.T) {
+	_, c := startService(t)
+	ctx := context.Background()
+	first, err := c.Acquire(ctx, client.AcquireOptions{Holder: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *client.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, client.AcquireOptions{Holder: "b", Wait: 30 * time.Second})
+		got <- result{l, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("answered while the only slot was held: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiting acquire: %v", r.err)
+	}
+	defer r.l.Release(ctx)
+
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = c.AcquireOnce(dctx, client.AcquireOptions{Holder: "c", Wait: 30 * time.Second})
+	var se *client.Error
+	if !errors.Is(err, client.ErrNoProxy) || !errors.As(err, &se) || se.Wait == nil || se.Wait.Cause != events.WaitTimedOut {
+		t.Fatalf("a wait longer than the call's deadline: %v, want ErrNoProxy with the wait", err)
+	}
+}
