@@ -142,6 +142,9 @@ func buildProber(_ context.Context, d *daemon) (runner, error) {
 	return p.Run, nil
 }
 
+// The metrics hear of waiting acquires (egress_lease_waiting, egress_lease_wait_seconds).
+var _ leaser.WaitObserver = (*metrics.Metrics)(nil)
+
 func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	lh, cert, err := d.f.leaseHTTP.listener(d.cfg, d.roles)
 	if err != nil {

@@ -18,6 +18,8 @@ type Metrics struct {
 	gcDeletions   *prometheus.CounterVec
 	leaseRequests *prometheus.CounterVec
 	acquireTime   prometheus.Histogram
+	waiting       prometheus.Gauge
+	waitTime      *prometheus.HistogramVec
 	probeTime     *prometheus.HistogramVec
 	probeFailures prometheus.Counter
 	probeDelay    prometheus.Histogram
@@ -44,6 +46,11 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		acquireTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "egress_lease_acquire_duration_seconds",
 			Help:    "Time to answer a lease acquire, granted or not.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_lease_waiting",
+			Help: "Acquires this process's leaser holds until a slot frees (waitSeconds)."}),
+		waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_lease_wait_seconds",
+			Help:    "How long waiting acquires waited, by outcome: granted, timed_out, gone (the caller left), stopped (the leaser stopped) or error.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 100}}, []string{"outcome"}),
 		probeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_probe_duration_seconds",
 			Help:    "Duration of probes through proxies, by outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
@@ -59,7 +66,7 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		proberLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_prober_lag_seconds",
 			Help: "How late the oldest waiting probe of this process's prober is."}),
 	}
-	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.probeTime, m.probeFailures,
+	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
 		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
@@ -90,6 +97,14 @@ func (m *Metrics) ObserveLease(endpoint, result string, d time.Duration) {
 	if endpoint == "acquire" && result != "unauthorized" {
 		m.acquireTime.Observe(d.Seconds())
 	}
+}
+
+// ObserveWaiting counts acquires starting (+1) or ending (-1) a wait (leaser.WaitObserver).
+func (m *Metrics) ObserveWaiting(delta int) { m.waiting.Add(float64(delta)) }
+
+// ObserveWait records how long a waiting acquire waited and how it ended (leaser.WaitObserver).
+func (m *Metrics) ObserveWait(outcome string, waited time.Duration) {
+	m.waitTime.WithLabelValues(outcome).Observe(waited.Seconds())
 }
 
 // ObserveProbe records one probe.

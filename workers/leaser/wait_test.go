@@ -137,6 +137,9 @@ func TestWaitingAcquiresAreGrantedInArrivalOrderAcrossReplicas(t *testing.T) {
 	if n := hr.obs.count("acquire/granted"); n != 10 {
 		t.Errorf("%d acquires counted granted, want 10", n)
 	}
+	if n, w := hr.obs.count("wait/granted"), hr.obs.count("waiting"); n != 7 || w != 0 {
+		t.Errorf("%d waits counted granted (want 7), %d still counted waiting (want 0)", n, w)
+	}
 }
 
 // An acquire that waits in vain gets the 503 with the numbers of a refusal plus how long it
@@ -279,6 +282,7 @@ func TestWaiterWhoseCallerLeftHoldsNoSlot(t *testing.T) {
 	cancel()
 	next(t, out, "the cancelled request")
 	eventually(t, 30*time.Second, "the waiter left the queue", func() bool { return hr.waitRecords() == 0 })
+	eventually(t, 30*time.Second, "the wait counted gone", func() bool { return hr.obs.count("wait/gone") == 1 })
 	if !hr.release(first.ID) {
 		t.Fatal("not released")
 	}
