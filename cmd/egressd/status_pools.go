@@ -29,5 +29,8 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 		if (p.Phase == events.PoolInvalid || p.Phase == events.PoolDegraded) && p.Message != "" {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Message)
 		}
+		if s := p.Suspect; s != nil {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, s)
+		}
 	}
 }

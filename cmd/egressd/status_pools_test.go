@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/readside/fleet"
@@ -204,5 +205,16 @@ func TestDeniedPoolReads(t *testing.T) {
 		if code := reportReadErrors(&b, c.errs); code != c.code || !strings.Contains(b.String(), c.note) {
 			t.Errorf("%v: exit %d, %q; want %d and %q", c.errs, code, b.String(), c.code, c.note)
 		}
+	}
+}
+
+// A pool the brake holds says so under the table, with the numbers.
+func TestPrintPoolsSuspect(t *testing.T) {
+	var b strings.Builder
+	n := 4
+	printPools(&b, []fleet.PoolRow{{Name: "crawl", Phase: "Ready", Desired: &n, Members: 4, Oldest: "1h",
+		Suspect: &events.Suspect{Scope: events.SuspectPool, Name: "crawl", Unhealthy: 3, Total: 4}}}, time.Now())
+	if want := "crawl: pool crawl is Suspect: 3 of 4 proxies Unhealthy at once"; !strings.Contains(b.String(), want) {
+		t.Errorf("lacks %q:\n%s", want, b.String())
 	}
 }

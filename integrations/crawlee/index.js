@@ -88,7 +88,10 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
   async #leaseUrl(sessionId, request) {
     const key = sessionId ?? '';
     const held = this.#sessions.get(key);
-    if (held) return held.lease.url;
+    if (held) {
+      if (request?.url) held.target = new URL(request.url).hostname;
+      return held.lease.url;
+    }
     // Concurrent requests of one session share one acquire.
     let p = this.#pending.get(key);
     if (!p) {
@@ -109,7 +112,7 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
         const { lease } = await this.request('acquire', body);
         const timer = setInterval(() => this.#renew(key, lease), Math.max(1, lease.ttlSeconds / 3) * 1000);
         timer.unref();
-        this.#sessions.set(key, { lease, timer });
+        this.#sessions.set(key, { lease, timer, target: request?.url ? new URL(request.url).hostname : undefined });
         return lease;
       } catch (err) {
         // 503: nothing free now; 429: this crawler holds its limit (maxPerHolder) until one is
@@ -147,20 +150,41 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
     if (session?.sessionPool && !this.#pools.has(session.sessionPool)) {
       // A session Crawlee retires (too many errors, used up) gives its lease back.
       this.#pools.add(session.sessionPool);
-      session.sessionPool.on('sessionRetired', (s) => this.release(s.id).catch(() => {}));
+      session.sessionPool.on('sessionRetired', (s) => this.#retired(s).catch(() => {}));
     }
     if (this.options.blockedStatusCodes.includes(response?.statusCode)) await this.reportBlocked(ctx);
   }
 
   /**
+   * A session Crawlee retires gives its lease back. Retired before it was used up or expired
+   * (the crawler saw a blocked status, too many errors, or the requestHandler called
+   * `session.retire()` on a captcha), it is a block: reported for the last site the session
+   * fetched, so the proxy cools down there.
+   */
+  async #retired(session) {
+    const held = this.#sessions.get(session.id);
+    if (!held) return;
+    const usedUp = session.isExpired?.() || session.isMaxUsageCountReached?.();
+    if (usedUp || !held.target) {
+      await this.release(session.id);
+      return;
+    }
+    await this.#reportBlocked(session.id, held.target);
+  }
+
+  /**
    * Reports the session's proxy blocked for the request's site and gives its lease back; the
    * session's next request gets another proxy. For blocks only the page shows (a captcha),
-   * call it from the requestHandler, then retire the session: `session.retire()`.
+   * retiring the session is enough (`session.retire()`); this is for reporting without it.
    */
   async reportBlocked({ request, session }) {
-    const lease = this.#forget(session?.id ?? '');
+    await this.#reportBlocked(session?.id ?? '', new URL(request.url).hostname);
+  }
+
+  async #reportBlocked(key, target) {
+    const lease = this.#forget(key);
     if (!lease) return;
-    const report = { id: lease.id, result: 'blocked', target: new URL(request.url).hostname, release: true };
+    const report = { id: lease.id, result: 'blocked', target, release: true };
     if (this.options.cooldownSeconds) report.cooldownSeconds = this.options.cooldownSeconds;
     try {
       await this.request('report', report);

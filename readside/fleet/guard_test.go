@@ -55,3 +55,20 @@ func TestGuards(t *testing.T) {
 		t.Errorf("no pool is suspect: %v", pools)
 	}
 }
+
+// TestPoolRowSuspect: the pools view says a pool is held by the brake, from its members'
+// statuses, and says nothing of a pool whose Unhealthy members are judged one by one.
+func TestPoolRowSuspect(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	held := events.Suspect{Scope: events.SuspectPool, Name: "crawl", Unhealthy: 3, Total: 4}
+	rows := []Row{
+		{Name: "crawl-a", Pool: "crawl", Status: &events.ProxyStatus{Phase: events.PhaseUnhealthy, Suspect: held}},
+		{Name: "crawl-b", Pool: "crawl", Status: &events.ProxyStatus{Phase: events.PhaseReady}},
+		{Name: "web-a", Pool: "web", Status: &events.ProxyStatus{Phase: events.PhaseUnhealthy}},
+	}
+	in := decoded{pools: map[string]poolFields{"crawl": {valid: true, replicas: 4}, "web": {valid: true, replicas: 1}}}
+	got := buildPools(now, in, rows)
+	if len(got) != 2 || got[0].Suspect == nil || *got[0].Suspect != held || got[1].Suspect != nil {
+		t.Fatalf("pools %+v", got)
+	}
+}

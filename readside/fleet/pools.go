@@ -42,6 +42,10 @@ type PoolRow struct {
 	NextRotation time.Time     `json:"nextRotation,omitzero"`
 	Reason       events.Reason `json:"reason,omitempty"`
 	Message      string        `json:"message,omitempty"`
+	// Suspect is the brake while it holds the pool: so many of its members are Unhealthy at
+	// once that none is replaced for health (the members' statuses say so; the pool's own
+	// status is the controller's and does not).
+	Suspect *events.Suspect `json:"suspect,omitempty"`
 	// Status is the controller's record with the members' ledger, for `egressd status pools
 	// -o json`; nil until the controller wrote one. It never holds the template.
 	Status *events.PoolStatus `json:"status,omitempty"`
@@ -127,9 +131,13 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 			members[p] = append(members[p], &rows[i])
 		}
 	}
+	suspect := SuspectPools(rows)
 	out := make([]PoolRow, 0, len(names))
 	for _, name := range names {
 		p := PoolRow{Name: name, Oldest: "-"}
+		if s, ok := suspect[name]; ok {
+			p.Suspect = &s
+		}
 		st := in.poolStatus[name]
 		spec, hasSpec := in.pools[name]
 		switch {

@@ -66,38 +66,44 @@ func (h *harness) targetRevision(key string) uint64 {
 	return e.Revision()
 }
 
-// A provider's create-rate limit holds: twelve proxies put at once are created no faster than
-// the limit allows (counted from the provider's own create calls, against the time since
-// before the first put, which only loosens the bound), the waiting ones say RateLimited, and
-// all are created in the end.
+// A provider's create-rate limit holds: proxies put at once are created no faster than the
+// limit allows (counted from the provider's own create calls, against the time since before
+// the first put, which only loosens the bound), the waiting ones say RateLimited, and creates
+// go on at the rate. At one a second all twelve are made; at the issue's 6 a minute, twenty
+// are watched until three are made (a burst of one, then one each 10 s).
 func TestCreateRateLimit(t *testing.T) {
-	h := newHarness(t)
-	fake := providertest.NewFake("fake", fakeHost(8))
-	const perMinute, burst, n = 60, 3, 12 // one a second, three at once
-	cat := fake.Catalog()
-	cat.Limits = map[string]int{events.LimitCreatesPerMinute: perMinute, events.LimitCreateBurst: burst}
-	h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat, Worker: "w1"})
-	start := time.Now()
-	h.reconciler("r1")
-	for i := range n {
-		h.put(fmt.Sprintf("p%02d", i), `{"provider":"fake"}`)
-	}
-	sawLimited := false
-	h.waitFor("every proxy created", 60*time.Second, func() (bool, string) {
-		calls := fake.Calls("create")
-		allowed := burst + int(time.Since(start).Seconds()*perMinute/60) // read after the calls: looser
-		if calls > allowed {
-			t.Fatalf("%d creates %v after the start, the limit allows %d", calls, time.Since(start).Round(time.Millisecond), allowed)
-		}
-		for i := range n {
-			if st, ok := h.status(fmt.Sprintf("p%02d", i)); ok && st.Reason == events.ReasonRateLimited {
-				sawLimited = true
+	for _, c := range []struct {
+		perMinute, burst, n, until int
+	}{{60, 3, 12, 12}, {6, 1, 20, 3}} {
+		t.Run(fmt.Sprintf("%d per minute", c.perMinute), func(t *testing.T) {
+			h := newHarness(t)
+			fake := providertest.NewFake("fake", fakeHost(8))
+			cat := fake.Catalog()
+			cat.Limits = map[string]int{events.LimitCreatesPerMinute: c.perMinute, events.LimitCreateBurst: c.burst}
+			h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat, Worker: "w1"})
+			start := time.Now()
+			h.reconciler("r1")
+			for i := range c.n {
+				h.put(fmt.Sprintf("p%02d", i), `{"provider":"fake"}`)
 			}
-		}
-		return calls == n, fmt.Sprintf("%d of %d created", calls, n)
-	})
-	if !sawLimited {
-		t.Error("no waiting proxy said RateLimited")
+			sawLimited := false
+			h.waitFor(fmt.Sprintf("%d proxies created", c.until), 90*time.Second, func() (bool, string) {
+				calls := fake.Calls("create")
+				allowed := c.burst + int(time.Since(start).Seconds()*float64(c.perMinute)/60) // read after the calls: looser
+				if calls > allowed {
+					t.Fatalf("%d creates %v after the start, the limit allows %d", calls, time.Since(start).Round(time.Millisecond), allowed)
+				}
+				for i := range c.n {
+					if st, ok := h.status(fmt.Sprintf("p%02d", i)); ok && st.Reason == events.ReasonRateLimited {
+						sawLimited = true
+					}
+				}
+				return calls >= c.until, fmt.Sprintf("%d of %d created", calls, c.n)
+			})
+			if !sawLimited {
+				t.Error("no waiting proxy said RateLimited")
+			}
+		})
 	}
 }
 

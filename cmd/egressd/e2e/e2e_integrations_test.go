@@ -46,6 +46,10 @@ func needIntegrations(t *testing.T) {
 	if err := exec.Command("/usr/bin/python3", "-c", "import scrapy").Run(); err != nil {
 		missing = append(missing, "Scrapy for /usr/bin/python3 (apt-get install python3-scrapy)")
 	}
+	// The Scrapy integration is pip-installed into a virtualenv: Debian's venv, pip and setuptools.
+	if err := exec.Command("/usr/bin/python3", "-c", "import setuptools, venv, pip").Run(); err != nil {
+		missing = append(missing, "venv, pip and setuptools for /usr/bin/python3 (apt-get install python3-venv python3-pip python3-setuptools)")
+	}
 	if _, err := exec.LookPath("node"); err != nil {
 		missing = append(missing, "node")
 	}
@@ -263,6 +267,7 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 	// download delay of 1 s, so it lasts past the first token's expiry: its later requests
 	// get through only with the renewals' URLs. The per-request run retries each blocked page
 	// once on a new lease, with cooldowns of 2 s so that four blocks leave proxies to retry on.
+	python := scrapyVenv(t, ig)
 	for _, c := range []struct {
 		mode, site, ttl, delay, retries, cooldown string
 		blocks                                    int
@@ -270,12 +275,12 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 		t.Run("scrapy over the HTTP face, a lease per "+c.mode, func(t *testing.T) {
 			s := startSite(t, c.site)
 			out := runTool(t, filepath.Join(ig, "scrapy/example"), []string{
-				"PYTHONPATH=" + filepath.Join(ig, "scrapy"), "EGRESSD_LEASE_URL=http://" + leaseAddr,
+				"EGRESSD_LEASE_URL=http://" + leaseAddr,
 				"EGRESSD_LEASE_TOKEN=" + token, "EGRESSD_LEASE_MODE=" + c.mode,
 				`EGRESSD_ACQUIRE={"selector":{"e2e":"integrations"},"ttlSeconds":` + c.ttl + `}`,
 				"SCRAPY_DOWNLOAD_DELAY=" + c.delay, "EGRESSD_BLOCK_RETRIES=" + c.retries,
 				"EGRESSD_BLOCK_COOLDOWN=" + c.cooldown, "SCRAPY_LOG_LEVEL=DEBUG",
-			}, "/usr/bin/python3", "-m", "scrapy", "crawl", "site", "-a", "start_url="+s.url+"/")
+			}, python, "-m", "scrapy", "crawl", "site", "-a", "start_url="+s.url+"/")
 			checks(t, s, "scrapy-e2e", out)
 			if strings.Contains(out, "Crawled (407)") {
 				t.Errorf("a proxy refused a lease's credentials (407)")
@@ -304,14 +309,28 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 
 	t.Run("crawlee over NATS", func(t *testing.T) {
 		s := startSite(t, "127.0.87.1:0")
-		out := runTool(t, filepath.Join(ig, "crawlee"), []string{
+		project := crawleeProject(t, ig)
+		out := runTool(t, project, []string{
 			"NATS_URL=" + n.url, "START_URL=" + s.url + "/", "EGRESSD_HOLDER=crawlee-e2e", "EGRESSD_ACQUIRE=" + acquire,
 			"CRAWLEE_STORAGE_DIR=" + filepath.Join(dir, "crawlee-storage"), "EGRESSD_BLOCK_COOLDOWN=2",
-		}, "node", "example/crawl.js")
+		}, "node", "node_modules/egressd-crawlee/example/crawl.js")
 		checks(t, s, "crawlee-e2e", out)
 		if !strings.Contains(out, "reported blocked (captcha): "+s.url+"/challenge") {
-			t.Errorf("the captcha page was not reported")
+			t.Errorf("the captcha page was not seen as one")
 		}
+		// Every block is reported once: each 403 by the hook, the captcha by retiring its
+		// session (the example only calls session.retire()).
+		seen := s.seen()
+		want := len(seen["/blocked"]) + len(seen["/challenge"])
+		waitUntil(t, "a report per block", 10*time.Second, func() (bool, string) {
+			n := 0
+			for _, ev := range reports(t, js) {
+				if ev.Reason == events.Reason(events.ReportBlocked) && ev.Lease != nil && ev.Lease.Holder == "crawlee-e2e" {
+					n++
+				}
+			}
+			return n == want, fmt.Sprintf("%d blocked reports from crawlee-e2e, %d blocked pages fetched", n, want)
+		})
 	})
 
 	t.Run("the token is in no log or metric", func(t *testing.T) {

@@ -4,7 +4,7 @@
 // into every acquire, e.g. '{"selector":{"pool":"web"}}'; EGRESSD_BLOCK_COOLDOWN the seconds a
 // blocked proxy cools down for the site (default: the service's 10 minutes).
 import { CheerioCrawler, Configuration } from 'crawlee';
-import { EgressdProxyConfiguration } from '../index.js';
+import { EgressdProxyConfiguration } from 'egressd-crawlee'; // this package, by its own name
 
 const proxyConfiguration = new EgressdProxyConfiguration({
   holder: process.env.EGRESSD_HOLDER || 'crawlee-example',
@@ -21,8 +21,7 @@ const crawler = new CheerioCrawler({
     const title = $('title').text();
     log.info(`fetched ${request.url} via ${new URL(proxyInfo.url).host}: ${title}`);
     if (/captcha/i.test(title)) {
-      // A block only the page shows: report it, and let this session go.
-      await proxyConfiguration.reportBlocked(ctx);
+      // A block only the page shows: retiring the session reports it and lets its lease go.
       session.retire();
       log.info(`reported blocked (captcha): ${request.url}`);
       return;
