@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/workers/leaser/httpface"
@@ -71,15 +72,18 @@ func (s httpService) Call(ctx context.Context, endpoint, crawler string, headers
 	if endpoint == "acquire" {
 		body, err = withHolder(body, crawler)
 	}
-	var reply any
+	var (
+		reply  any
+		waited time.Duration
+	)
 	switch {
 	case err != nil:
 	case endpoint == "acquire":
-		reply, err = l.acquireWith(ctx, body, headers, httpface.ClientGone(ctx))
+		reply, waited, err = l.acquireWith(ctx, body, headers, httpface.ClientGone(ctx))
 	default:
 		reply, err = h(ctx, body)
 	}
-	defer end(err) // after the reply, as over NATS
+	defer func() { end(err, waited) }() // after the reply, as over NATS
 	if err == nil {
 		var b []byte
 		if b, err = json.Marshal(reply); err == nil {

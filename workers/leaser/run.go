@@ -149,7 +149,7 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 		defer l.inflight.Add(-1)
 		rctx, end := l.startCall(ctx, name, req.Headers())
 		reply, err := h(rctx, req.Data())
-		defer end(err) // after the reply
+		defer end(err, 0) // after the reply
 		if err != nil {
 			l.replyError(req, name, err)
 			return
@@ -161,14 +161,16 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 }
 
 // startCall gives one request, over NATS or HTTP, its budget and its span; end records its
-// outcome (metrics, span) and releases both.
-func (l *Leaser) startCall(ctx context.Context, name string, headers map[string][]string) (context.Context, func(error)) {
+// outcome (metrics, span) and releases both. waited is how long an acquire waited for a slot:
+// the request's duration leaves it out (egress_lease_wait_seconds has it), so that waits do
+// not drown the time to answer.
+func (l *Leaser) startCall(ctx context.Context, name string, headers map[string][]string) (context.Context, func(err error, waited time.Duration)) {
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
 	rctx, span := l.startRequest(rctx, name, headers)
-	return rctx, func(err error) {
+	return rctx, func(err error, waited time.Duration) {
 		res := result(name, err)
-		l.cfg.Observer.ObserveLease(name, res, time.Since(start))
+		l.cfg.Observer.ObserveLease(name, res, max(time.Since(start)-waited, 0))
 		requestResult(span, res)
 		span.End()
 		cancel()

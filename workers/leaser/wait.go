@@ -154,17 +154,22 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 	return nil, w, nil
 }
 
-// acquire answers an acquire, waiting in this call if it asks to (the HTTP face's way).
+// acquire answers an acquire, waiting in this call if it asks to.
 func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
-	return l.acquireWith(ctx, data, nil, nil)
+	g, _, err := l.acquireWith(ctx, data, nil, nil)
+	return g, err
 }
 
-func (l *Leaser) acquireWith(ctx context.Context, data []byte, headers map[string][]string, gone <-chan struct{}) (any, error) {
+// acquireWith answers an acquire, waiting in this call if it asks to (the HTTP face's way),
+// and says how long it waited.
+func (l *Leaser) acquireWith(ctx context.Context, data []byte, headers map[string][]string, gone <-chan struct{}) (any, time.Duration, error) {
 	g, w, err := l.acquireOrQueue(ctx, data, headers, gone)
 	if w == nil {
-		return g, err
+		return g, 0, err
 	}
-	return l.await(ctx, w)
+	queued := time.Now()
+	g, err = l.await(ctx, w)
+	return g, time.Since(queued), err
 }
 
 // acquireHandler serves acquire over NATS. A waiting acquire is answered from a goroutine of
@@ -177,15 +182,16 @@ func (l *Leaser) acquireHandler(ctx context.Context) micro.Handler {
 		reply, w, err := l.acquireOrQueue(rctx, req.Data(), req.Headers(), nil)
 		if w == nil {
 			l.answer(req, "acquire", reply, err)
-			end(err)
+			end(err, 0)
 			l.inflight.Add(-1)
 			return
 		}
+		queued := time.Now()
 		l.waiters.Go(func() {
 			defer l.inflight.Add(-1)
 			reply, err := l.await(rctx, w)
 			l.answer(req, "acquire", reply, err)
-			end(err)
+			end(err, time.Since(queued))
 		})
 	})
 }
