@@ -146,6 +146,20 @@ func (r *rig) kill(i int) {
 	r.killed[i] = true
 	r.mu.Unlock()
 	r.ncs[i].Close()
+	// Until the server has seen the connection go, a request may still be routed to it.
+	name := fmt.Sprintf("leaser-%d", i)
+	eventually(r.t, 30*time.Second, name+" gone from the server", func() bool {
+		cz, err := r.srv.Connz(&server.ConnzOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range cz.Conns {
+			if c.Name == name {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // stopLeasers stops every replica and waits for each Run to return.
