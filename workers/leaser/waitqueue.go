@@ -99,7 +99,13 @@ func (l *Leaser) heartbeat(ctx context.Context) {
 				l.log.Warn("waiting heartbeat; other replicas may skip this one's waiters", "err", err)
 			}
 		}
-		l.collectDead(ctx)
+		// Not before the view is complete: the initial values come in revision order, and a
+		// heartbeat rewritten since a waiter's record was written comes after that record.
+		select {
+		case <-l.ready:
+			l.collectDead(ctx)
+		default:
+		}
 	}
 }
 
