@@ -41,6 +41,8 @@ type Store struct {
 	Providers  jetstream.KeyValue // provider_health
 	Pools      jetstream.KeyValue // PoolSpec by pool name
 	PoolStatus jetstream.KeyValue // PoolStatus (the members' ledger), written by the pool controller
+	// Created names the buckets Open found missing and created (an upgrade added them).
+	Created []string
 }
 
 // lockMarkerTTL is how long a lock's expiry marker lives, so watchers see the expiry.

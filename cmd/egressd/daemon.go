@@ -185,7 +185,7 @@ func (d *daemon) open(ctx, setupCtx context.Context) error {
 // openStore declares or binds the buckets and reads (or, declaring, makes) the installation.
 func (d *daemon) openStore(ctx context.Context, js jetstream.JetStream) (err error) {
 	if !d.declare {
-		if d.store, err = bindWhenReady(ctx, js, d.log); err != nil {
+		if d.store, err = bindWhenReady(ctx, js, bucketsOf(d, roleTable), d.log); err != nil {
 			return err
 		}
 		d.installation, err = readInstallation(ctx, d.store)
@@ -225,10 +225,15 @@ func (d *daemon) openLeaseMaster(ctx context.Context) (err error) {
 }
 
 // bindWhenReady binds the buckets, waiting (within ctx) for an admin's `egressd setup` to
-// declare them: roles may start before it, as systemd starts units in parallel.
-func bindWhenReady(ctx context.Context, js jetstream.JetStream, log *slog.Logger) (*kvstore.Store, error) {
+// declare them: roles may start before it, as systemd starts units in parallel. On an
+// installation that exists, a bucket one of names that is missing (one a newer egressd
+// added) is created where the user may, or named as missing (kvstore.ErrMissing).
+func bindWhenReady(ctx context.Context, js jetstream.JetStream, names []string, log *slog.Logger) (*kvstore.Store, error) {
 	for logged := false; ; {
-		store, err := kvstore.Bind(ctx, js)
+		store, err := kvstore.Open(ctx, js, names)
+		if err == nil && len(store.Created) > 0 {
+			log.Info("created the buckets this version adds, which the installation lacked", "buckets", store.Created)
+		}
 		if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return store, err
 		}

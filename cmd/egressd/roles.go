@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 
+	"slices"
+
 	"github.com/egressd/egressd/cmd/egressd/internal/config"
+	"github.com/egressd/egressd/events"
 
 	"github.com/egressd/egressd/readside/metrics"
 	"github.com/egressd/egressd/readside/statuspage"
@@ -27,6 +30,9 @@ type role struct {
 	// its context ends (nil) or it fails.
 	build func(setupCtx context.Context, d *daemon) (runner, error)
 	after []string
+	// buckets are the buckets the part uses (its Buckets, from BucketsOf): the daemon creates
+	// the missing ones where its user may (kvstore.Open), as after an upgrade that added one.
+	buckets []string
 }
 
 type runner func(ctx context.Context) error
@@ -45,27 +51,32 @@ var roleTable = []role{
 			h := d.obs.Handler(d.hc.Alive, readyCheck(d.nc, d.hc))
 			return func(ctx context.Context) error { return metrics.Serve(ctx, ln, h) }, nil
 		}},
-	{name: "statuspage", wanted: func(d *daemon) bool { return d.ls.ui != nil }, build: buildStatusPage},
+	{name: "statuspage", wanted: func(d *daemon) bool { return d.ls.ui != nil }, build: buildStatusPage, buckets: allBuckets},
 	{name: "pprof", wanted: func(d *daemon) bool { return d.ls.pprof != nil },
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			ln := d.ls.pprof
 			d.log.Info("serving pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 			return func(ctx context.Context) error { return servePprof(ctx, ln) }, nil
 		}},
-	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners},
+	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners,
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks}},
 	{name: "echo", wanted: func(d *daemon) bool { return d.ls.echo != nil },
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			ln := d.ls.echo
 			return func(ctx context.Context) error { return prober.ServeEcho(ctx, ln) }, nil
 		}},
-	{name: "prober", after: []string{"echo"}, wanted: func(d *daemon) bool { return d.roles.prober }, build: buildProber},
-	{name: "leaser", wanted: func(d *daemon) bool { return d.roles.leaser }, build: buildLeaser},
+	{name: "prober", after: []string{"echo"}, wanted: func(d *daemon) bool { return d.roles.prober }, build: buildProber,
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketProbers}},
+	{name: "leaser", wanted: func(d *daemon) bool { return d.roles.leaser }, build: buildLeaser,
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketPools, events.BucketCooldowns, events.BucketLeaseState}},
 	// The reloader is started once what it reloads (the lease HTTP face) exists.
 	{name: "reload", after: []string{"leaser"}, wanted: always,
 		build: func(_ context.Context, d *daemon) (runner, error) { return d.reload.watch, nil }},
 	// The catalogs are published before the reconciler starts, so no spec is judged Invalid
 	// for a provider that is only a moment away.
 	{name: "reconciler", after: []string{"provisioner"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
+		buckets: []string{events.BucketProxies, events.BucketCloudInit, events.BucketCatalog, events.BucketHealth,
+			events.BucketProviderHealth, events.BucketStatus, events.BucketLocks},
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			h := d.cfg.HealthPolicy()
 			r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(d.store), Installation: d.installation, Holder: d.holder,
@@ -79,6 +90,7 @@ var roleTable = []role{
 	// The pool controller lives beside the reconciler, under a leader lease of its own: it
 	// only writes specs, which the reconciler then acts on like any other.
 	{name: "pools", after: []string{"reconciler"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
+		buckets: []string{events.BucketPools, events.BucketStatus, events.BucketCatalog, events.BucketProxies, events.BucketPoolStatus, events.BucketLocks},
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			pc, err := pools.New(pools.Config{Buckets: pools.BucketsOf(d.store), Holder: d.holder, LeaderTTL: d.f.leaderTTL, Log: d.log})
 			if err != nil {
@@ -86,6 +98,24 @@ var roleTable = []role{
 			}
 			return pc.Run, nil
 		}},
+}
+
+// allBuckets is every bucket: the status page shows them all.
+var allBuckets = []string{events.BucketProxies, events.BucketCloudInit, events.BucketStatus, events.BucketCatalog,
+	events.BucketLocks, events.BucketHealth, events.BucketProviderHealth, events.BucketProbers, events.BucketPools,
+	events.BucketPoolStatus, events.BucketCooldowns, events.BucketLeaseState}
+
+// bucketsOf is every bucket the wanted parts use, and what every process reads: the
+// installation ID (egress_locks) and, for its health check, proxies.
+func bucketsOf(d *daemon, table []role) []string {
+	names := []string{events.BucketLocks, events.BucketProxies}
+	for _, r := range table {
+		if r.wanted(d) {
+			names = append(names, r.buckets...)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 func buildStatusPage(_ context.Context, d *daemon) (runner, error) {

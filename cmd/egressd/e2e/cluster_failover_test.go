@@ -88,29 +88,11 @@ func TestClusterLeaseFailover(t *testing.T) {
 	crawling.Wait()
 	watching.Wait()
 
+	lost, checked := judgeLeases(t, ll, sw)
 	ll.mu.Lock()
 	defer ll.mu.Unlock()
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
-	lost := 0
-	for _, ch := range ll.checked {
-		if ch.lost != nil {
-			lost++
-			t.Errorf("lease %s granted at %s was lost: %v", ch.id, ch.granted.Format("15:04:05.000"), ch.lost)
-		}
-	}
-	for _, o := range ll.overCap {
-		t.Errorf("over cap by the holders' books: %s", o)
-	}
-	for _, o := range sw.overCap {
-		t.Errorf("over cap in the lease buckets: %s", o)
-	}
-	for _, err := range sw.errs {
-		t.Errorf("lease bucket: %v", err)
-	}
-	if len(ll.checked) < failoverClients {
-		t.Errorf("only %d leases were checked across a kill, want at least the %d long ones", len(ll.checked), failoverClients)
-	}
 	acquires := 0
 	for _, s := range ll.samples {
 		if s.ok {
@@ -118,16 +100,13 @@ func TestClusterLeaseFailover(t *testing.T) {
 		}
 	}
 	for _, f := range figures {
-		f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled = acquires, len(ll.checked), lost, ll.unsettle
+		f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled = acquires, checked, lost, ll.unsettle
 		f.OverCapHolders, f.OverCapBucket = len(ll.overCap), len(sw.overCap)
 		t.Logf("%s: killed %s (led %d lease streams); longest acquire gap %.0f ms (baseline %.0f ms); acquire p50 %.1f ms p99 %.1f ms (baseline %.1f / %.1f ms), p99 of every attempt %.0f ms, %d failed, %d refused as full; healthy again %.1f s after the kill; %d acquires, %d leases checked across kills, %d lost, %d unsettled, over cap %d (holders) %d (buckets)",
 			f.Test, f.Killed, f.LeadStreams, f.GapMs, f.BaselineGapMs, f.P50Ms, f.P99Ms, f.BaselineP50Ms, f.BaselineP99Ms,
 			f.P99AllMs, f.Failed, f.Full, f.RecoveredMs/1000, f.Acquires, f.CheckedAcrossKill, f.Lost, f.Unsettled, f.OverCapHolders, f.OverCapBucket)
 		b, _ := json.Marshal(f)
 		t.Logf("RELIABILITY %s", b)
-	}
-	if ll.unsettle > 0 {
-		t.Errorf("%d leases could not be verified within a minute", ll.unsettle)
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -117,6 +118,7 @@ type cluster struct {
 	t       *testing.T
 	dir     string
 	bin     string
+	egressd string // the egressd binary setup and startRole run: the current build unless the test says
 	servers []*natsProc
 	urls    string // every client URL, comma-separated, as the roles get them
 	caFile  string
@@ -131,6 +133,8 @@ type clusterOptions struct {
 	net       int      // the local provider's addresses are 127.0.<net>.2-250
 	leaderTTL string   // --leader-ttl of the reconcilers
 	extra     []string // more flags for the provisioners (GC)
+	egressd   string   // the egressd binary of setup and the roles (an older release); "" is the current build
+	noRoles   bool     // set up, but start no role: the test starts its own
 }
 
 // startCluster starts the three servers, declares with `egressd setup --replicas 3` and
@@ -139,7 +143,7 @@ type clusterOptions struct {
 func startCluster(t *testing.T, o clusterOptions) *cluster {
 	t.Helper()
 	needNats(t)
-	c := &cluster{t: t, dir: t.TempDir(), bin: needNatsServer(t), roles: map[string][]*node{}}
+	c := &cluster{t: t, dir: t.TempDir(), bin: needNatsServer(t), egressd: cmp.Or(o.egressd, egressdBin), roles: map[string][]*node{}}
 	t.Cleanup(func() { killProcs(t, c.dir) }) // after every role has stopped (LIFO)
 	c.writeTLS()
 	for user, pw := range clusterPasswords {
@@ -185,6 +189,9 @@ func startCluster(t *testing.T, o clusterOptions) *cluster {
 	if !strings.Contains(out, "OPS_local") {
 		t.Fatalf("egressd setup: %s", out)
 	}
+	if o.noRoles {
+		return c
+	}
 	leaderTTL := o.leaderTTL
 	if leaderTTL == "" {
 		leaderTTL = "5s"
@@ -216,7 +223,7 @@ func (c *cluster) userEnv(user string) []string {
 // startRole starts `egressd run` with one role as user and waits until it says it runs.
 func (c *cluster) startRole(role, user string, args ...string) *node {
 	c.t.Helper()
-	n := &node{t: c.t, dir: c.dir, url: c.urls, env: c.userEnv(user)}
+	n := &node{t: c.t, dir: c.dir, url: c.urls, env: c.userEnv(user), bin: c.egressd}
 	n.args = append([]string{"run", "--nats-url", c.urls, "--metrics-listen", "127.0.0.1:0",
 		"--data-dir", c.dataDir(), "--log-level", "info"}, args...)
 	n.start()
@@ -234,7 +241,7 @@ func (c *cluster) startRole(role, user string, args ...string) *node {
 func (c *cluster) tryEgressdAs(user string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, egressdBin, args...)
+	cmd := exec.CommandContext(ctx, c.egressd, args...)
 	cmd.Env = append(os.Environ(), c.userEnv(user)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err

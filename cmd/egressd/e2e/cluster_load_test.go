@@ -379,3 +379,35 @@ func quantile(ds []time.Duration, q int) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// judgeLeases fails the test for every lease lost, every grant over a proxy's cap and every
+// lease whose fate could not be learnt, and returns how many leases were lost and checked.
+func judgeLeases(t *testing.T, ll *leaseLoad, sw *slotWatch) (lost, checked int) {
+	t.Helper()
+	ll.mu.Lock()
+	defer ll.mu.Unlock()
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	for _, ch := range ll.checked {
+		if ch.lost != nil {
+			lost++
+			t.Errorf("lease %s granted at %s was lost: %v", ch.id, ch.granted.Format("15:04:05.000"), ch.lost)
+		}
+	}
+	for _, o := range ll.overCap {
+		t.Errorf("over cap by the holders' books: %s", o)
+	}
+	for _, o := range sw.overCap {
+		t.Errorf("over cap in the lease buckets: %s", o)
+	}
+	for _, err := range sw.errs {
+		t.Errorf("lease bucket: %v", err)
+	}
+	if len(ll.checked) < failoverClients {
+		t.Errorf("only %d leases were checked across the kills or the upgrade, want at least the %d long ones", len(ll.checked), failoverClients)
+	}
+	if ll.unsettle > 0 {
+		t.Errorf("%d leases could not be verified within a minute", ll.unsettle)
+	}
+	return lost, len(ll.checked)
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,6 +77,7 @@ type node struct {
 	url    string
 	listen string
 	args   []string
+	bin    string   // the egressd binary it runs; "" is the current build
 	env    []string // added to the test's environment, less its OTEL_* variables, for every command it runs
 	cmd    *exec.Cmd
 	mu     sync.Mutex
@@ -131,7 +133,7 @@ func startNodeEnv(t testing.TB, dir string, env []string, extra ...string) *node
 
 func (n *node) start() {
 	n.t.Helper()
-	n.cmd = exec.Command(egressdBin, n.args...)
+	n.cmd = exec.Command(cmp.Or(n.bin, egressdBin), n.args...)
 	n.cmd.Dir = n.dir
 	n.cmd.Env = n.environ()
 	n.cmd.Stdout, n.cmd.Stderr = n, n
