@@ -228,7 +228,9 @@ func (l *Leaser) await(ctx context.Context, w *waiter) (reply any, err error) {
 		}
 		g, done, err := l.waitTurn(base, w)
 		if done {
-			outcome = map[bool]string{true: "granted", false: "error"}[err == nil]
+			if err == nil {
+				outcome = "granted"
+			}
 			if err == nil && w.vanished() {
 				outcome = "gone"
 				l.giveBackGrant(base, g)
