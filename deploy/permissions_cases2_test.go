@@ -72,6 +72,33 @@ func permProvisionerWritesItsOwnKeysOnly(t *testing.T, r *permRig) {
 		}
 		return err
 	})
+	prov.mustAllow(t, "watch the lease revocations (lease_state revoked.>)", func(ctx context.Context) error {
+		w, err := ps.LeaseState.Watch(ctx, events.RevokedPrefix+">")
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		select {
+		case <-w.Updates(): // the end of the initial values, or a revocation
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	prov.mustDeny(t, "watch the holder slots", "$JS.API.CONSUMER.CREATE.KV_lease_state.", func(ctx context.Context) error {
+		w, err := ps.LeaseState.Watch(ctx, "holder.>")
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		select {
+		case <-w.Updates():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	prov.mustDeny(t, "write a revocation", "$KV.lease_state.revoked.crawl-1.0.aa", kvPut(prov, "lease_state", "revoked.crawl-1.0.aa"))
 	prov.mustDeny(t, "write a proxy spec", "$KV.proxies.crawl-1", kvPut(prov, "proxies", "crawl-1"))
 	prov.mustDeny(t, "write user-data", "$KV.cloud_init.squid", kvPut(prov, "cloud_init", "squid"))
 	prov.mustDeny(t, "write a status", "$KV.proxy_status.crawl-1", kvPut(prov, "proxy_status", "crawl-1"))

@@ -25,9 +25,9 @@ func TestRolesCreateTheBucketsAnUpgradeAdded(t *testing.T) {
 		user    string
 		buckets []string
 	}{
-		{"leaser", []string{events.BucketLeaseState, events.BucketCooldowns}},
+		{"leaser", []string{events.BucketLeaseState, events.BucketCooldowns, events.BucketPoolDemand}},
 		{"prober", []string{events.BucketProbers, events.BucketHealth}},
-		{"reconciler", []string{events.BucketPoolStatus, events.BucketProviderHealth}},
+		{"reconciler", []string{events.BucketPoolStatus, events.BucketProviderHealth, events.BucketPoolDemand}},
 		{"provisioner-local", []string{events.BucketProviderHealth, events.BucketCatalog}},
 	} {
 		for _, b := range tc.buckets {

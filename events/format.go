@@ -40,6 +40,9 @@ func (ev Event) Summary() string {
 		if ev.Lease.Target != "" {
 			what += " for " + ev.Lease.Target
 		}
+	case ev.GC != nil && ev.Reason == ReasonLifetimeExceeded:
+		what = fmt.Sprintf("%s: deleted %s (uid %s), its lifetime ended at %s", ev.Reason, ev.GC.ID, orDash(ev.GC.UID),
+			ev.GC.ExpiresAt.UTC().Format(time.RFC3339))
 	case ev.GC != nil:
 		what = fmt.Sprintf("deleted orphan %s (uid %s)", ev.GC.ID, orDash(ev.GC.UID))
 	case ev.Target != nil:

@@ -1,6 +1,9 @@
 package events
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestSummaryOfPoolEvents(t *testing.T) {
 	for _, c := range []struct {
@@ -27,6 +30,24 @@ func TestSummaryOfPoolEvents(t *testing.T) {
 		{Event{Kind: KindPool, Proxy: "crawl", Reason: ReasonRotationHeld, Message: "minAvailable 2 leaves no room",
 			Pool: &PoolEvent{Pool: "crawl"}},
 			"RotationHeld — minAvailable 2 leaves no room"},
+	} {
+		if got := c.ev.Summary(); got != c.want {
+			t.Errorf("summary %q, want %q", got, c.want)
+		}
+	}
+}
+
+// A gc event says why the collector deleted: an orphan, or an instance past its lifetime.
+func TestSummaryOfGCEvents(t *testing.T) {
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	gc := &GCDeletion{ID: "local/egress-y", UID: "u8", Kind: GCInstance, CreatedAt: at.Add(-20 * time.Second), ExpiresAt: at}
+	for _, c := range []struct {
+		ev   Event
+		want string
+	}{
+		{Event{Kind: KindGC, Reason: ReasonOrphanDeleted, GC: gc}, "deleted orphan local/egress-y (uid u8)"},
+		{Event{Kind: KindGC, Reason: ReasonLifetimeExceeded, GC: gc},
+			"LifetimeExceeded: deleted local/egress-y (uid u8), its lifetime ended at 2026-11-30T12:00:00Z"},
 	} {
 		if got := c.ev.Summary(); got != c.want {
 			t.Errorf("summary %q, want %q", got, c.want)

@@ -9,7 +9,8 @@ func goldenCases() map[string]any {
 	op := Op{V: 1, ID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
 		InstanceName: "egress-abcdefghijklmnop", SpecRevision: 7, SpecHash: "0123456789abcdef", IssuedAt: at}
 	res := OpResult{V: 1, OpID: "op1", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 1, Final: true,
-		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, EgressIP: "127.0.0.2", UID: "u1", CreatedAt: at},
+		Instance: &Instance{ID: "local/egress-abcdefghijklmnop", Name: "egress-abcdefghijklmnop", State: "Running", Address: "127.0.0.2", Port: 3128, EgressIP: "127.0.0.2", UID: "u1", CreatedAt: at,
+			ExpiresAt: at.Add(24 * time.Hour)},
 		SpecHash: "0123456789abcdef", Worker: "host-1", StartedAt: at, At: at.Add(time.Second)}
 	failed := OpResult{V: 1, OpID: "op3", Kind: OpGet, Proxy: "crawl-1", Provider: "local", Host: "local", Attempt: 2, Final: false,
 		ErrorClass: ClassTransient, Error: "local get local/egress-abcdefghijklmnop: transient error: timeout", Worker: "host-1",
@@ -29,11 +30,17 @@ func goldenCases() map[string]any {
 	target := TargetHealth{V: 1, Provider: "kvm-home", Target: "h1", Order: 1, Address: "qemu+ssh://h1.lan/system", Ready: true,
 		Reason: "Reachable", Message: "libvirt 10.0.0, pool default active", LatencyMs: 8.2,
 		Details: map[string]string{"libvirt": "10.0.0"}, CheckedAt: at, LastTransitionTime: at.Add(-time.Hour), Checker: "host-1"}
+	scaleInputs := ScaleInputs{Held: 8, Waiting: 6, Refused: 2, GrantsPerSecond: 1.5, Members: 3, Ready: 2, Capacity: 8, Target: 0.8,
+		Wanted: 5, Leasers: 2}
 	return map[string]any{
 		// Ops and their results (OPS_<provider>, egress.events.op.>).
 		"op.v1.json": op,
 		"op_delete.v1.json": Op{V: 1, ID: "op4", Kind: OpDelete, Proxy: "crawl-1", Provider: "local", Host: "local", UID: "u1",
 			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", SpecRevision: 8, IssuedAt: at},
+		// A create since instances have generations (op.v1.json is one from before).
+		"op_create_generation.v1.json": Op{V: 1, ID: "op5", Kind: OpCreate, Proxy: "crawl-1", Provider: "local", Host: "local",
+			UID: "u1", InstanceName: "egress-abcdefghijklmnop", SpecRevision: 9, SpecHash: "0123456789abcdef",
+			Generation: "9f3a0c1d2e4b5a68", IssuedAt: at},
 		"op_result.v1.json":       res,
 		"op_result_error.v1.json": failed,
 
@@ -42,7 +49,7 @@ func goldenCases() map[string]any {
 			InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128, ExpectedEgress: "127.0.0.2",
 			SpecHash: "0123456789abcdef", SpecRevision: 7, Op: &OpRef{Kind: OpGet, ID: "op2", Host: "local", IssuedAt: at, Attempts: 1},
 			LastError:   &LastError{Class: ClassTransient, Message: "local get: transient error: timeout", At: at},
-			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at},
+			ProvisionAt: at, AddressAt: at, NextPollAt: at.Add(2 * time.Minute), CreatedAt: at, UpdatedAt: at, ExpiresAt: at.Add(24 * time.Hour)},
 		"proxy_status_replacing.v1.json": ProxyStatus{V: 1, Phase: PhaseReplacing, Mode: "managed", UID: "u1",
 			InstanceName: "egress-abcdefghijklmnop", Provider: "local", Host: "local", IP: "127.0.0.2", Port: 3128,
 			SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 9, Teardown: ReasonSpecChanged,
@@ -54,6 +61,13 @@ func goldenCases() map[string]any {
 			Message: "read CONNECT answer: i/o timeout", ProvisionAt: at.Add(-time.Hour), AddressAt: at.Add(-time.Hour),
 			CreatedAt: at.Add(-time.Hour), UpdatedAt: at, Pool: "web",
 			Suspect: Suspect{Scope: SuspectTarget, Name: "local/local", Unhealthy: 7, Total: 10}},
+		// A status since instances have generations, which lease tokens name.
+		"proxy_status_generation.v1.json": ProxyStatus{V: 1, Phase: PhaseReady, Mode: "managed", UID: "u1",
+			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local",
+			IP: "127.0.0.2", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 9,
+			ProvisionAt: at, Generation: "9f3a0c1d2e4b5a68", AddressAt: at, CreatedAt: at, ReadyAt: at, UpdatedAt: at},
+		"lease_revocation.v1.json": LeaseRevocation{V: 1, Lease: "crawl-1.0.0123456789abcdef", Proxy: "crawl-1",
+			Until: at.Add(time.Minute + 5*time.Second), Reason: ReasonReleased},
 		"proxy_health.v1.json":  healthy,
 		"target_health.v1.json": target,
 		"provider_catalog.v1.json": CatalogRecord{V: 1, Provider: "kvm-home", Type: "libvirt",
@@ -84,6 +98,16 @@ func goldenCases() map[string]any {
 				{Name: "crawl-g5h6j", Placement: 0, CreatedAt: at.Add(-3 * time.Hour), Rev: 22, Retire: ReasonScaleDown, Deleting: true},
 			},
 			NextRotation: at.Add(5 * time.Hour), UpdatedAt: at},
+		"pool_status_autoscale.v1.json": PoolStatus{V: 1, Phase: PoolReady, Message: "2 of 2 members Ready", SpecRevision: 3, Replicas: 2, MaxMembers: 3,
+			Members: []PoolMember{{Name: "web-a1b2c", CreatedAt: at.Add(-time.Hour), Rev: 5}, {Name: "web-d3e4f", CreatedAt: at.Add(-time.Minute), Rev: 9}},
+			Autoscale: &PoolAutoscale{Desired: 2, Inputs: scaleInputs, LowSince: at.Add(-time.Minute), NextScaleDown: at.Add(4 * time.Minute),
+				Held: "every member above 1 holds a lease: the count goes down as leases end", LastDecision: "0 → 2: 1 refused, 0/0 leased, target 0.8",
+				LastDecisionAt: at.Add(-time.Hour)},
+			UpdatedAt: at},
+		"pool_demand.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Pool: "web", WindowSeconds: 30, Held: 8, Waiting: 6, Refused: 2,
+			Granted: 45, GrantsPerSecond: 1.5, At: at},
+		"pool_demand_selector.v1.json": PoolDemand{V: 1, Leaser: "3f9a0c1d2e4b5a69", Selector: map[string]string{"geo": "de"}, WindowSeconds: 30, Refused: 1, At: at},
+		"demand_sum.v1.json":           DemandSum{Selector: map[string]string{"geo": "de"}, Held: 8, Waiting: 6, Refused: 3, Granted: 45, GrantsPerSecond: 1.5, Leasers: 2},
 
 		// Core NATS.
 		"probe_request.v1.json": ProbeRequest{V: 1, Proxy: "crawl-1", Provider: "local", Host: "local", Address: "127.0.0.2",
@@ -112,6 +136,10 @@ func goldenCases() map[string]any {
 			Message: "deleted instance local/egress-x (uid u9) that no proxy owns",
 			GC: &GCDeletion{Provider: "local", Host: "local", ID: "local/egress-x", Name: "egress-x", UID: "u9", Kind: GCInstance,
 				CreatedAt: at.Add(-time.Hour)}},
+		"event_gc_lifetime.v1.json": Event{V: 1, ID: "gc:local/egress-y:2026-11-30T11:59:40Z", Kind: KindGC, Proxy: "egress-y", At: at,
+			Reason: ReasonLifetimeExceeded, Message: "deleted instance local/egress-y (uid u8): its lifetime (20s from its creation at 2026-11-30T11:59:40Z) ended at 2026-11-30T12:00:00Z",
+			GC: &GCDeletion{Provider: "local", Host: "local", ID: "local/egress-y", Name: "egress-y", UID: "u8", Kind: GCInstance,
+				CreatedAt: at.Add(-20 * time.Second), ExpiresAt: at}},
 		"event_provider.v1.json": Event{V: 1, ID: "provider:kvm-home.h1:1", Kind: KindProvider, Proxy: "kvm-home", At: at,
 			Reason: Reason(target.Reason), Message: target.Message, Target: &target},
 		"event_progress.v1.json": Event{V: 1, ID: "progress:kvm-home:h1:debian-13:1", Kind: KindProgress, Proxy: "kvm-home", At: at,
@@ -119,6 +147,9 @@ func goldenCases() map[string]any {
 		"event_pool.v1.json": Event{V: 1, ID: "pool:5d1c0a3f9e8b7a6c", Kind: KindPool, Proxy: "crawl", At: at,
 			Reason: ReasonDrainStarted, Message: "member crawl-a1b2c is draining (MaxAge): crawl-d3e4f is Ready in its place",
 			Pool: &PoolEvent{Pool: "crawl", Member: "crawl-a1b2c", Successor: "crawl-d3e4f", Leases: 2}},
+		"event_pool_scale.v1.json": Event{V: 1, ID: "pool:6e2d1b4a0f9c8b7d", Kind: KindPool, Proxy: "web", At: at,
+			Reason: ReasonScaledUp, Message: "autoscale 3 → 5: 6 waiting, 8/8 leased, target 0.8",
+			Pool: &PoolEvent{Pool: "web", Scale: &PoolScale{From: 3, To: 5, Inputs: scaleInputs}}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
 			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
 

@@ -26,7 +26,8 @@ type Op struct {
 	InstanceName string    `json:"instanceName"`
 	InstanceID   string    `json:"instanceId,omitempty"` // get and delete
 	SpecRevision uint64    `json:"specRevision,omitempty"`
-	SpecHash     string    `json:"specHash,omitempty"` // create: the hash the spec must still have
+	SpecHash     string    `json:"specHash,omitempty"`   // create: the hash the spec must still have
+	Generation   string    `json:"generation,omitempty"` // create: the instance's (ProxyStatus.Generation)
 	IssuedAt     time.Time `json:"issuedAt"`
 }
 
@@ -43,6 +44,7 @@ type Instance struct {
 	EgressIP  string    `json:"egressIp,omitempty"` // where its traffic leaves from, when the provider knows
 	UID       string    `json:"uid,omitempty"`
 	CreatedAt time.Time `json:"createdAt,omitzero"`
+	ExpiresAt time.Time `json:"expiresAt,omitzero"` // its lifetime's end, from its own mark; zero: none
 }
 
 // OpResult is what a provisioner reports after running an op (an event of kind op).

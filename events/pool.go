@@ -31,7 +31,10 @@ const (
 // Reasons of pool decisions: why a member is replaced (its Retire reason), and what the
 // controller did or is waiting for.
 const (
-	ReasonMaxAge          Reason = "MaxAge"          // the member reached its maximum age
+	ReasonMaxAge Reason = "MaxAge" // the member reached its maximum age
+	// ReasonLifetimeEnding: the member's instance nears the end of its lifetime
+	// (maxLifetimeSeconds): it is replaced successor-first before the collector deletes it.
+	ReasonLifetimeEnding  Reason = "LifetimeEnding"
 	ReasonTemplateChanged Reason = "TemplateChanged" // the template or the member's placement changed in a way that needs a new instance
 	ReasonBurned          Reason = "Burned"          // crawlers reported it blocked on enough distinct targets
 	ReasonMemberFailed    Reason = "MemberFailed"    // its instance is Failed (latched by the reconciler): only a new member helps
@@ -47,6 +50,8 @@ const (
 	ReasonDrainStarted   Reason = "DrainStarted"   // a member is no longer leased; its leases run on
 	ReasonDrainTimeout   Reason = "DrainTimeout"   // a draining member still had leases at the drain timeout
 	ReasonRotationHeld   Reason = "RotationHeld"   // a replacement waits: minAvailable and maxSurge leave no room
+	ReasonScaledUp       Reason = "ScaledUp"       // autoscale raised the member count: demand passed the target
+	ReasonScaledDown     Reason = "ScaledDown"     // autoscale lowered the member count: demand stayed low for scaleDownAfterSeconds
 )
 
 // PoolStatus is what the pool controller (its only writer, with compare-and-set) records of a
@@ -64,7 +69,40 @@ type PoolStatus struct {
 	MaxMembers   int          `json:"maxMembers"` // replicas + maxSurge, the cap
 	Members      []PoolMember `json:"members"`
 	NextRotation time.Time    `json:"nextRotation,omitzero"` // the earliest member's rotation time
-	UpdatedAt    time.Time    `json:"updatedAt"`
+	// Autoscale is the autoscaler's state, for a pool with autoscale: kept here, in the
+	// record every controller reads, so that a takeover carries on the same decision.
+	Autoscale *PoolAutoscale `json:"autoscale,omitempty"`
+	UpdatedAt time.Time      `json:"updatedAt"`
+}
+
+// PoolAutoscale is what the autoscaler decided and from what. Replicas of the record is
+// Desired.
+type PoolAutoscale struct {
+	Desired int         `json:"desired"`
+	Inputs  ScaleInputs `json:"inputs"`
+	// LowSince is when demand fell below what the members serve at the target; the count
+	// goes down at NextScaleDown (LowSince + scaleDownAfterSeconds) if it stays low.
+	LowSince      time.Time `json:"lowSince,omitzero"`
+	NextScaleDown time.Time `json:"nextScaleDown,omitzero"`
+	// Held says why a scale-down waits although its time has come: every member above the
+	// wanted count holds a lease.
+	Held           string    `json:"held,omitempty"`
+	LastDecision   string    `json:"lastDecision,omitempty"` // "3 → 5: 6 waiting, 8/8 leased, target 0.8"
+	LastDecisionAt time.Time `json:"lastDecisionAt,omitzero"`
+}
+
+// ScaleInputs is what one autoscale decision looked at.
+type ScaleInputs struct {
+	Held            int     `json:"held"`    // lease slots held on the pool's serving members
+	Waiting         int     `json:"waiting"` // acquires waiting now, summed over the leasers
+	Refused         int     `json:"refused"` // acquires refused in the leasers' window
+	GrantsPerSecond float64 `json:"grantsPerSecond"`
+	Members         int     `json:"members"`  // serving members (not draining)
+	Ready           int     `json:"ready"`    // of those, Ready
+	Capacity        int     `json:"capacity"` // Ready × maxLeases
+	Target          float64 `json:"target"`   // targetUtilization
+	Wanted          int     `json:"wanted"`   // what the demand asks for, within min and max
+	Leasers         int     `json:"leasers"`  // leaser records the demand came from
 }
 
 // PoolMember is one member in a pool's ledger.
@@ -95,4 +133,13 @@ type PoolEvent struct {
 	Member    string `json:"member,omitempty"`
 	Successor string `json:"successor,omitempty"`
 	Leases    int    `json:"leases,omitempty"` // leases the member held when it was drained or deleted
+	// Scale is an autoscale decision: the member count before and after, and its inputs.
+	Scale *PoolScale `json:"scale,omitempty"`
+}
+
+// PoolScale is an autoscale decision in a pool event.
+type PoolScale struct {
+	From   int         `json:"from"`
+	To     int         `json:"to"`
+	Inputs ScaleInputs `json:"inputs"`
 }

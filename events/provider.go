@@ -12,6 +12,9 @@ const (
 	LimitCreateBurst      = "createBurst"
 	LimitMaxInstances     = "maxInstances"          // instances egressd may have on the provider
 	LimitMaxPerTarget     = "maxInstancesPerTarget" // and on each of its targets
+	// LimitMaxLifetimeSeconds is the lifetime of the provider's instances whose spec sets
+	// none: its provisioners stamp it on each instance they create (decision 0076).
+	LimitMaxLifetimeSeconds = "maxLifetimeSeconds"
 )
 
 // CatalogRecord is the value of a provider's key in provider_catalog: what the provider
@@ -76,4 +79,7 @@ type GCDeletion struct {
 	UID       string    `json:"uid,omitempty"`
 	Kind      GCKind    `json:"kind"`
 	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// ExpiresAt is the end of the instance's lifetime, from its mark; an instance deleted
+	// because it passed (event reason LifetimeExceeded) has one.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }

@@ -56,6 +56,10 @@ const (
 	// ReasonLimitReached: a new instance would pass the provider's maxInstances (or
 	// maxInstancesPerTarget); the proxy is created when room appears, oldest first.
 	ReasonLimitReached Reason = "LimitReached"
+	// ReasonLifetimeExceeded: the instance passed its lifetime (maxLifetimeSeconds, stamped on
+	// it at creation): the collector deleted it, or the reconciler does, and a new one is
+	// made (a teardown reason; also the reason of the collector's gc event).
+	ReasonLifetimeExceeded Reason = "LifetimeExceeded"
 	// ReasonUnhealthyReplaced: the instance stayed Unhealthy past the reconciler's
 	// replaceAfter; it is deleted and created again (a teardown reason).
 	ReasonUnhealthyReplaced Reason = "UnhealthyReplaced"
@@ -103,10 +107,18 @@ type ProxyStatus struct {
 	RetryAt        time.Time  `json:"retryAt,omitzero"`
 	NextPollAt     time.Time  `json:"nextPollAt,omitzero"`
 	ProvisionAt    time.Time  `json:"provisionAt,omitzero"` // when the current create began
-	AddressAt      time.Time  `json:"addressAt,omitzero"`   // when ip:port last changed
-	CreatedAt      time.Time  `json:"createdAt,omitzero"`
-	ReadyAt        time.Time  `json:"readyAt,omitzero"`
-	UpdatedAt      time.Time  `json:"updatedAt,omitzero"`
+	// Generation is a fresh ID for each instance the proxy gets (set when its create is first
+	// issued, cleared once it is gone): lease tokens carry it, and the instance's key derives
+	// from it, so an instance rebuilt under the proxy's name refuses its predecessor's tokens.
+	Generation string    `json:"generation,omitempty"`
+	AddressAt  time.Time `json:"addressAt,omitzero"` // when ip:port last changed
+	CreatedAt  time.Time `json:"createdAt,omitzero"`
+	ReadyAt    time.Time `json:"readyAt,omitzero"`
+	// ExpiresAt is when the instance's lifetime ends, as its own mark says (the provisioner
+	// reads it back): the collector deletes it then, and the reconciler replaces it; zero:
+	// no lifetime.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+	UpdatedAt time.Time `json:"updatedAt,omitzero"`
 	// Pool is the pool the proxy is a member of (its spec's), so that readers of statuses
 	// alone (the brake's tally) can group by pool.
 	Pool string `json:"pool,omitempty"`

@@ -41,6 +41,7 @@ type Store struct {
 	Providers  jetstream.KeyValue // provider_health
 	Pools      jetstream.KeyValue // PoolSpec by pool name
 	PoolStatus jetstream.KeyValue // PoolStatus (the members' ledger), written by the pool controller
+	PoolDemand jetstream.KeyValue // PoolDemand per scope and leaser replica, with TTLs, written by the leasers
 	// Created names the buckets Open found missing and created (an upgrade added them).
 	Created []string
 }
@@ -95,6 +96,7 @@ func (s *Store) buckets() []bucket {
 		{&s.Pools, jetstream.KeyValueConfig{Bucket: events.BucketPools, History: 5, Description: "desired pools (PoolSpec)"}},
 		{&s.PoolStatus, jetstream.KeyValueConfig{Bucket: events.BucketPoolStatus, History: 1, Description: "pools and their members' ledger (PoolStatus), written by the pool controller"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
+		{&s.PoolDemand, jetstream.KeyValueConfig{Bucket: events.BucketPoolDemand, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "demand the leasers measure, <scope>.<leaser> (PoolDemand), each with a TTL of a few publish intervals"}},
 		{&s.LeaseState, jetstream.KeyValueConfig{Bucket: events.BucketLeaseState, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "holder slots holder.<pool>.<b64url(holder)>.<n> and sticky sessions session.<b64url(key)>, with TTLs"}},
 	}
 }

@@ -80,6 +80,10 @@ type CreateRequest struct {
 	// the reconciler issues. A provider may derive an idempotency key from it (gcp's insert
 	// requestId). Empty when the caller has no ops (tests).
 	Attempt string
+	// Lifetime, when above zero, is how long the instance may live: Create stamps its
+	// Marks.ExpiresAt (its CreatedAt plus Lifetime) on the instance, in the same call, so the
+	// orphan collector can delete it when that passes without asking anyone (decision 0076).
+	Lifetime time.Duration
 }
 
 // Auth is a forward proxy's basic-auth credential: a static username and password, or a
@@ -129,6 +133,22 @@ type Marks struct {
 	UID          string    `json:"uid"`
 	Installation string    `json:"installation"`
 	CreatedAt    time.Time `json:"createdAt"` // zero means very old
+	// ExpiresAt is when the instance's lifetime ends (CreateRequest.Lifetime), written with
+	// CreatedAt; zero means it has none. A value that does not parse reads as zero: the
+	// collector never deletes a proxy's working instance on a garbled mark (an orphan still
+	// goes, as every orphan does).
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
+}
+
+// Expired reports whether the instance's lifetime has passed at now.
+func (m Marks) Expired(now time.Time) bool { return !m.ExpiresAt.IsZero() && !now.Before(m.ExpiresAt) }
+
+// ExpiryOf is the ExpiresAt of an instance created at createdAt for lifetime (zero: none).
+func ExpiryOf(createdAt time.Time, lifetime time.Duration) time.Time {
+	if lifetime <= 0 {
+		return time.Time{}
+	}
+	return createdAt.Add(lifetime)
 }
 
 // Catalog describes what a provider offers. It never holds secrets.

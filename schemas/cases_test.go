@@ -57,6 +57,10 @@ var specCases = []specCase{
 	{name: "auth static", doc: `{"provider":"p","auth":{"mode":"static","username":"u","password":"p"}}`},
 	{name: "auth empty mode is static", doc: `{"provider":"p","auth":{"mode":"","username":"u","password":"p"}}`},
 	{name: "member", doc: `{"provider":"p","pool":"de-fleet","drain":false}`},
+	{name: "lifetime", doc: `{"provider":"p","maxLifetimeSeconds":86400}`},
+	{name: "lifetime bounds", doc: `{"provider":"p","maxLifetimeSeconds":10}`},
+	{name: "lifetime a year", doc: `{"provider":"p","maxLifetimeSeconds":31536000}`},
+	{name: "lifetime zero is the default", doc: `{"mode":"external","endpoint":{"host":"h"},"maxLifetimeSeconds":0}`},
 	{name: "draining member", doc: `{"provider":"p","pool":"` + long57 + `","drain":true}`},
 	{name: "drained by hand", doc: `{"mode":"external","endpoint":{"host":"h"},"drain":true,"pool":""}`},
 	{name: "external in full", doc: `{"v":1,"mode":"external","port":8080,"endpoint":{"host":"proxy.example.com","port":3129},
@@ -125,6 +129,15 @@ var specCases = []specCase{
 	{name: "mode wrong case", doc: `{"mode":"Managed","provider":"p"}`, fields: want("mode")},
 	{name: "maxLeases negative", doc: `{"provider":"p","maxLeases":-1}`, fields: want("maxLeases")},
 	{name: "maxLeases too big", doc: `{"provider":"p","maxLeases":10001}`, fields: want("maxLeases")},
+
+	// Lifetime.
+	{name: "lifetime too short", doc: `{"provider":"p","maxLifetimeSeconds":9}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime negative", doc: `{"provider":"p","maxLifetimeSeconds":-1}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime over a year", doc: `{"provider":"p","maxLifetimeSeconds":31536001}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime string", doc: `{"provider":"p","maxLifetimeSeconds":"60"}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime fraction", doc: `{"provider":"p","maxLifetimeSeconds":60.5}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime null", doc: `{"provider":"p","maxLifetimeSeconds":null}`, fields: want("maxLifetimeSeconds")},
+	{name: "lifetime on an external proxy", doc: `{"mode":"external","endpoint":{"host":"h"},"maxLifetimeSeconds":60}`, fields: want("maxLifetimeSeconds")},
 
 	// Owner and drain.
 	{name: "pool uppercase", doc: `{"provider":"p","pool":"Fleet"}`, fields: want("pool")},

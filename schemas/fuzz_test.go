@@ -83,8 +83,21 @@ func FuzzParsePoolSpec(f *testing.F) {
 		if member, err := ParseProxySpec(tmpl); err != nil || !reflect.DeepEqual(member, s.Template) {
 			t.Fatalf("template %s is not the same proxy spec on its own: %+v, %v", tmpl, member, err)
 		}
-		if n := s.MaxMembers(); n < *s.Replicas || n > 2*MaxReplicas {
-			t.Fatalf("MaxMembers = %d with replicas %d", n, *s.Replicas)
+		// Exactly one of replicas and autoscale; the cap holds the most either may ask for.
+		if (s.Replicas == nil) == (s.Autoscale == nil) {
+			t.Fatalf("replicas %v and autoscale %+v: want exactly one", s.Replicas, s.Autoscale)
+		}
+		most := 0
+		if s.Replicas != nil {
+			most = *s.Replicas
+		} else {
+			most = *s.Autoscale.Max
+			if a := s.Autoscale; *a.Min > most || a.TargetUtilization <= 0 || a.TargetUtilization > 1 || a.ScaleDownStep < 1 {
+				t.Fatalf("autoscale %+v passed validation", *a)
+			}
+		}
+		if n := s.MaxMembers(); n < most || n > 2*MaxReplicas {
+			t.Fatalf("MaxMembers = %d with %d members at most", n, most)
 		}
 	})
 }

@@ -38,12 +38,15 @@ const (
 type PoolSpec struct {
 	V          int             `json:"v,omitempty"`
 	Template   ProxySpec       `json:"template"`
-	Replicas   *int            `json:"replicas"`
+	Replicas   *int            `json:"replicas,omitempty"`
 	Placements []PoolPlacement `json:"placements,omitempty"`
 	Spread     string          `json:"spread,omitempty"`
 	Rotation   Rotation        `json:"rotation,omitzero"`
 	Recycle    *Recycle        `json:"recycle,omitempty"`
 	Leases     *PoolLeases     `json:"leases,omitempty"`
+	// Autoscale sets the member count from the demand the leasers measure, instead of
+	// replicas (autoscale.go); exactly one of the two is given.
+	Autoscale *Autoscale `json:"autoscale,omitempty"`
 }
 
 // PoolLeases tunes the lease service for the pool's members.
@@ -121,6 +124,7 @@ func (s *PoolSpec) applyDefaults() {
 		n := DefaultMaxSurge
 		r.MaxSurge = &n
 	}
+	s.Autoscale.applyDefaults()
 	if r.MinAvailable == nil && s.Replicas != nil {
 		// Successor-first replacement keeps every member Ready; without a surge one member
 		// must go first.
@@ -177,12 +181,22 @@ func (s PoolSpec) Validate() error {
 		bad("template.attributes."+PoolAttribute, "must be left out: the pool controller sets it to the pool's name on each member")
 	}
 	replicas, replicasOK := 0, false
-	if s.Replicas == nil {
-		bad("replicas", "is required (0 to %d)", MaxReplicas)
-	} else if replicas = *s.Replicas; replicas < 0 || replicas > MaxReplicas {
+	switch {
+	case s.Replicas == nil && s.Autoscale == nil:
+		bad("replicas", "is required (0 to %d), unless autoscale is given", MaxReplicas)
+	case s.Replicas != nil && s.Autoscale != nil:
+		bad("replicas", "must be left out when autoscale is given: the autoscaler sets the member count")
+	case s.Autoscale != nil:
+		errs = append(errs, s.Autoscale.validate()...)
+		// rotation.minAvailable is checked against the most members autoscale allows.
+		if s.Autoscale.Max != nil && *s.Autoscale.Max >= 0 && *s.Autoscale.Max <= MaxReplicas {
+			replicas, replicasOK = *s.Autoscale.Max, true
+		}
+	case *s.Replicas < 0 || *s.Replicas > MaxReplicas:
+		replicas = *s.Replicas
 		bad("replicas", "must be between 0 and %d, got %d", MaxReplicas, replicas)
-	} else {
-		replicasOK = true
+	default:
+		replicas, replicasOK = *s.Replicas, true
 	}
 	if len(s.Placements) > MaxPlacements {
 		bad("placements", "must have at most %d entries, has %d", MaxPlacements, len(s.Placements))
@@ -229,6 +243,8 @@ func (s PoolSpec) Validate() error {
 	if r.MinAvailable != nil {
 		// Compared with replicas only once replicas itself is valid.
 		switch m := *r.MinAvailable; {
+		case replicasOK && (m < 0 || m > replicas) && s.Autoscale != nil:
+			bad("rotation.minAvailable", "must be between 0 and autoscale.max (%d), got %d", replicas, m)
 		case replicasOK && (m < 0 || m > replicas):
 			bad("rotation.minAvailable", "must be between 0 and replicas (%d), got %d", replicas, m)
 		case m < 0 || m > MaxReplicas:
@@ -255,15 +271,19 @@ func (s PoolSpec) Validate() error {
 	return errors.Join(errs...)
 }
 
-// MaxMembers is the cap on the pool's members: replicas plus the surge. On a spec whose
-// defaults are not applied, a missing replicas counts as 0 and a missing maxSurge as its default.
+// MaxMembers is the cap on the pool's members: replicas (autoscale.max) plus the surge. On a
+// spec whose defaults are not applied, a missing replicas counts as 0 and a missing maxSurge
+// as its default.
 func (s PoolSpec) MaxMembers() int {
 	n := DefaultMaxSurge
 	if s.Rotation.MaxSurge != nil {
 		n = *s.Rotation.MaxSurge
 	}
-	if s.Replicas != nil {
+	switch {
+	case s.Replicas != nil:
 		n += *s.Replicas
+	case s.Autoscale != nil && s.Autoscale.Max != nil:
+		n += *s.Autoscale.Max
 	}
 	return n
 }

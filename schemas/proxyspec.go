@@ -30,6 +30,13 @@ const (
 	DefaultSuccessThreshold = 1
 )
 
+// Bounds of maxLifetimeSeconds (0 is none): at least ten seconds, at most a year, so that it
+// converts to a time.Duration without overflowing.
+const (
+	MinLifetimeSeconds = 10
+	MaxLifetimeSeconds = 365 * 86400
+)
+
 // ProxySpec v1: a desired proxy, the value of a key in the proxies bucket.
 type ProxySpec struct {
 	V            int               `json:"v,omitempty"`
@@ -44,6 +51,12 @@ type ProxySpec struct {
 	Attributes   map[string]string `json:"attributes,omitempty"`
 	MaxLeases    *int              `json:"maxLeases,omitempty"`
 	HealthCheck  HealthCheck       `json:"healthCheck,omitzero"`
+	// MaxLifetimeSeconds bounds how long a managed proxy's instance lives: it is stamped on the
+	// instance when it is created, and the provisioners' orphan collector deletes it once
+	// passed, whether a reconciler runs or not (decision 0076). 0: the provider's default
+	// (maxLifetimeSeconds in its config entry), or none. It never replaces an instance by
+	// itself changing: it applies to the instances created after the change.
+	MaxLifetimeSeconds int `json:"maxLifetimeSeconds,omitempty"`
 	// Pool names the pool that owns this proxy (a member); only that pool's controller
 	// writes it. Drain stops new leases while those held run on. Neither replaces an instance.
 	Pool  string `json:"pool,omitempty"`

@@ -150,6 +150,8 @@ func jsonTypeOf(k reflect.Kind) string {
 		return "string"
 	case reflect.Bool:
 		return "boolean"
+	case reflect.Float64:
+		return "number"
 	}
 	return "unsupported Go kind " + k.String()
 }

@@ -90,6 +90,9 @@ func (s ProxySpec) Validate() error {
 		if s.CloudInitRef != "" {
 			bad("cloudInitRef", "must be empty for an external proxy")
 		}
+		if s.MaxLifetimeSeconds != 0 {
+			bad("maxLifetimeSeconds", "must be 0 for an external proxy (egressd makes no instance to end)")
+		}
 	default:
 		bad("mode", "must be %q or %q, got %q", ModeManaged, ModeExternal, s.Mode)
 	}
@@ -125,6 +128,9 @@ func (s ProxySpec) Validate() error {
 	}
 	if badKey {
 		bad("attributes", "keys must be 1 to 63 characters")
+	}
+	if l := s.MaxLifetimeSeconds; l != 0 && (l < MinLifetimeSeconds || l > MaxLifetimeSeconds) {
+		bad("maxLifetimeSeconds", "must be 0 (the provider's default) or between %d and %d, got %d", MinLifetimeSeconds, MaxLifetimeSeconds, l)
 	}
 	if s.MaxLeases != nil && (*s.MaxLeases < 0 || *s.MaxLeases > 10000) {
 		bad("maxLeases", "must be between 0 and 10000, got %d", *s.MaxLeases)

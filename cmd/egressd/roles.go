@@ -59,7 +59,8 @@ var roleTable = []role{
 			return func(ctx context.Context) error { return servePprof(ctx, ln) }, nil
 		}},
 	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners,
-		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks}},
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks,
+			events.BucketLeaseState}},
 	{name: "echo", wanted: func(d *daemon) bool { return d.ls.echo != nil },
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			ln := d.ls.echo
@@ -68,7 +69,8 @@ var roleTable = []role{
 	{name: "prober", after: []string{"echo"}, wanted: func(d *daemon) bool { return d.roles.prober }, build: buildProber,
 		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketProbers}},
 	{name: "leaser", wanted: func(d *daemon) bool { return d.roles.leaser }, build: buildLeaser,
-		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketPools, events.BucketCooldowns, events.BucketLeaseState}},
+		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketPools, events.BucketCooldowns, events.BucketLeaseState,
+			events.BucketPoolDemand}},
 	// The reloader is started once what it reloads (the lease HTTP face) exists.
 	{name: "reload", after: []string{"leaser"}, wanted: always,
 		build: func(_ context.Context, d *daemon) (runner, error) { return d.reload.watch, nil }},
@@ -90,7 +92,8 @@ var roleTable = []role{
 	// The pool controller lives beside the reconciler, under a leader lease of its own: it
 	// only writes specs, which the reconciler then acts on like any other.
 	{name: "pools", after: []string{"reconciler"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
-		buckets: []string{events.BucketPools, events.BucketStatus, events.BucketCatalog, events.BucketProxies, events.BucketPoolStatus, events.BucketLocks},
+		buckets: []string{events.BucketPools, events.BucketStatus, events.BucketCatalog, events.BucketProxies, events.BucketPoolStatus, events.BucketLocks,
+			events.BucketPoolDemand},
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			pc, err := pools.New(pools.Config{Buckets: pools.BucketsOf(d.store), Holder: d.holder, LeaderTTL: d.f.leaderTTL, Log: d.log})
 			if err != nil {
@@ -103,7 +106,7 @@ var roleTable = []role{
 // allBuckets is every bucket: the status page shows them all.
 var allBuckets = []string{events.BucketProxies, events.BucketCloudInit, events.BucketStatus, events.BucketCatalog,
 	events.BucketLocks, events.BucketHealth, events.BucketProviderHealth, events.BucketProbers, events.BucketPools,
-	events.BucketPoolStatus, events.BucketCooldowns, events.BucketLeaseState}
+	events.BucketPoolStatus, events.BucketCooldowns, events.BucketLeaseState, events.BucketPoolDemand}
 
 // bucketsOf is every bucket the wanted parts use, and what every process reads: the
 // installation ID (egress_locks) and, for its health check, proxies.
@@ -149,6 +152,19 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			return nil, err
 		}
 		runs = append(runs, p.Run)
+		if w, ok := pb.b.(provisioner.RevocationWriter); ok && d.store.LeaseState != nil {
+			// The provider's proxies get the revocation list as they get their keys: from
+			// the process that provisions them (docs/leases.md#revocation).
+			name := pb.name
+			runs = append(runs, provisioner.Revocations{KV: provisioner.BucketsOf(d.store).LeaseState, Deliver: w.WriteRevocations,
+				Log:     d.log.With("component", "revocations", "provider", name),
+				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Follow)
+		}
+		if c, ok := pb.b.(interface {
+			LeaseRefusals() (map[string]int64, error)
+		}); ok {
+			d.obs.RegisterRefusals(pb.name, c.LeaseRefusals)
+		}
 	}
 	return func(ctx context.Context) error {
 		g, gctx := errgroup.WithContext(ctx)
@@ -182,7 +198,8 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	}
 	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
-		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(), MaxWait: d.cfg.MaxWait()})
+		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
+		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow()})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"github.com/egressd/egressd/schemas"
@@ -20,7 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-const squidAuthUsage = `Usage: egressd squid-auth --key-file FILE
+const squidAuthUsage = `Usage: egressd squid-auth --key-file FILE [--revocations-file LIST]
 
 A basic-auth helper for stock Squid that checks egressd's lease tokens (auth.mode "lease",
 docs/leases.md) offline, with the proxy's key from FILE (written by egressd lease-key):
@@ -34,6 +35,10 @@ It reads "username password" lines (URL-escaped, as Squid sends them; with concu
 "channel-ID username password") and answers OK or ERR on each. FILE may also hold a
 password line (egressd forward-proxy's auth file format). It is re-read when it changes; while
 it is unusable every answer is ERR.
+
+With --revocations-file, the tokens of the leases LIST names are refused too (a released
+lease's, docs/leases.md#revocation). egressd lease-revocations --out LIST keeps it fresh; a
+missing LIST revokes nothing, and one that turns unusable leaves the last one read in force.
 `
 
 // squidMaxLine bounds one request line: a lease ID and a token are a few hundred bytes.
@@ -44,6 +49,7 @@ func squidAuthCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, squidAuthUsage); fs.PrintDefaults() }
 	keyFile := fs.String("key-file", "", "the proxy's key `file` (required)")
+	revFile := fs.String("revocations-file", "", "the lease revocation `list` to honour (egressd lease-revocations writes it)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -57,8 +63,9 @@ func squidAuthCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "squid-auth:", err)
 		return 1
 	}
-	auth := forwardproxy.NewFileAuthenticator(*keyFile, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	if err := serveSquidAuth(stdin, stdout, auth.Allow); err != nil {
+	auth := forwardproxy.NewFileAuthenticator(*keyFile, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))).
+		WithRevocations(*revFile)
+	if err := serveSquidAuth(stdin, stdout, auth.Check); err != nil {
 		fmt.Fprintln(stderr, "squid-auth:", err)
 		return 1
 	}
@@ -69,7 +76,7 @@ func squidAuthCmd(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 // flushed at once: Squid waits for it before it sends the next request on this channel. A
 // line over squidMaxLine is answered ERR and skipped, never a reason to exit: Squid restarts
 // a helper that exits, and stops altogether when its helpers keep exiting.
-func serveSquidAuth(in io.Reader, out io.Writer, allow func(user, pass string) bool) error {
+func serveSquidAuth(in io.Reader, out io.Writer, allow func(user, pass string) error) error {
 	r := bufio.NewReaderSize(in, squidMaxLine)
 	w := bufio.NewWriter(out)
 	for {
@@ -131,7 +138,10 @@ func squidChannel(line string) string {
 const squidMalformed = `ERR message="malformed request"`
 
 // squidAnswer is the answer to one line, and the channel-ID prefix to give it.
-func squidAnswer(line string, allow func(user, pass string) bool) (channel, answer string) {
+//
+// A refusal says why in leaseauth.Reason's words (revoked, expired, instance …), which Squid
+// logs; never the credential.
+func squidAnswer(line string, allow func(user, pass string) error) (channel, answer string) {
 	const refused = `ERR message="lease credentials refused"`
 	f := strings.Split(strings.TrimRight(line, "\r"), " ")
 	if len(f) == 3 {
@@ -142,7 +152,13 @@ func squidAnswer(line string, allow func(user, pass string) bool) (channel, answ
 	}
 	user, err1 := url.PathUnescape(f[0])
 	pass, err2 := url.PathUnescape(f[1])
-	if err1 != nil || err2 != nil || !allow(user, pass) {
+	if err1 != nil || err2 != nil {
+		return channel, refused
+	}
+	if err := allow(user, pass); err != nil {
+		if r := leaseauth.Reason(err); r != "" && r != "other" {
+			return channel, `ERR message="lease credentials refused: ` + r + `"`
+		}
 		return channel, refused
 	}
 	return channel, "OK"

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +17,7 @@ import (
 // Squid's basic-auth helper protocol: one answer per line, in order, with the channel-ID
 // echoed when Squid sends one, and URL-escaped fields decoded.
 func TestSquidAuthProtocol(t *testing.T) {
-	allow := func(user, pass string) bool { return user == "p1.0.abc" && pass == "v1.1.x y" }
+	allow := func(user, pass string) error { return refuseUnless(user == "p1.0.abc" && pass == "v1.1.x y") }
 	in := strings.Join([]string{
 		"p1.0.abc v1.1.x%20y",   // OK
 		"p1.0.abc wrong",        // ERR
@@ -69,7 +72,7 @@ func TestSquidAuthCommand(t *testing.T) {
 // goes on: a helper that exits is restarted by Squid, and one that keeps exiting makes Squid
 // stop ("helpers are crashing too rapidly").
 func TestSquidAuthOverlongLine(t *testing.T) {
-	allow := func(user, pass string) bool { return user == "u" && pass == "p" }
+	allow := func(user, pass string) error { return refuseUnless(user == "u" && pass == "p") }
 	long := strings.Repeat("x", squidMaxLine+10)
 	in := strings.Join([]string{
 		"u " + long,     // too long: ERR, no channel to echo
@@ -87,5 +90,69 @@ func TestSquidAuthOverlongLine(t *testing.T) {
 		`ERR message="malformed request"`, "10 OK", `ERR message="lease credentials refused"`}
 	if got := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("answers:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func refuseUnless(ok bool) error {
+	if ok {
+		return nil
+	}
+	return errors.New("refused")
+}
+
+// With --revocations-file, a token passes until its lease is on the list, and is then
+// refused with the reason, from the next question on: the helper keeps running and re-reads
+// the list. A token of another instance of the proxy says so too.
+func TestSquidAuthRevocations(t *testing.T) {
+	dir := t.TempDir()
+	keyFile, revFile := filepath.Join(dir, "key"), filepath.Join(dir, "revoked")
+	m := leaseauth.NewMaster()
+	key := m.InstanceKey("sq", "g2")
+	if err := os.WriteFile(keyFile, []byte(key.FileLine()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	exp := time.Now().Add(time.Minute)
+	user, pass := key.Sign("sq.0.0123456789abcdef", exp)
+	_, old := m.InstanceKey("sq", "g1").Sign("sq.1.0123456789abcdef", exp)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan int, 1)
+	var errs bytes.Buffer
+	go func() {
+		done <- squidAuthCmd([]string{"--key-file", keyFile, "--revocations-file", revFile}, inR, outW, &errs)
+		outW.Close()
+	}()
+	answers := bufio.NewReader(outR)
+	ask := func(user, pass string) string {
+		t.Helper()
+		if _, err := io.WriteString(inW, user+" "+pass+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		a, err := answers.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(a)
+	}
+	if a := ask(user, pass); a != "OK" {
+		t.Fatalf("before revocation: %s", a)
+	}
+	if a := ask("sq.1.0123456789abcdef", old); a != `ERR message="lease credentials refused: instance"` {
+		t.Fatalf("another instance's token: %s", a)
+	}
+	var list leaseauth.Revocations
+	list.Add(user, exp.Add(leaseauth.Skew))
+	if err := os.WriteFile(revFile, list.Encode(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if a := ask(user, pass); a != `ERR message="lease credentials refused: revoked"` {
+		t.Fatalf("after revocation: %s", a)
+	}
+	inW.Close()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if strings.Contains(errs.String(), pass) {
+		t.Fatal("stderr holds the token")
 	}
 }

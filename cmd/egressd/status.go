@@ -186,7 +186,7 @@ func judge(w io.Writer, rows []fleet.Row, pools []fleet.PoolRow) int {
 // opened or read is in the fleet's Errors, its part left empty, and the rest is read all the
 // same. A denied read fails at once (reader): the viewer of deploy/nats may not read specs, and
 // gets its rows from the statuses alone, without lease limits, attributes or probe intervals.
-// With pools, it also reads pools and pool_status.
+// With pools, it also reads pools, pool_status and pool_demand.
 func loadFleet(ctx context.Context, url string, pools bool) (*fleet.Fleet, error) {
 	r, err := dialReader(url, "egressd status")
 	if err != nil {
@@ -203,7 +203,8 @@ func loadFleet(ctx context.Context, url string, pools bool) (*fleet.Fleet, error
 	}
 	buckets := []bucket{{events.BucketProxies, &b.Proxies}, {events.BucketStatus, &b.Status}, {events.BucketHealth, &b.Health}}
 	if pools {
-		buckets = append(buckets, bucket{events.BucketPools, &b.Pools}, bucket{events.BucketPoolStatus, &b.PoolStatus})
+		buckets = append(buckets, bucket{events.BucketPools, &b.Pools}, bucket{events.BucketPoolStatus, &b.PoolStatus},
+			bucket{events.BucketPoolDemand, &b.PoolDemand})
 	}
 	for _, o := range buckets {
 		if *o.dst, err = r.open(ctx, o.name); err != nil {
@@ -234,6 +235,9 @@ func reportReadErrors(w io.Writer, errs []fleet.ReadError) int {
 				continue
 			case events.BucketPools:
 				fmt.Fprintf(w, "egressd status: %v; pools come from the controller's statuses alone (no desired replicas)\n", e)
+				continue
+			case events.BucketPoolDemand:
+				fmt.Fprintf(w, "egressd status: %v; the leasers' demand is not shown\n", e)
 				continue
 			}
 		}

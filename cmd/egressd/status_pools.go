@@ -32,5 +32,11 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 		if s := p.Suspect; s != nil {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, s)
 		}
+		if d := p.Demand; d != nil {
+			fmt.Fprintf(w, "%s: demand %s\n", p.Name, d)
+		}
+		if a := p.Autoscale; a != nil {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, a.Text(now))
+		}
 	}
 }

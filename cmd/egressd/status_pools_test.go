@@ -47,7 +47,7 @@ func TestStatusPools(t *testing.T) {
 		"crawl Progressing 3 4 3 3 1 5h in 2h MaxAge",
 		"old Deleting - 1 0 0 0 2d - PoolDeleted",
 		"web Pending 2 0 0 0 0 - - -",
-		"broken: replicas: is required (0 to 1000)",
+		"broken: replicas: is required (0 to 1000), unless autoscale is given",
 	} {
 		if !strings.Contains(spaced(out), "\n"+want+"\n") {
 			t.Errorf("table lacks\n%s\nin\n%s", want, out)
@@ -200,6 +200,7 @@ func TestDeniedPoolReads(t *testing.T) {
 		{[]fleet.ReadError{denied("pools")}, 0, "pools come from the controller's statuses alone"},
 		{[]fleet.ReadError{denied("pools"), denied("proxies")}, 0, "rows come from the statuses alone"},
 		{[]fleet.ReadError{denied("pool_status")}, 1, "read bucket pool_status: permission denied"},
+		{[]fleet.ReadError{denied("pool_demand")}, 0, "the leasers' demand is not shown"},
 	} {
 		var b strings.Builder
 		if code := reportReadErrors(&b, c.errs); code != c.code || !strings.Contains(b.String(), c.note) {
@@ -216,5 +217,26 @@ func TestPrintPoolsSuspect(t *testing.T) {
 		Suspect: &events.Suspect{Scope: events.SuspectPool, Name: "crawl", Unhealthy: 3, Total: 4}}}, time.Now())
 	if want := "crawl: pool crawl is Suspect: 3 of 4 proxies Unhealthy at once"; !strings.Contains(b.String(), want) {
 		t.Errorf("lacks %q:\n%s", want, b.String())
+	}
+}
+
+// An autoscaled pool shows its demand and its autoscaler's inputs, last decision and next
+// possible scale-down under the table.
+func TestPrintPoolsAutoscale(t *testing.T) {
+	var b strings.Builder
+	n, now := 2, time.Now()
+	printPools(&b, []fleet.PoolRow{{Name: "web", Phase: "Ready", Desired: &n, Members: 2, Oldest: "1m",
+		Demand: &events.DemandSum{Held: 2, Waiting: 1, Refused: 3, GrantsPerSecond: 0.5, Leasers: 2},
+		Autoscale: &fleet.AutoscaleRow{Min: 0, Max: 3, State: &events.PoolAutoscale{Desired: 2,
+			Inputs:       events.ScaleInputs{Held: 2, Waiting: 1, Refused: 3, Ready: 2, Capacity: 2, Target: 0.8, Wanted: 3},
+			LastDecision: "0 → 2: 3 refused, 0/0 leased, target 0.8", LastDecisionAt: now.Add(-time.Minute),
+			NextScaleDown: now.Add(4 * time.Minute)}}}}, now)
+	for _, want := range []string{
+		"web: demand 1 waiting, 3 refused, 2 held, 0.5 grants/s (2 leasers)",
+		"web: autoscale 0 to 3, wants 3 (2 held of 2 on 2 Ready, 1 waiting, 3 refused, target 0.8); last 0 → 2: 3 refused, 0/0 leased, target 0.8, 1m ago; next scale-down in 4m",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
 	}
 }

@@ -28,16 +28,22 @@ func mustMaster(s string) Master {
 }
 
 func TestVerify(t *testing.T) {
-	k := master.ProxyKey("p1")
+	k := master.InstanceKey("p1", "i1")
 	user, pass := k.Sign(leaseID, t0.Add(time.Minute))
-	exp, sig, _ := strings.Cut(strings.TrimPrefix(pass, "v1."), ".")
+	f := strings.Split(pass, ".")
+	kid, exp, sig := f[1], f[3], f[4]
+	pre := "v2." + kid + ".i1."
 	flip := []byte(sig)
 	flip[3] ^= 1 // still base64url, another signature
 	if flip[3] == sig[3] {
 		t.Fatal("flip did nothing")
 	}
-	otherUser, otherPass := master.ProxyKey("p2").Sign(leaseID, t0.Add(time.Minute))
-	wrongUser, wrongPass := other.ProxyKey("p1").Sign(leaseID, t0.Add(time.Minute))
+	otherUser, otherPass := master.InstanceKey("p2", "i1").Sign(leaseID, t0.Add(time.Minute))
+	wrongUser, wrongPass := other.InstanceKey("p1", "i1").Sign(leaseID, t0.Add(time.Minute))
+	_, rebuiltPass := master.InstanceKey("p1", "i2").Sign(leaseID, t0.Add(time.Minute))
+	// The same master ID and instance on another master's key: only the signature tells.
+	forged := Key{kid: kid, proxy: "p1", instance: "i1", b: other.InstanceKey("p1", "i1").b}
+	_, forgedPass := forged.Sign(leaseID, t0.Add(time.Minute))
 	for _, c := range []struct {
 		name       string
 		key        Key
@@ -50,24 +56,30 @@ func TestVerify(t *testing.T) {
 		{"valid within the skew", k, user, pass, t0.Add(time.Minute + Skew), nil},
 		{"expired past the skew", k, user, pass, t0.Add(time.Minute + Skew + time.Second), ErrExpired},
 		{"altered subject", k, "p1.0.0123456789abcdee", pass, t0, ErrSignature},
-		{"altered expiry", k, user, "v1." + fmt.Sprint(t0.Add(time.Hour).Unix()) + "." + sig, t0, ErrSignature},
-		{"altered signature", k, user, "v1." + exp + "." + string(flip), t0, ErrSignature},
+		{"altered expiry", k, user, pre + fmt.Sprint(t0.Add(time.Hour).Unix()) + "." + sig, t0, ErrSignature},
+		{"altered signature", k, user, pre + exp + "." + string(flip), t0, ErrSignature},
 		{"another proxy's token", k, otherUser, otherPass, t0, ErrSignature},
-		{"another master's token", k, wrongUser, wrongPass, t0, ErrSignature},
+		{"another master's token", k, wrongUser, wrongPass, t0, ErrKeyID},
+		{"another master under this master's ID", k, user, forgedPass, t0, ErrSignature},
+		{"a rebuilt instance's token", k, user, rebuiltPass, t0, ErrInstance},
+		{"altered instance", k, user, "v2." + kid + ".i2." + exp + "." + sig, t0, ErrInstance},
 		{"zero key", Key{proxy: "p1"}, user, pass, t0, ErrSignature},
-		{"zero master signs nothing valid", k, user, func() string { _, p := (Master{}).ProxyKey("p1").Sign(leaseID, t0); return p }(), t0, ErrSignature},
+		{"zero master signs nothing valid", k, user, func() string { _, p := (Master{}).InstanceKey("p1", "i1").Sign(leaseID, t0); return p }(), t0, ErrKeyID},
 		{"empty", k, "", "", t0, ErrMalformed},
 		{"bad subject", k, "p1 0", pass, t0, ErrMalformed},
 		{"long subject", k, strings.Repeat("a", MaxSubject+1), pass, t0, ErrMalformed},
-		{"no version", k, user, strings.TrimPrefix(pass, "v1."), t0, ErrMalformed},
-		{"other version", k, user, "v2." + exp + "." + sig, t0, ErrMalformed},
-		{"no signature", k, user, "v1." + exp, t0, ErrMalformed},
-		{"signed expiry", k, user, "v1.+" + exp + "." + sig, t0, ErrMalformed},
-		{"leading zero", k, user, "v1.0" + exp + "." + sig, t0, ErrMalformed},
-		{"huge expiry", k, user, "v1.9999999999999." + sig, t0, ErrMalformed},
+		{"no version", k, user, strings.TrimPrefix(pass, "v2."), t0, ErrMalformed},
+		{"old version", k, user, "v1." + exp + "." + sig, t0, ErrMalformed},
+		{"no signature", k, user, pre + exp, t0, ErrMalformed},
+		{"no master ID", k, user, "v2..i1." + exp + "." + sig, t0, ErrMalformed},
+		{"bad instance", k, user, "v2." + kid + ".i:1." + exp + "." + sig, t0, ErrMalformed},
+		{"long instance", k, user, "v2." + kid + "." + strings.Repeat("i", MaxInstance+1) + "." + exp + "." + sig, t0, ErrMalformed},
+		{"signed expiry", k, user, pre + "+" + exp + "." + sig, t0, ErrMalformed},
+		{"leading zero", k, user, pre + "0" + exp + "." + sig, t0, ErrMalformed},
+		{"huge expiry", k, user, pre + "9999999999999." + sig, t0, ErrMalformed},
 		{"padded signature", k, user, pass + "=", t0, ErrMalformed},
-		{"short signature", k, user, "v1." + exp + "." + sig[:40], t0, ErrMalformed},
-		{"std base64", k, user, "v1." + exp + "." + strings.NewReplacer("-", "+", "_", "/").Replace(sig) + "+", t0, ErrMalformed},
+		{"short signature", k, user, pre + exp + "." + sig[:40], t0, ErrMalformed},
+		{"std base64", k, user, pre + exp + "." + strings.NewReplacer("-", "+", "_", "/").Replace(sig) + "+", t0, ErrMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.key.Verify(c.user, c.pass, c.now)
@@ -120,11 +132,17 @@ func TestFileLine(t *testing.T) {
 	if back.Proxy() != "p1" || back.Verify(user, pass, t0) != nil {
 		t.Fatal("the key read back does not verify its own tokens")
 	}
-	for _, bad := range []string{"", "p1:lease", "p1:sha256:00", "p1:lease:AAAA", "p 1:lease:" + line[len("p1:lease:"):],
-		"p1:lease:" + strings.TrimSpace(line[len("p1:lease:"):]) + "\nx"} {
+	if back.Instance() != "" || back.KeyID() != master.ID() {
+		t.Fatalf("read back instance %q, master ID %q", back.Instance(), back.KeyID())
+	}
+	kid, rest := master.ID(), strings.TrimSpace(line[len("p1:lease:"+master.ID()+"::"):])
+	for _, bad := range []string{"", "p1:lease", "p1:sha256:00", "p1:lease:AAAA", "p1:lease:" + kid + "::AAAA",
+		"p 1:lease:" + kid + "::" + rest, "p1:lease::i:" + rest, "p1:lease:" + kid + ":i.1:" + rest,
+		"p1:lease:" + rest, // a v1 line
+		"p1:lease:" + kid + "::" + rest + "\nx"} {
 		if _, err := ParseFileLine(bad); err == nil {
 			t.Errorf("ParseFileLine(%q) accepted", bad)
-		} else if len(bad) > 20 && strings.Contains(err.Error(), bad[9:30]) {
+		} else if strings.Contains(err.Error(), rest[:20]) {
 			t.Errorf("error quotes the key: %v", err)
 		}
 	}
@@ -153,7 +171,7 @@ func TestParseMaster(t *testing.T) {
 func TestSecretsNeverPrint(t *testing.T) {
 	m := NewMaster()
 	k := m.ProxyKey("p1")
-	secrets := []string{string(m.Encode()), strings.Split(strings.TrimSpace(k.FileLine()), ":")[2]}
+	secrets := []string{string(m.Encode()), strings.Split(strings.TrimSpace(k.FileLine()), ":")[4]}
 	var logged bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logged, nil))
 	log.Info("x", "master", m, "key", k)

@@ -21,6 +21,7 @@ const (
 	labelUID          = "egressd-uid"
 	labelInstallation = "egressd-installation"
 	labelCreatedAt    = "egressd-created-ms" // Unix milliseconds: label values hold no ':'
+	labelExpiresAt    = "egressd-expires-ms" // Unix milliseconds; absent: no lifetime
 	labelPort         = "egressd-port"
 	labelFirewall     = "egressd-firewall" // the rule the instance's port needs, "" when unmanaged
 )
@@ -50,17 +51,26 @@ func marksOf(labels map[string]string) providers.Marks {
 	if ms, err := strconv.ParseInt(labels[labelCreatedAt], 10, 64); err == nil && ms > 0 {
 		m.CreatedAt = time.UnixMilli(ms).UTC()
 	}
+	if ms, err := strconv.ParseInt(labels[labelExpiresAt], 10, 64); err == nil && ms > 0 {
+		m.ExpiresAt = time.UnixMilli(ms).UTC()
+	}
 	return m
 }
 
 func (p *Provider) labels(req providers.CreateRequest, rule string) map[string]string {
+	now := p.now()
 	l := map[string]string{
 		labelManaged:      "true",
 		labelProvider:     p.name,
 		labelUID:          req.UID,
 		labelInstallation: req.Installation,
-		labelCreatedAt:    strconv.FormatInt(p.now().UnixMilli(), 10),
+		labelCreatedAt:    strconv.FormatInt(now.UnixMilli(), 10),
 		labelPort:         strconv.Itoa(req.Port),
+	}
+	if exp := providers.ExpiryOf(now, req.Lifetime); !exp.IsZero() {
+		// Computed from the same reading of the clock as the creation mark, both rounded to
+		// the millisecond alike, so the lifetime reads back exact.
+		l[labelExpiresAt] = strconv.FormatInt(exp.UnixMilli(), 10)
 	}
 	if rule != "" {
 		l[labelFirewall] = rule

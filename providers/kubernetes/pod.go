@@ -23,6 +23,7 @@ const (
 	labelTarget       = "egressd.io/target"
 	labelMode         = "egressd.io/mode"
 	annotCreatedAt    = "egressd.io/created-at" // RFC 3339 with nanoseconds: label values hold no ':'
+	annotExpiresAt    = "egressd.io/expires-at" // the lifetime's end, RFC 3339; absent: none
 	annotProxy        = "egressd.io/proxy"      // the proxy's name, for humans
 )
 
@@ -42,7 +43,7 @@ func (p *Provider) ownSelector() string {
 
 // meta is the object metadata a proxy's pod and Secret share.
 func (p *Provider) meta(pl plan, createdAt time.Time) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
+	m := metav1.ObjectMeta{
 		Name:      pl.req.Name,
 		Namespace: p.cfg.Namespace,
 		Labels: map[string]string{
@@ -54,6 +55,10 @@ func (p *Provider) meta(pl plan, createdAt time.Time) metav1.ObjectMeta {
 			annotProxy:     pl.req.Proxy,
 		},
 	}
+	if exp := providers.ExpiryOf(createdAt, pl.req.Lifetime); !exp.IsZero() {
+		m.Annotations[annotExpiresAt] = exp.UTC().Format(time.RFC3339Nano)
+	}
+	return m
 }
 
 // marksOf reads the marks back from an object's labels and annotations.
@@ -65,6 +70,9 @@ func marksOf(m metav1.ObjectMeta) providers.Marks {
 	}
 	if t, err := time.Parse(time.RFC3339Nano, m.Annotations[annotCreatedAt]); err == nil {
 		out.CreatedAt = t.UTC()
+	}
+	if t, err := time.Parse(time.RFC3339Nano, m.Annotations[annotExpiresAt]); err == nil {
+		out.ExpiresAt = t.UTC()
 	}
 	return out
 }

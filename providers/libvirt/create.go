@@ -153,9 +153,9 @@ func (p *Provider) create(ctx context.Context, pl plan) (providers.Instance, err
 
 	m := marks{
 		Managed: true, UID: pl.req.UID, Installation: pl.req.Installation,
-		CreatedAt: p.now().UTC().Format(time.RFC3339Nano), Provider: p.name, Proxy: pl.req.Proxy,
-		Port: pl.req.Port, MAC: randomMAC(), Image: pl.imageKey,
+		Provider: p.name, Proxy: pl.req.Proxy, Port: pl.req.Port, MAC: randomMAC(), Image: pl.imageKey,
 	}
+	m.CreatedAt, m.ExpiresAt = stamp(p.now(), pl.req.Lifetime)
 	doc, err := domainXML(domainSpec{
 		Name: name, DomainType: p.cfg.DomainType, VCPUs: pl.machine.VCPUs, MemoryMiB: pl.machine.MemoryMiB,
 		Firmware: pl.image.Firmware, OverlayPath: overlay, SeedPath: seed, Host: h.cfg, Marks: m,

@@ -4,6 +4,7 @@ import (
 	"encoding/xml"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/providers/nocloud"
 )
@@ -78,8 +79,38 @@ func TestDomainXML(t *testing.T) {
 		t.Error("parseMarks accepted broken XML")
 	}
 	padded, _ := parseMarks("<instance><managed>true</managed><uid>  u1\n</uid></instance>")
-	if padded.UID != "u1" || !padded.contract().CreatedAt.IsZero() {
+	if padded.UID != "u1" || !padded.contract().CreatedAt.IsZero() || !padded.contract().ExpiresAt.IsZero() {
 		t.Errorf("padded marks %+v", padded)
+	}
+}
+
+// The lifetime's end is an element of the marks, written only with a lifetime and read back
+// exact; one that does not parse reads as no lifetime (decision 0076).
+func TestLifetimeMark(t *testing.T) {
+	at := time.Date(2026, 12, 3, 7, 0, 0, 123456789, time.UTC)
+	created, expires := stamp(at, 20*time.Second)
+	m := marks{Managed: true, UID: "u", CreatedAt: created, ExpiresAt: expires}
+	if c := m.contract(); !c.CreatedAt.Equal(at) || !c.ExpiresAt.Equal(at.Add(20*time.Second)) {
+		t.Errorf("contract %+v, want created %v and expires 20 s later", c, at)
+	}
+	if _, none := stamp(at, 0); none != "" {
+		t.Errorf("no lifetime stamped %q", none)
+	}
+	for _, c := range []struct {
+		raw  string
+		want time.Time
+	}{
+		{"<instance><managed>true</managed><expiresAt>2026-12-03T07:00:20.123456789Z</expiresAt></instance>", at.Add(20 * time.Second)},
+		{"<instance><managed>true</managed><expiresAt> soon </expiresAt></instance>", time.Time{}},
+		{"<instance><managed>true</managed></instance>", time.Time{}},
+	} {
+		back, err := parseMarks(c.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := back.contract().ExpiresAt; !got.Equal(c.want) {
+			t.Errorf("%s: expiresAt %v, want %v", c.raw, got, c.want)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ type marks struct {
 	UID          string   `xml:"uid"`
 	Installation string   `xml:"installation"`
 	CreatedAt    string   `xml:"createdAt"`
+	ExpiresAt    string   `xml:"expiresAt,omitempty"` // the lifetime's end; absent: none
 	Provider     string   `xml:"provider"`
 	Proxy        string   `xml:"proxy,omitempty"`
 	Port         int      `xml:"port"`
@@ -52,8 +53,18 @@ func parseMarks(raw string) (marks, error) {
 }
 
 // contract returns the marks as the provider contract has them. A createdAt that does not
-// parse reads as zero, "very old".
+// parse reads as zero, "very old"; an expiresAt that does not, as no lifetime.
 func (m marks) contract() providers.Marks {
 	t, _ := time.Parse(time.RFC3339Nano, strings.TrimSpace(m.CreatedAt))
-	return providers.Marks{Managed: m.Managed, UID: m.UID, Installation: m.Installation, CreatedAt: t}
+	exp, _ := time.Parse(time.RFC3339Nano, strings.TrimSpace(m.ExpiresAt))
+	return providers.Marks{Managed: m.Managed, UID: m.UID, Installation: m.Installation, CreatedAt: t, ExpiresAt: exp}
+}
+
+// stamp is the creation mark: the time, and the lifetime's end when the request has one.
+func stamp(now time.Time, lifetime time.Duration) (created, expires string) {
+	now = now.UTC()
+	if exp := providers.ExpiryOf(now, lifetime); !exp.IsZero() {
+		expires = exp.Format(time.RFC3339Nano)
+	}
+	return now.Format(time.RFC3339Nano), expires
 }

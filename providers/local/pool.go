@@ -50,6 +50,7 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, sk
 	if err != nil {
 		return nil, err
 	}
+	now := time.Now().UTC()
 	m := &meta{
 		V:            1,
 		ID:           idOf(req.Name),
@@ -57,7 +58,8 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, sk
 		UID:          req.UID,
 		Installation: req.Installation,
 		Managed:      true,
-		CreatedAt:    time.Now().UTC(),
+		CreatedAt:    now,
+		ExpiresAt:    providers.ExpiryOf(now, req.Lifetime),
 		Proxy:        req.Proxy,
 		Address:      addr.String(),
 		Port:         req.Port,

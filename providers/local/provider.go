@@ -125,6 +125,7 @@ func (p *Provider) describe(m *meta) providers.Instance {
 			UID:          m.UID,
 			Installation: m.Installation,
 			CreatedAt:    m.CreatedAt,
+			ExpiresAt:    m.ExpiresAt,
 		},
 	}
 	marker := p.pidPath(m.Name)

@@ -51,7 +51,8 @@ func (p *Provider) start(ctx context.Context, m *meta, lock *fileLock) (provider
 		args = append(args, "--source", m.Address)
 	}
 	if m.Auth {
-		args = append(args, "--auth-file", filepath.Join(dir, authFile))
+		args = append(args, "--auth-file", filepath.Join(dir, authFile), "--revocations-file", p.revocationsPath(),
+			"--refusals-file", filepath.Join(dir, refusalsFile))
 	}
 
 	cmd := exec.CommandContext(ctx, binary, args...)

@@ -46,6 +46,7 @@ type meta struct {
 	Installation string    `json:"installation"`
 	Managed      bool      `json:"managed"`
 	CreatedAt    time.Time `json:"createdAt"`
+	ExpiresAt    time.Time `json:"expiresAt,omitzero"` // the lifetime's end; zero: none
 	Proxy        string    `json:"proxy,omitempty"`
 	Address      string    `json:"address"`
 	Port         int       `json:"port"`

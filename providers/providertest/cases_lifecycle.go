@@ -24,6 +24,9 @@ func testCreateIsIdempotent(e *env) {
 	if !after.Marks.CreatedAt.Equal(before.Marks.CreatedAt) {
 		e.t.Errorf("second Create rewrote CreatedAt from %v to %v", before.Marks.CreatedAt, after.Marks.CreatedAt)
 	}
+	if !after.Marks.ExpiresAt.Equal(before.Marks.ExpiresAt) {
+		e.t.Errorf("second Create rewrote ExpiresAt from %v to %v", before.Marks.ExpiresAt, after.Marks.ExpiresAt)
+	}
 	if n := named(e.list(), req.Name); n != 1 {
 		e.t.Errorf("List shows %d instances named %s after two Creates, want 1", n, req.Name)
 	}
@@ -57,8 +60,17 @@ func testRunningHasAddress(e *env) {
 
 // GC and the reconciler trust the marks after a restart, so they must come from the
 // backend: Reopen builds a provider with nothing in memory and must see the same.
-func testMarksReadBack(e *env) {
-	req := e.request("marks")
+func testMarksReadBack(e *env) { marksReadBack(e, e.request("marks")) }
+
+// The lifetime's end is a mark like the others (decision 0076): written by Create, read back
+// by Get and List, and from the backend after a restart.
+func testLifetimeMarkReadBack(e *env) {
+	req := e.request("lifetime")
+	req.Lifetime = 90 * time.Minute
+	marksReadBack(e, req)
+}
+
+func marksReadBack(e *env, req providers.CreateRequest) {
 	start := time.Now()
 	inst := e.settle(e.create(req), req)
 	end := time.Now()
@@ -118,11 +130,16 @@ func checkMarks(e *env, where string, m providers.Marks, req providers.CreateReq
 	case m.CreatedAt.Before(start.Add(-clockSlack)) || m.CreatedAt.After(end.Add(clockSlack)):
 		e.t.Errorf("%s: Marks.CreatedAt = %v, want within %v of [%v, %v]", where, m.CreatedAt, clockSlack, start, end)
 	}
+	// The collector deletes an instance whose ExpiresAt has passed, live proxy or not: it must
+	// be exactly the creation mark plus the lifetime asked for, and absent without one.
+	if want := providers.ExpiryOf(m.CreatedAt, req.Lifetime); !m.ExpiresAt.Equal(want) {
+		e.t.Errorf("%s: Marks.ExpiresAt = %v, want %v (CreatedAt %v + Lifetime %v)", where, m.ExpiresAt, want, m.CreatedAt, req.Lifetime)
+	}
 }
 
 func sameMarks(a, b providers.Marks) bool {
 	return a.Managed == b.Managed && a.UID == b.UID && a.Installation == b.Installation &&
-		a.CreatedAt.Equal(b.CreatedAt)
+		a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
 }
 
 // The reconciler deletes until it sees NotFound, and retries Delete after crashes, so

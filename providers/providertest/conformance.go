@@ -57,6 +57,7 @@ func Run(t *testing.T, h Harness) {
 		{"CreateIsIdempotent", testCreateIsIdempotent},
 		{"RunningHasAddress", testRunningHasAddress},
 		{"MarksReadBack", testMarksReadBack},
+		{"LifetimeMarkReadBack", testLifetimeMarkReadBack},
 		{"DeleteIsIdempotent", testDeleteIsIdempotent},
 		{"MalformedIDIsPermanent", testMalformedIDIsPermanent},
 		{"ListOnlyMarked", testListOnlyMarked},

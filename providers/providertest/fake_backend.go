@@ -61,14 +61,16 @@ func (b *FakeBackend) create(provider string, req providers.CreateRequest) (prov
 	}
 	n := b.allocated
 	b.allocated++
+	now := time.Now().UTC()
 	in := &fakeInstance{
 		host:  req.Host,
 		name:  req.Name,
 		state: providers.StateRunning,
 		addr:  fmt.Sprintf("127.100.%d.%d", n/254, n%254+1),
 		port:  req.Port,
-		marks: providers.Marks{Managed: true, UID: req.UID, Installation: req.Installation, CreatedAt: time.Now().UTC()},
-		req:   cloneRequest(req),
+		marks: providers.Marks{Managed: true, UID: req.UID, Installation: req.Installation, CreatedAt: now,
+			ExpiresAt: providers.ExpiryOf(now, req.Lifetime)},
+		req: cloneRequest(req),
 	}
 	b.instances[req.Name] = in
 	return in.view(), nil

@@ -334,8 +334,10 @@ func (p *Provider) cloneTo(ctx context.Context, pl plan, tmpl resource, vmid int
 		return fmt.Errorf("%w: waiting for a clone slot on %s: %w", errBusy, pl.node, err)
 	}
 	defer release()
-	m := marks{Managed: true, UID: pl.req.UID, Installation: pl.req.Installation, CreatedAt: p.now().UTC(),
-		Provider: p.name, Port: pl.req.Port, Proxy: pl.req.Proxy}
+	// In whole seconds, as the description holds them, so the lifetime reads back exact.
+	now := p.now().UTC().Truncate(time.Second)
+	m := marks{Managed: true, UID: pl.req.UID, Installation: pl.req.Installation, CreatedAt: now,
+		ExpiresAt: providers.ExpiryOf(now, pl.req.Lifetime), Provider: p.name, Port: pl.req.Port, Proxy: pl.req.Proxy}
 	form := url.Values{
 		"newid":       {strconv.Itoa(vmid)},
 		"name":        {pl.req.Name},

@@ -18,6 +18,7 @@ const (
 	markUID          = "egressd-uid"
 	markInstallation = "egressd-installation"
 	markCreatedAt    = "egressd-created-at"
+	markExpiresAt    = "egressd-expires-at" // absent: no lifetime
 	markProvider     = "egressd-provider"
 	markPort         = "egressd-port"
 	markProxy        = "egressd-proxy"
@@ -34,6 +35,7 @@ type marks struct {
 	UID          string
 	Installation string
 	CreatedAt    time.Time
+	ExpiresAt    time.Time // zero: no lifetime
 	Provider     string
 	Port         int
 	Proxy        string
@@ -46,6 +48,9 @@ func (m marks) description() string {
 	fmt.Fprintf(&b, "%s=%s\n", markUID, m.UID)
 	fmt.Fprintf(&b, "%s=%s\n", markInstallation, m.Installation)
 	fmt.Fprintf(&b, "%s=%s\n", markCreatedAt, m.CreatedAt.UTC().Format(time.RFC3339))
+	if !m.ExpiresAt.IsZero() {
+		fmt.Fprintf(&b, "%s=%s\n", markExpiresAt, m.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	fmt.Fprintf(&b, "%s=%s\n", markProvider, m.Provider)
 	fmt.Fprintf(&b, "%s=%d\n", markPort, m.Port)
 	if p := oneLine(m.Proxy); p != "" {
@@ -73,6 +78,8 @@ func parseMarks(desc string) (m marks, found bool) {
 			m.Installation = v
 		case markCreatedAt:
 			m.CreatedAt, _ = time.Parse(time.RFC3339, v)
+		case markExpiresAt:
+			m.ExpiresAt, _ = time.Parse(time.RFC3339, v)
 		case markProvider:
 			m.Provider = v
 		case markPort:
@@ -85,7 +92,7 @@ func parseMarks(desc string) (m marks, found bool) {
 }
 
 func (m marks) contract() providers.Marks {
-	return providers.Marks{Managed: m.Managed, UID: m.UID, Installation: m.Installation, CreatedAt: m.CreatedAt}
+	return providers.Marks{Managed: m.Managed, UID: m.UID, Installation: m.Installation, CreatedAt: m.CreatedAt, ExpiresAt: m.ExpiresAt}
 }
 
 // oneLine keeps a human's text from breaking the line format.

@@ -38,3 +38,27 @@ func FuzzParseMarks(f *testing.F) {
 		}
 	})
 }
+
+// The lifetime's end is a line of its own, written only with a lifetime and read back in
+// whole seconds; one that does not parse reads as no lifetime (decision 0076).
+func TestLifetimeMark(t *testing.T) {
+	at := time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name string
+		desc string
+		want time.Time
+	}{
+		{"written", marks{Managed: true, UID: "u", CreatedAt: at, ExpiresAt: at.Add(20 * time.Second)}.description(), at.Add(20 * time.Second)},
+		{"none", marks{Managed: true, UID: "u", CreatedAt: at}.description(), time.Time{}},
+		{"garbled", "egressd-managed=true\negressd-uid=u\negressd-expires-at=soon\n", time.Time{}},
+		{"padded", "egressd-managed=true\negressd-uid=u\n egressd-expires-at = 2026-12-03T07:00:20Z \n", at.Add(20 * time.Second)},
+	} {
+		m, _ := parseMarks(c.desc)
+		if got := m.contract().ExpiresAt; !got.Equal(c.want) {
+			t.Errorf("%s: expiresAt %v, want %v (description %q)", c.name, got, c.want, c.desc)
+		}
+	}
+	if d := (marks{Managed: true, UID: "u", CreatedAt: at}).description(); strings.Contains(d, markExpiresAt) {
+		t.Errorf("a VM without a lifetime has the line: %q", d)
+	}
+}

@@ -93,6 +93,7 @@ func build(now time.Time, in decoded) *Fleet {
 	}
 	slices.SortFunc(f.Rows, func(a, b Row) int { return strings.Compare(a.Name, b.Name) })
 	f.Pools = buildPools(now, in, f.Rows)
+	f.Demand = in.demand
 	f.Totals = total(f.Rows, in.leases)
 	f.Totals.Pools = len(f.Pools)
 	f.Totals.PoolPhases = map[events.PoolPhase]int{}

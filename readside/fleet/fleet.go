@@ -16,6 +16,9 @@ type Fleet struct {
 	Errors []ReadError // buckets that could not be read, by name; their parts are empty
 	// Leases is every held slot and the sums by holder, with Buckets.LeaseDetail; else nil.
 	Leases *Leases
+	// Demand is what the leasers measure, summed by scope: a pool's name (also in its
+	// PoolRow), or a selector's events.SelectorScope for a selector that matches no pool.
+	Demand map[string]events.DemandSum
 }
 
 // Health is the probers' verdict on the address a proxy has now.

@@ -136,7 +136,7 @@ func TestLoadPartial(t *testing.T) {
 			t.Errorf("%s: %v, want context.Canceled wrapped", e.Bucket, e)
 		}
 	}
-	if strings.Join(buckets, " ") != "pool_status pools proxies proxy_health proxy_leases proxy_status" || len(f.Rows) != 0 {
+	if strings.Join(buckets, " ") != "pool_demand pool_status pools proxies proxy_health proxy_leases proxy_status" || len(f.Rows) != 0 {
 		t.Errorf("errors for %v, %d rows", buckets, len(f.Rows))
 	}
 }

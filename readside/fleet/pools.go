@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,9 +47,45 @@ type PoolRow struct {
 	// once that none is replaced for health (the members' statuses say so; the pool's own
 	// status is the controller's and does not).
 	Suspect *events.Suspect `json:"suspect,omitempty"`
+	// Autoscale is the pool's autoscale, when it has one: its bounds and the autoscaler's last
+	// decision, inputs and next possible scale-down (from the controller's record).
+	Autoscale *AutoscaleRow `json:"autoscale,omitempty"`
+	// Demand is what the leasers measure of the pool now, summed over them (pool_demand);
+	// nil when no leaser recorded any.
+	Demand *events.DemandSum `json:"demand,omitempty"`
 	// Status is the controller's record with the members' ledger, for `egressd status pools
 	// -o json`; nil until the controller wrote one. It never holds the template.
 	Status *events.PoolStatus `json:"status,omitempty"`
+}
+
+// AutoscaleRow is a pool's autoscale as readers show it.
+type AutoscaleRow struct {
+	Min   int                   `json:"min"`
+	Max   int                   `json:"max"`
+	State *events.PoolAutoscale `json:"state,omitempty"` // nil until the controller decided
+}
+
+// Text is the autoscale in one line, as every view prints it: its bounds, what demand asks
+// for and from what, the last decision, and the next possible scale-down.
+func (a AutoscaleRow) Text(now time.Time) string {
+	out := fmt.Sprintf("autoscale %d to %d", a.Min, a.Max)
+	st := a.State
+	if st == nil {
+		return out + ", no decision yet"
+	}
+	in := st.Inputs
+	out += fmt.Sprintf(", wants %d (%d held of %d on %d Ready, %d waiting, %d refused, target %g)",
+		in.Wanted, in.Held, in.Capacity, in.Ready, in.Waiting, in.Refused, in.Target)
+	if st.LastDecision != "" {
+		out += fmt.Sprintf("; last %s, %s ago", st.LastDecision, events.Age(now, st.LastDecisionAt))
+	}
+	if !st.NextScaleDown.IsZero() {
+		out += "; next scale-down " + Until(now, st.NextScaleDown)
+	}
+	if st.Held != "" {
+		out += "; " + st.Held
+	}
+	return out
 }
 
 // DesiredText is the DESIRED column of a pool, as every view prints it: the spec's replicas;
@@ -68,9 +105,10 @@ func (p PoolRow) DesiredText() string {
 // poolFields is all the model keeps of a PoolSpec: the template, with its auth and
 // user-data, never leaves decodePools.
 type poolFields struct {
-	valid    bool
-	problem  string // why it does not parse, naming the field
-	replicas int
+	valid     bool
+	problem   string // why it does not parse, naming the field
+	replicas  int
+	autoscale *schemas.Autoscale
 }
 
 func decodePools(m map[string]jetstream.KeyValueEntry) map[string]poolFields {
@@ -84,6 +122,10 @@ func decodePools(m map[string]jetstream.KeyValueEntry) map[string]poolFields {
 		s, err := schemas.ParsePoolSpec(e.Value())
 		if err != nil {
 			out[name] = poolFields{problem: oneLine(err)}
+			continue
+		}
+		if s.Autoscale != nil {
+			out[name] = poolFields{valid: true, replicas: *s.Autoscale.Min, autoscale: s.Autoscale}
 			continue
 		}
 		out[name] = poolFields{valid: true, replicas: *s.Replicas}
@@ -152,7 +194,17 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 		}
 		if spec.valid {
 			n := spec.replicas
+			if a := spec.autoscale; a != nil {
+				p.Autoscale = &AutoscaleRow{Min: *a.Min, Max: *a.Max}
+				if st != nil && st.Autoscale != nil {
+					p.Autoscale.State = st.Autoscale
+					n = st.Autoscale.Desired
+				}
+			}
 			p.Desired = &n
+		}
+		if d, ok := in.demand[name]; ok {
+			p.Demand = &d
 		}
 		if st != nil {
 			p.Status, p.NextRotation = st, st.NextRotation

@@ -22,6 +22,8 @@ type Buckets struct {
 	// Pools holds PoolSpecs, which carry a template's auth and user-data like proxies do; a
 	// reader not allowed to see them gets its pools from PoolStatus alone.
 	Pools, PoolStatus jetstream.KeyValue
+	// PoolDemand is the demand the leasers measure; nil reads as none.
+	PoolDemand jetstream.KeyValue
 	// LeaseDetail also decodes every held slot, from the same read of the lease shards, into
 	// Fleet.Leases (the status page's holders); without it the slots are only counted.
 	LeaseDetail bool
@@ -29,7 +31,7 @@ type Buckets struct {
 
 // FromStore is the buckets of an open store.
 func FromStore(s *kvstore.Store) Buckets {
-	return Buckets{Proxies: s.Proxies, Status: s.Status, Health: s.Health, Leases: s.Leases, Pools: s.Pools, PoolStatus: s.PoolStatus}
+	return Buckets{Proxies: s.Proxies, Status: s.Status, Health: s.Health, Leases: s.Leases, Pools: s.Pools, PoolStatus: s.PoolStatus, PoolDemand: s.PoolDemand}
 }
 
 // ReadError is a bucket that could not be read; its part of the model is empty.
@@ -54,6 +56,7 @@ type decoded struct {
 
 	pools      map[string]poolFields
 	poolStatus map[string]*events.PoolStatus
+	demand     map[string]events.DemandSum // by scope
 }
 
 // Load reads the buckets in parallel and builds the fleet as of now. Each bucket is decoded
@@ -87,6 +90,7 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 	read(events.BucketHealth, b.Health, func(m map[string]jetstream.KeyValueEntry) { in.health = decodeAll[events.ProxyHealth](m) })
 	read(events.BucketPools, b.Pools, func(m map[string]jetstream.KeyValueEntry) { in.pools = decodePools(m) })
 	read(events.BucketPoolStatus, b.PoolStatus, func(m map[string]jetstream.KeyValueEntry) { in.poolStatus = decodeAll[events.PoolStatus](m) })
+	read(events.BucketPoolDemand, b.PoolDemand, func(m map[string]jetstream.KeyValueEntry) { in.demand = SumDemand(m) })
 	in.leases = map[string]int{}
 	for _, kv := range b.Leases.All() {
 		// The shards hold disjoint proxies: their counts add up. A shard that fails is an
@@ -116,6 +120,23 @@ func Load(ctx context.Context, b Buckets, now time.Time) *Fleet {
 		f.Leases = newLeases(now, in.slots, errs)
 	}
 	return f
+}
+
+// SumDemand sums the leasers' records of pool_demand by scope (a pool's name, or a
+// selector's events.SelectorScope); a record that does not decode is left out.
+func SumDemand(m map[string]jetstream.KeyValueEntry) map[string]events.DemandSum {
+	out := map[string]events.DemandSum{}
+	for key, e := range m {
+		var d events.PoolDemand
+		scope := events.DemandScopeOf(key)
+		if scope == "" || json.Unmarshal(e.Value(), &d) != nil || d.V != 1 {
+			continue
+		}
+		s := out[scope]
+		s.Add(d)
+		out[scope] = s
+	}
+	return out
 }
 
 // decodeAll decodes every entry as a T; one that does not decode is left out (the bucket's

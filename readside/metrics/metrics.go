@@ -26,6 +26,9 @@ type Metrics struct {
 	proberOwned   prometheus.Gauge
 	proberBacklog prometheus.Gauge
 	proberLag     prometheus.Gauge
+	revocations   *prometheus.CounterVec
+	revokedList   *prometheus.GaugeVec
+	refusals      *refusalsCollector
 }
 
 // New registers the process's metrics. With state, every scrape also reads egressd's state
@@ -65,9 +68,14 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 			Help: "Of them, proxies past their due time waiting for a free probe worker."}),
 		proberLag: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_prober_lag_seconds",
 			Help: "How late the oldest waiting probe of this process's prober is."}),
+		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_lease_revocations_total",
+			Help: "Lease revocations this process's leaser wrote (ok) or failed to write (error)."}, []string{"result"}),
+		refusals: &refusalsCollector{sources: map[string]func() (map[string]int64, error){}},
+		revokedList: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_revocation_list_entries",
+			Help: "Entries of the lease revocation list this process last delivered to a provider's proxies."}, []string{"provider"}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
-		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag,
+		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
 	if state {
@@ -105,6 +113,14 @@ func (m *Metrics) ObserveWaiting(delta int) { m.waiting.Add(float64(delta)) }
 // ObserveWait records how long a waiting acquire waited and how it ended (leaser.WaitObserver).
 func (m *Metrics) ObserveWait(outcome string, waited time.Duration) {
 	m.waitTime.WithLabelValues(outcome).Observe(waited.Seconds())
+}
+
+// ObserveRevocation counts one lease revocation written ("ok") or not ("error") by the leaser.
+func (m *Metrics) ObserveRevocation(result string) { m.revocations.WithLabelValues(result).Inc() }
+
+// ObserveRevocationList records the size of the revocation list last delivered to provider.
+func (m *Metrics) ObserveRevocationList(provider string, entries int) {
+	m.revokedList.WithLabelValues(provider).Set(float64(entries))
 }
 
 // ObserveProbe records one probe.

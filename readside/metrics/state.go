@@ -66,6 +66,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descLimitInstances, descLimitMax, descLimitCreates, descSuspect, descScrapeErrors} {
 		ch <- d
 	}
+	for _, d := range demandDescs {
+		ch <- d
+	}
 }
 
 // fleet returns the read model, built at most modelMaxAge ago.
@@ -110,6 +113,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(fl.Totals.Leases))
 	}
 	collectPools(ch, fl.Pools, failed)
+	if !failed[events.BucketPoolDemand] {
+		collectDemand(ch, fl.Demand)
+	}
 	if targets, err := fleet.Targets(ctx, c.store.Providers); !fail(events.BucketProviderHealth, err) {
 		for _, th := range targets {
 			up := 0.0
@@ -153,6 +159,13 @@ func collectPools(ch chan<- prometheus.Metric, pools []fleet.PoolRow, failed map
 		gauge(descPoolInfo, 1, p.Name, string(p.Phase))
 		if p.Desired != nil {
 			gauge(descPoolDesired, *p.Desired, p.Name)
+		}
+		if a := p.Autoscale; a != nil {
+			gauge(descAutoscaleLimit, a.Min, p.Name, "min")
+			gauge(descAutoscaleLimit, a.Max, p.Name, "max")
+			if a.State != nil {
+				gauge(descAutoscaleWant, a.State.Inputs.Wanted, p.Name)
+			}
 		}
 		if !members {
 			continue

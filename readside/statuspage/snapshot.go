@@ -180,7 +180,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		// A pool counts its members from the proxies' rows, so any read the rows need is
 		// one the pools need; the pools' own buckets leave the proxies whole.
 		s.incomplete["pools"] = true
-		if e.Bucket != events.BucketPools && e.Bucket != events.BucketPoolStatus {
+		if e.Bucket != events.BucketPools && e.Bucket != events.BucketPoolStatus && e.Bucket != events.BucketPoolDemand {
 			s.incomplete["proxies"] = true
 		}
 	}

@@ -83,6 +83,7 @@ type eventView struct {
 type poolView struct {
 	fleet.PoolRow
 	Link, DesiredText, Next string
+	Autoscale               string // the autoscale line, "" without autoscale
 }
 
 type agedTarget struct {
@@ -174,7 +175,11 @@ func (v view) Incomplete(section string) bool { return v.incomplete[section] }
 func (v view) PoolRows() []poolView {
 	out := make([]poolView, 0, len(v.Pools))
 	for _, p := range v.Pools {
-		out = append(out, poolView{p, link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), p.DesiredText(), fleet.Until(v.GeneratedAt, p.NextRotation)})
+		pv := poolView{PoolRow: p, Link: link(Filter{Pool: p.Name}, 1, v.Paging.PerPage), DesiredText: p.DesiredText(), Next: fleet.Until(v.GeneratedAt, p.NextRotation)}
+		if p.Autoscale != nil {
+			pv.Autoscale = p.Autoscale.Text(v.GeneratedAt)
+		}
+		out = append(out, pv)
 	}
 	return out
 }

@@ -122,6 +122,9 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	if len(at.holderFull) > 0 {
 		return nil, holderAtCapError(r.Holder, at, &av)
 	}
+	if !forWaiter(ctx) { // a waiter's refusals are not demand: it is counted waiting (wait.go)
+		l.demand.refused(r.Selector, r.Holder)
+	}
 	msg := fmt.Sprintf("no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
 		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)
 	if r.MinAnonymity != "" {
@@ -203,10 +206,10 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		at.Full[c.Name] = true
 		return nil, conflicts, nil
 	}
-	// Counted in the view at once, before the watch echoes it, so this replica's next acquire
-	// already ranks the proxy by its new load.
+	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
+	l.demand.grantedAnswering(l.view.originOf(c.Name).pool, r.Selector, r.Holder, !forWaiter(ctx))
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

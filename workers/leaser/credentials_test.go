@@ -79,7 +79,7 @@ func TestLeaseModeURLCarriesASignedToken(t *testing.T) {
 	}
 	r.release(g.ID)
 
-	secrets := []string{string(master.Encode()), strings.Split(strings.TrimSpace(key.FileLine()), ":")[2], pass, pass2}
+	secrets := []string{string(master.Encode()), strings.Split(strings.TrimSpace(key.FileLine()), ":")[4], pass, pass2}
 	eventually(t, 10*time.Second, "the release event", func() bool {
 		for _, ev := range r.seenEvents() {
 			if ev.Reason == events.ReasonReleased {

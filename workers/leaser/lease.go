@@ -135,6 +135,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, wh
 		}
 		l.view.noteReleased(key, rev)
 		l.dropHold(ctx, rec.Hold) // after the slot: a holder never has more leases than holder slots
+		l.revoke(ctx, rec, events.ReasonReleased)
 		rec.ExpiresAt = l.now()
 		l.emitLease(events.ReasonReleased, "released:"+id.String(), rec, 0)
 		l.log.Debug("lease released", "id", id.String())

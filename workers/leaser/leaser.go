@@ -63,6 +63,12 @@ type Config struct {
 	StatsInterval time.Duration
 	RawEvents     events.RawLeaseEvents
 
+	// DemandWindow is the sliding window the demand records count refusals and grants over;
+	// DemandInterval how often the replica writes them to pool_demand (demand.go). Defaults
+	// DefaultDemandWindow and DefaultDemandInterval.
+	DemandWindow   time.Duration
+	DemandInterval time.Duration
+
 	// HTTP, when set, also serves the endpoints as JSON over HTTP (package httpface, face.go).
 	HTTP *HTTPConfig
 
@@ -107,6 +113,7 @@ type Leaser struct {
 	shards   *shardHealth
 	emitter  *emitter
 	stats    *stats
+	demand   *demandBook
 	inflight atomic.Int64
 	wake     *wakeup        // this replica's waiting acquires (wait.go)
 	waiters  sync.WaitGroup // the goroutines answering them over NATS
@@ -149,6 +156,11 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.StatsInterval < time.Second {
 		return nil, fmt.Errorf("leaser: the statistics interval must be at least 1s, got %v", cfg.StatsInterval)
 	}
+	cfg.DemandWindow = cmp.Or(cfg.DemandWindow, DefaultDemandWindow)
+	cfg.DemandInterval = cmp.Or(cfg.DemandInterval, DefaultDemandInterval)
+	if cfg.DemandWindow < time.Second || cfg.DemandWindow%time.Second != 0 || cfg.DemandInterval < time.Second {
+		return nil, fmt.Errorf("leaser: the demand window must be whole seconds and the demand interval at least 1s, got %v and %v", cfg.DemandWindow, cfg.DemandInterval)
+	}
 	if cfg.RawEvents == "" {
 		cfg.RawEvents = events.RawEnds
 	}
@@ -188,7 +200,7 @@ func New(cfg Config) (*Leaser, error) {
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
-		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now)}
+		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}

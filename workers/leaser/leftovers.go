@@ -222,6 +222,7 @@ func (l *Leaser) remove(ctx context.Context, r removal) {
 		return
 	}
 	l.dropHold(ctx, r.lease.Hold)
+	l.revoke(ctx, r.lease, r.end)
 	l.view.noteEnded(r.lease.Token, r.end)
 	rec := r.lease
 	rec.ExpiresAt = l.now()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/schemas"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -36,7 +37,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		{st.Status, l.waking(l.view.applyStatus)},
 		{st.Health, l.waking(l.view.applyHealth)},
 		{st.Cooldowns, l.waking(l.view.applyCooldown)},
-		{st.Pools, l.waking(l.view.applyPool)},
+		{st.Pools, l.waking(l.applyPool)},
 		{st.LeaseState, l.waking(l.view.applyState)},
 	}
 	for _, kv := range st.Leases.All() {
@@ -57,6 +58,9 @@ func (l *Leaser) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
+	dw := &demandWriter{book: l.demand, js: st.JS, kv: st.PoolDemand, log: l.log, member: l.stats.member,
+		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}
+	wg.Go(func() { dw.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })
 	wg.Go(func() { l.heartbeat(watchCtx) })
 
@@ -92,6 +96,19 @@ func (l *Leaser) Run(ctx context.Context) error {
 	l.stop(svc)
 	l.waiters.Wait()
 	return err
+}
+
+// applyPool folds an entry of pools into the view (holder caps) and the demand book (which
+// pools a selector can match).
+func (l *Leaser) applyPool(e jetstream.KeyValueEntry) {
+	l.view.applyPool(e)
+	var spec *schemas.PoolSpec
+	if isPut(e) {
+		if s, err := schemas.ParsePoolSpec(e.Value()); err == nil {
+			spec = &s
+		}
+	}
+	l.demand.setPool(e.Key(), spec)
 }
 
 // applyLease folds a proxy_leases entry and publishes the expiry of a held slot. Every

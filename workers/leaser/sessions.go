@@ -79,6 +79,9 @@ func (v *view) session(key string, now time.Time) (sessionRef, bool) {
 
 // applyState folds an entry of lease_state: holder slots and sessions.
 func (v *view) applyState(e jetstream.KeyValueEntry) {
+	if strings.HasPrefix(e.Key(), events.RevokedPrefix) {
+		return // revocations are for the proxies (revoke.go); the view needs none
+	}
 	v.noteState(e.Key(), e.Revision(), isPut(e), e.Value())
 }
 

@@ -53,7 +53,15 @@ type waiter struct {
 	sinceWall, deadlineWall time.Time // the same, on the service's clock, for the record
 	key                     string    // wait.<id> once queued
 	rev                     uint64
+	demandDone              func() // ends its count in the demand records (demand.go)
 }
+
+// waiterKey marks the context of an acquire that asked to wait: its refusals are not counted
+// as demand (it is counted waiting instead, or refused once if it gives up without a lease),
+// and its grant answers no refusal.
+type waiterKey struct{}
+
+func forWaiter(ctx context.Context) bool { return ctx.Value(waiterKey{}) != nil }
 
 // vanished: nobody will receive an answer to w any more.
 func (w *waiter) vanished() bool {
@@ -138,9 +146,13 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 	if err != nil {
 		return nil, nil, err
 	}
+	ctx = context.WithValue(ctx, waiterKey{}, true)
 	if l.view.waits.PlaceOf("", r.Selector, l.now()).Ahead == 0 {
 		g, err := l.acquireDecoded(ctx, r, ttl)
 		if !waitable(err) || !time.Now().Before(w.deadline) {
+			if waitable(err) {
+				l.demand.refused(r.Selector, r.Holder) // no time left to wait: a refusal
+			}
 			return g, nil, err
 		}
 	}
@@ -151,6 +163,7 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 		l.waitObserver().ObserveWaiting(-1)
 		return nil, nil, err
 	}
+	w.demandDone = l.Waiting(r.Selector)
 	return nil, w, nil
 }
 
@@ -212,12 +225,16 @@ func (l *Leaser) answer(req micro.Request, name string, reply any, err error) {
 func (l *Leaser) await(ctx context.Context, w *waiter) (reply any, err error) {
 	outcome := "error"
 	defer func() {
+		w.demandDone()
+		if outcome == "timed_out" {
+			l.demand.refused(w.r.Selector, w.r.Holder) // it waited in vain: demand unmet
+		}
 		l.dequeue(w)
 		l.wake.waiting.Add(-1)
 		l.waitObserver().ObserveWaiting(-1)
 		l.waitObserver().ObserveWait(outcome, time.Since(w.start))
 	}()
-	base := context.WithoutCancel(ctx)
+	base := context.WithValue(context.WithoutCancel(ctx), waiterKey{}, true)
 	timer := time.NewTimer(time.Until(w.deadline))
 	defer timer.Stop()
 	for {

@@ -15,16 +15,17 @@ type Buckets struct {
 	PoolStatus             jetstream.KeyValue  // its own: the members' ledger, the only writer
 	Locks                  jetstream.KeyValue  // leader election
 	Leases                 kvstore.LeaseShards // the members' held slots, counted before a drain ends
+	PoolDemand             jetstream.KeyValue  // followed: the demand the leasers measure, for autoscale
 }
 
 // BucketsOf picks the pool controller's buckets out of a store.
 func BucketsOf(s *kvstore.Store) Buckets {
 	return Buckets{JS: s.JS, Pools: s.Pools, Status: s.Status, Catalog: s.Catalog, Proxies: s.Proxies,
-		PoolStatus: s.PoolStatus, Locks: s.Locks, Leases: s.Leases}
+		PoolStatus: s.PoolStatus, Locks: s.Locks, Leases: s.Leases, PoolDemand: s.PoolDemand}
 }
 
 // complete reports whether every handle is there.
 func (b Buckets) complete() bool {
 	return b.JS != nil && b.Pools != nil && b.Status != nil && b.Catalog != nil && b.Proxies != nil &&
-		b.PoolStatus != nil && b.Locks != nil
+		b.PoolStatus != nil && b.Locks != nil && b.PoolDemand != nil
 }

@@ -43,8 +43,10 @@ type input struct {
 	InUse     func(name string) bool
 	Phase     map[string]events.Phase
 	Limited   map[string]string // members that wait for their provider's instance limit: its message
+	Expiry    map[string]expiry // members whose instance has a lifetime
 	Leases    map[string]int
-	Blocked   map[string]int // distinct targets the member was reported blocked on in the window
+	Blocked   map[string]int   // distinct targets the member was reported blocked on in the window
+	Demand    events.DemandSum // what the leasers measured of the pool (autoscale)
 	Load      func(provider, zone string) int
 	Now       time.Time
 	NewSuffix func() string
@@ -80,7 +82,8 @@ type planner struct {
 	in      input
 	out     outcome
 	members []events.PoolMember
-	held    string // why a replacement waits, if one does
+	held    string                // why a replacement waits, if one does
+	scaled  *events.PoolAutoscale // the autoscaler's state to record, with autoscale
 }
 
 func (p *planner) emit(reason events.Reason, member, successor string, leases int, format string, args ...any) {
@@ -107,6 +110,7 @@ func (p *planner) run() {
 	}
 	p.reconcileLedger()
 	p.adopt()
+	p.autoscale()
 	p.retire()
 	p.replace()
 	p.scale()
@@ -174,7 +178,15 @@ func (p *planner) reconcileLedger() {
 	for i := range p.members {
 		m := &p.members[i]
 		m.RotateAt = rotateAt(p.in.Spec.Rotation, m.Name, m.CreatedAt)
+		if at := p.lifetimeAt(m.Name); !at.IsZero() && (m.RotateAt.IsZero() || at.Before(m.RotateAt)) {
+			m.RotateAt = at
+		}
 	}
+}
+
+// lifetimeAt is when member is replaced ahead of its instance's lifetime (zero: never).
+func (p *planner) lifetimeAt(member string) time.Time {
+	return lifetimeRotateAt(p.in.Expiry[member], time.Duration(p.in.Spec.Rotation.DrainTimeoutSeconds)*time.Second)
 }
 
 // adopt takes in specs that name the pool as owner but are not in its ledger (the record was
@@ -238,6 +250,10 @@ func (p *planner) retire() {
 			why, msg = events.ReasonTemplateChanged, "its placement was removed from the pool"
 		case identityOf(*o.spec) != identityOf(render(spec, p.in.Name, m.Placement, false)):
 			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
+		case !p.lifetimeAt(m.Name).IsZero() && !p.in.Now.Before(p.lifetimeAt(m.Name)):
+			// Successor-first now, rather than the collector cutting its leases at the end.
+			why, msg = events.ReasonLifetimeEnding, fmt.Sprintf("its instance's lifetime ends at %s",
+				p.in.Expiry[m.Name].until.UTC().Format(time.RFC3339))
 		case !m.RotateAt.IsZero() && !p.in.Now.Before(m.RotateAt):
 			why, msg = events.ReasonMaxAge, fmt.Sprintf("it reached its maximum age (%ds)", spec.Rotation.MaxAgeSeconds)
 		case p.in.Phase[m.Name] == events.PhaseFailed:

@@ -35,6 +35,7 @@ type world struct {
 	limited map[string]string
 	leases  map[string]int
 	blocked map[string]int
+	expiry  map[string]expiry
 	now     time.Time
 	next    int
 }
@@ -47,15 +48,21 @@ func newWorld(t *testing.T, doc string) *world {
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
-		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Now: w.now,
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Now: w.now,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 
 // step plans once and applies the outcome as the controller and a perfect reconciler would:
 // writes land, new members become Ready at once.
 func (w *world) step() outcome {
-	before := len(w.owned)
 	out := plan(w.input())
+	w.apply(out)
+	return out
+}
+
+// apply lands an outcome of plan.
+func (w *world) apply(out outcome) {
+	before := len(w.owned)
 	w.ledger = out.Ledger
 	rev := uint64(100 * w.next)
 	for _, wr := range out.Writes {
@@ -79,7 +86,7 @@ func (w *world) step() outcome {
 			}
 		}
 		if w.t.Failed() {
-			return out
+			return
 		}
 	}
 	if w.ledger != nil {
@@ -97,7 +104,6 @@ func (w *world) step() outcome {
 	if w.spec != nil && len(w.owned) > max(before, w.spec.MaxMembers()) {
 		w.t.Fatalf("%d members, above the cap %d", len(w.owned), w.spec.MaxMembers())
 	}
-	return out
 }
 
 // settle steps until nothing changes, advancing the clock a little each time.

@@ -62,9 +62,11 @@ func identityOf(s schemas.ProxySpec) identity {
 }
 
 // inPlace is cur with everything a pool may change without a new instance taken from want:
-// attributes, lease limit, health, auth, owner and drain.
+// attributes, lease limit, health, auth, lifetime (it applies to the next instance), owner and
+// drain.
 func inPlace(cur, want schemas.ProxySpec) schemas.ProxySpec {
 	cur.Attributes, cur.MaxLeases, cur.HealthCheck, cur.Auth = want.Attributes, want.MaxLeases, want.HealthCheck, want.Auth
+	cur.MaxLifetimeSeconds = want.MaxLifetimeSeconds
 	cur.Pool, cur.Drain = want.Pool, want.Drain
 	return cur
 }
@@ -100,4 +102,27 @@ func rotateAt(r schemas.Rotation, name string, created time.Time) time.Time {
 	share := float64(h.Sum64()>>11) / float64(1<<53) // uniform in [0, 1)
 	jitter := time.Duration(share * float64(time.Duration(r.JitterSeconds)*time.Second))
 	return created.Add(time.Duration(r.MaxAgeSeconds)*time.Second - jitter)
+}
+
+// provisionAllowance is how long a member replaced ahead of its instance's lifetime gives its
+// successor to become Ready, beside the drain timeout it gives its own leases.
+const provisionAllowance = 5 * time.Minute
+
+// expiry is when a member's current instance was made and when its lifetime ends, as its
+// status says (the end comes from the instance's own mark); until is zero without one.
+type expiry struct{ from, until time.Time }
+
+// lifetimeRotateAt is when a member is replaced ahead of its instance's lifetime's end: early
+// enough for a successor to become Ready and the member to drain (the drain timeout plus
+// provisionAllowance) before the collector deletes the instance, but not before half of the
+// lifetime has passed. Zero: no lifetime.
+func lifetimeRotateAt(e expiry, drain time.Duration) time.Time {
+	if e.until.IsZero() {
+		return time.Time{}
+	}
+	lead := drain + provisionAllowance
+	if !e.from.IsZero() && e.until.After(e.from) {
+		lead = min(lead, e.until.Sub(e.from)/2)
+	}
+	return e.until.Add(-lead)
 }

@@ -59,6 +59,12 @@ func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg strin
 	if p.in.Ledger != nil {
 		st.Replicas, st.MaxMembers = p.in.Ledger.Replicas, p.in.Ledger.MaxMembers
 	}
+	switch {
+	case p.scaled != nil:
+		st.Autoscale = p.scaled
+	case p.in.SpecErr != nil && p.in.Ledger != nil:
+		st.Autoscale = p.in.Ledger.Autoscale // an invalid spec changes nothing, the count included
+	}
 	if s := p.in.Spec; s != nil && p.in.SpecErr == nil {
 		st.Replicas, st.MaxMembers = *s.Replicas, s.MaxMembers()
 		for _, m := range st.Members {

@@ -27,8 +27,10 @@ type view struct {
 	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
 	phases  map[string]events.Phase
 	limited map[string]string // statuses that wait for their provider's instance limit
+	expiry  map[string]expiry // statuses whose instance has a lifetime
 	dirty   map[string]bool
 	wake    chan struct{}
+	demand  map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -49,7 +51,8 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		demand:  map[string]map[string]events.PoolDemand{},
 		catalog: schemas.Catalog{}}
 }
 
@@ -233,9 +236,11 @@ func (v *view) noteDelete(name string, rev uint64) {
 }
 
 type phaseOnly struct {
-	Phase   events.Phase  `json:"phase"`
-	Reason  events.Reason `json:"reason"`
-	Message string        `json:"message"`
+	Phase       events.Phase  `json:"phase"`
+	Reason      events.Reason `json:"reason"`
+	Message     string        `json:"message"`
+	ProvisionAt time.Time     `json:"provisionAt"`
+	ExpiresAt   time.Time     `json:"expiresAt"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -244,12 +249,16 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	name := e.Key()
 	var st phaseOnly
 	delete(v.limited, name)
+	delete(v.expiry, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
 		v.phases[name] = st.Phase
 		if st.Reason == events.ReasonLimitReached {
 			v.limited[name] = st.Message
+		}
+		if !st.ExpiresAt.IsZero() {
+			v.expiry[name] = expiry{from: st.ProvisionAt, until: st.ExpiresAt}
 		}
 	}
 	if pe, ok := v.proxies[name]; ok {
@@ -288,6 +297,7 @@ type snapshot struct {
 	owned   map[string]owned
 	phases  map[string]events.Phase
 	limited map[string]string
+	expiry  map[string]expiry
 }
 
 // snapshot costs what the pool's members do, not what the fleet does: the specs come from the
@@ -295,13 +305,16 @@ type snapshot struct {
 func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}}
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}}
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
 		s.phases[name] = v.phases[name]
 		if msg, ok := v.limited[name]; ok {
 			s.limited[name] = msg
+		}
+		if e, ok := v.expiry[name]; ok {
+			s.expiry[name] = e
 		}
 	}
 	if ledger != nil {

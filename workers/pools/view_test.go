@@ -44,3 +44,24 @@ func TestViewIgnoresWhatTheWatchDeliversLate(t *testing.T) {
 		t.Fatal("a new spec under the name, after the delete, is not seen")
 	}
 }
+
+// A member's lifetime reaches the planner from its status: the end its instance's mark gives
+// (expiresAt) and when its create began; a status without one, or gone, gives none.
+func TestViewReadsMembersLifetimes(t *testing.T) {
+	v := newView()
+	v.applyProxy(entry{key: "web-x", val: []byte(`{"provider":"local","pool":"web"}`), rev: 1, op: jetstream.KeyValuePut})
+	v.applyStatus(entry{key: "web-x", val: []byte(`{"v":1,"phase":"Running","provisionAt":"2026-12-01T12:00:00Z","expiresAt":"2026-12-01T13:00:00Z"}`), rev: 2, op: jetstream.KeyValuePut})
+	want := expiry{from: t0, until: t0.Add(time.Hour)}
+	if got := v.snapshot("web", nil).expiry["web-x"]; got != want {
+		t.Fatalf("expiry %+v, want %+v", got, want)
+	}
+	v.applyStatus(entry{key: "web-x", val: []byte(`{"v":1,"phase":"Provisioning"}`), rev: 3, op: jetstream.KeyValuePut})
+	if got, ok := v.snapshot("web", nil).expiry["web-x"]; ok {
+		t.Fatalf("a status without expiresAt still gives %+v", got)
+	}
+	v.applyStatus(entry{key: "web-x", val: []byte(`{"v":1,"expiresAt":"2026-12-01T13:00:00Z"}`), rev: 4, op: jetstream.KeyValuePut})
+	v.applyStatus(entry{key: "web-x", rev: 5, op: jetstream.KeyValueDelete})
+	if got, ok := v.snapshot("web", nil).expiry["web-x"]; ok {
+		t.Fatalf("a deleted status still gives %+v", got)
+	}
+}

@@ -53,10 +53,12 @@ type where struct {
 	addr, provider, host string
 	since                time.Time // when the address appeared (ProxyStatus.AddressAt)
 	expectedEgress       string    // see statusExpectedEgress
+	generation           string    // the instance's, which its lease key derives from
 }
 
 func whereOf(st events.ProxyStatus) *where {
-	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt, expectedEgress: statusExpectedEgress(st)}
+	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt, expectedEgress: statusExpectedEgress(st),
+		generation: st.Generation}
 	if st.Mode == schemas.ModeExternal {
 		w.provider, w.host = events.External, events.External
 	}

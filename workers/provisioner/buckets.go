@@ -14,12 +14,15 @@ type Buckets struct {
 	Catalog                    jetstream.KeyValue // its provider's entry, which it writes
 	Providers                  jetstream.KeyValue // provider_health: its checks
 	Locks                      jetstream.KeyValue // op locks, collection and check rounds
+	// LeaseState: its revoked.> keys only, watched (Revocations), for providers that deliver
+	// revocation lists. Optional: without it no list is delivered.
+	LeaseState jetstream.KeyValue
 }
 
 // BucketsOf picks a provisioner's buckets out of a store.
 func BucketsOf(s *kvstore.Store) Buckets {
 	return Buckets{JS: s.JS, Proxies: s.Proxies, Status: s.Status, CloudInit: s.CloudInit, Catalog: s.Catalog,
-		Providers: s.Providers, Locks: s.Locks}
+		Providers: s.Providers, Locks: s.Locks, LeaseState: s.LeaseState}
 }
 
 // complete reports whether every handle is there.

@@ -20,7 +20,7 @@ func (p *Provisioner) credentials(op events.Op, a *schemas.Auth) (*providers.Aut
 			return nil, providers.Wrap(providers.ErrPermanent, "create", p.cfg.Provider, op.InstanceName,
 				errors.New("auth.mode lease needs the lease master, and this provisioner has none (`egressd setup` creates it)"))
 		}
-		return &providers.Auth{LeaseKey: providers.Secret(p.cfg.LeaseMaster.ProxyKey(op.Proxy).FileLine())}, nil
+		return &providers.Auth{LeaseKey: providers.Secret(p.cfg.LeaseMaster.InstanceKey(op.Proxy, op.Generation).FileLine())}, nil
 	default:
 		return &providers.Auth{Username: a.Username, Password: providers.Secret(a.Password)}, nil
 	}

@@ -18,7 +18,7 @@ import (
 // create is permanent, not retried.
 func TestCredentials(t *testing.T) {
 	master := leaseauth.NewMaster()
-	op := events.Op{Proxy: "p1", InstanceName: "egress-p1"}
+	op := events.Op{Proxy: "p1", InstanceName: "egress-p1", Generation: "g2"}
 	p := &Provisioner{cfg: Config{Provider: "local", LeaseMaster: master}}
 
 	if a, err := p.credentials(op, nil); a != nil || err != nil {
@@ -33,10 +33,10 @@ func TestCredentials(t *testing.T) {
 		t.Fatalf("lease: %v", err)
 	}
 	k, err := leaseauth.ParseFileLine(a.LeaseKey.Reveal())
-	if err != nil || k.Proxy() != "p1" {
+	if err != nil || k.Proxy() != "p1" || k.Instance() != "g2" {
 		t.Fatalf("the lease key line: %v", err)
 	}
-	user, pass := master.ProxyKey("p1").Sign("p1.0.0123456789abcdef", time.Now().Add(60e9))
+	user, pass := master.InstanceKey("p1", "g2").Sign("p1.0.0123456789abcdef", time.Now().Add(60e9))
 	if err := k.Verify(user, pass, time.Now()); err != nil {
 		t.Fatalf("the delivered key refuses the leaser's tokens: %v", err)
 	}
@@ -44,7 +44,11 @@ func TestCredentials(t *testing.T) {
 	if k.Verify(user, pass, time.Now()) == nil {
 		t.Fatal("the delivered key accepts another proxy's tokens")
 	}
-	if s := fmt.Sprintf("%v %+v", a, *a); strings.Contains(s, strings.Split(a.LeaseKey.Reveal(), ":")[2][:20]) {
+	user, pass = master.InstanceKey("p1", "g1").Sign("p1.0.0123456789abcdef", time.Now().Add(60e9))
+	if !errors.Is(k.Verify(user, pass, time.Now()), leaseauth.ErrInstance) {
+		t.Fatal("the delivered key accepts the tokens of the proxy's previous instance")
+	}
+	if s := fmt.Sprintf("%v %+v", a, *a); strings.Contains(s, strings.Split(a.LeaseKey.Reveal(), ":")[4][:20]) {
 		t.Fatalf("the key prints: %s", s)
 	}
 

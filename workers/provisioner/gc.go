@@ -15,7 +15,8 @@ import (
 
 // GC settings (DESIGN §5.2): every Interval, the one provisioner holding a host's GC lock
 // deletes the instances carrying this installation's mark whose UID is not live and that are
-// older than MinAge. A zero createdAt counts as old.
+// older than MinAge (a zero createdAt counts as old), and those whose own mark says their
+// lifetime has ended, live or not (decision 0076).
 type GC struct {
 	Interval time.Duration // 0 disables GC
 	MinAge   time.Duration
@@ -68,10 +69,9 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 		}
 		return err
 	}
-	live, liveNames, err := p.liveIdentities(ctx)
-	if err != nil {
-		return err
-	}
+	// Without the live identities no orphan is collected (it might be a working proxy's), but
+	// an instance whose own mark says it has passed its lifetime still is: that needs no one.
+	live, liveNames, liveErr := p.liveIdentities(ctx)
 	lctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.CallBudget)
 	list, err := p.cfg.Backend.List(lctx)
 	cancel()
@@ -81,24 +81,29 @@ func (p *Provisioner) sweepHost(ctx context.Context, host string) error {
 	now := time.Now()
 	deleted := 0
 	for _, inst := range list {
-		if !p.isOrphan(inst, host, live, now) {
+		why := p.collectable(inst, host, live, liveErr == nil, now)
+		if why == "" {
 			continue
 		}
 		dctx, cancel := context.WithTimeout(ctx, p.cfg.Timings.CallBudget)
 		err := p.cfg.Backend.Delete(dctx, inst.ID)
 		cancel()
 		if err != nil {
-			p.cfg.Log.Warn("orphan GC: delete", "instance", inst.ID, "err", err)
+			p.cfg.Log.Warn("orphan GC: delete", "instance", inst.ID, "reason", why, "err", err)
 			continue
 		}
 		deleted++
 		p.cfg.Observer.ObserveGC(p.cfg.Provider)
-		p.cfg.Log.Info("orphan GC: deleted", "instance", inst.ID, "uid", inst.Marks.UID, "createdAt", inst.Marks.CreatedAt)
-		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: inst.ID, Name: inst.Name,
-			UID: inst.Marks.UID, Kind: events.GCInstance, CreatedAt: inst.Marks.CreatedAt})
+		p.cfg.Log.Info("orphan GC: deleted", "instance", inst.ID, "uid", inst.Marks.UID, "reason", why,
+			"createdAt", inst.Marks.CreatedAt, "expiresAt", inst.Marks.ExpiresAt)
+		p.publishGC(ctx, why, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: inst.ID, Name: inst.Name,
+			UID: inst.Marks.UID, Kind: events.GCInstance, CreatedAt: inst.Marks.CreatedAt, ExpiresAt: inst.Marks.ExpiresAt})
+	}
+	p.cfg.Log.Debug("orphan GC swept", "host", host, "instances", len(list), "deleted", deleted)
+	if liveErr != nil {
+		return liveErr
 	}
 	p.sweepLeftovers(ctx, host, liveNames, now)
-	p.cfg.Log.Debug("orphan GC swept", "host", host, "instances", len(list), "deleted", deleted)
 	return nil
 }
 
@@ -128,18 +133,37 @@ func (p *Provisioner) sweepLeftovers(ctx context.Context, host string, liveNames
 		}
 		p.cfg.Observer.ObserveGC(p.cfg.Provider)
 		p.cfg.Log.Info("orphan GC: deleted leftover", "id", lo.ID, "parts", lo.Parts)
-		p.publishGC(ctx, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: events.GCLeftover, CreatedAt: lo.ModifiedAt})
+		p.publishGC(ctx, events.ReasonOrphanDeleted, events.GCDeletion{Provider: p.cfg.Provider, Host: host, ID: lo.ID, Name: lo.Name, Kind: events.GCLeftover, CreatedAt: lo.ModifiedAt})
 	}
 }
 
-// isOrphan: ours (this installation's mark), on this host, not a live proxy's, and old enough
-// that it cannot be a create whose status the collector has not seen yet.
+// collectable says why the collector deletes inst, "" if it does not: its lifetime has passed
+// (LifetimeExceeded, a live proxy's instance too: the mark is the instance's own word, so it
+// dies on time whether a reconciler runs or not), or nobody owns it (OrphanDeleted).
+func (p *Provisioner) collectable(inst providers.Instance, host string, live map[string]bool, liveKnown bool, now time.Time) events.Reason {
+	switch {
+	case !p.ours(inst, host):
+		return ""
+	case inst.Marks.Expired(now):
+		return events.ReasonLifetimeExceeded
+	case liveKnown && p.isOrphan(inst, host, live, now):
+		return events.ReasonOrphanDeleted
+	}
+	return ""
+}
+
+// ours: this installation's mark, on this host.
+func (p *Provisioner) ours(inst providers.Instance, host string) bool {
+	m := inst.Marks
+	return m.Managed && m.Installation == p.cfg.Installation && (inst.Host == "" || inst.Host == host)
+}
+
+// isOrphan: ours, not a live proxy's, and old enough that it cannot be a create whose status
+// the collector has not seen yet.
 func (p *Provisioner) isOrphan(inst providers.Instance, host string, live map[string]bool, now time.Time) bool {
 	m := inst.Marks
 	switch {
-	case !m.Managed || m.Installation != p.cfg.Installation:
-		return false
-	case inst.Host != "" && inst.Host != host:
+	case !p.ours(inst, host):
 		return false
 	case live[m.UID]:
 		return false
@@ -173,9 +197,14 @@ func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[strin
 	return uids, names, nil
 }
 
-func (p *Provisioner) publishGC(ctx context.Context, d events.GCDeletion) {
+func (p *Provisioner) publishGC(ctx context.Context, why events.Reason, d events.GCDeletion) {
+	msg := fmt.Sprintf("deleted %s %s (uid %s) that no proxy owns", d.Kind, d.ID, d.UID)
+	if why == events.ReasonLifetimeExceeded {
+		msg = fmt.Sprintf("deleted %s %s (uid %s): its lifetime (%s from its creation at %s) ended at %s", d.Kind, d.ID, d.UID,
+			d.ExpiresAt.Sub(d.CreatedAt), d.CreatedAt.UTC().Format(time.RFC3339), d.ExpiresAt.UTC().Format(time.RFC3339))
+	}
 	ev := events.Event{V: 1, ID: "gc:" + d.ID + ":" + d.CreatedAt.Format(time.RFC3339Nano), Kind: events.KindGC, Proxy: d.Name,
-		At: time.Now().UTC(), Reason: events.ReasonOrphanDeleted, Message: fmt.Sprintf("deleted %s %s (uid %s) that no proxy owns", d.Kind, d.ID, d.UID), GC: &d}
+		At: time.Now().UTC(), Reason: why, Message: msg, GC: &d}
 	b, _ := json.Marshal(ev)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

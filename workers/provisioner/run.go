@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
@@ -33,7 +34,7 @@ func (p *Provisioner) run(ctx context.Context, op events.Op) events.OpResult {
 	res := events.OpResult{SpecHash: hash}
 	if inst != nil {
 		res.Instance = &events.Instance{ID: inst.ID, Name: inst.Name, State: string(inst.State), Address: inst.Address,
-			Port: inst.Port, EgressIP: inst.EgressIP, UID: inst.Marks.UID, CreatedAt: inst.Marks.CreatedAt}
+			Port: inst.Port, EgressIP: inst.EgressIP, UID: inst.Marks.UID, CreatedAt: inst.Marks.CreatedAt, ExpiresAt: inst.Marks.ExpiresAt}
 	}
 	if err != nil {
 		var stale *staleError
@@ -96,11 +97,22 @@ func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.Crea
 	req := providers.CreateRequest{
 		Name: op.InstanceName, UID: op.UID, Installation: p.cfg.Installation, Proxy: op.Proxy, Host: op.Host,
 		Placement: providers.Placement(spec.Placement), Port: spec.Port, UserData: userData, Attempt: op.ID,
+		Lifetime: p.lifetime(spec),
 	}
 	if req.Auth, err = p.credentials(op, spec.Auth); err != nil {
 		return providers.CreateRequest{}, hash, err
 	}
 	return req, hash, nil
+}
+
+// lifetime is how long an instance of spec may live: the spec's maxLifetimeSeconds, else the
+// provider's (its config entry's, in the catalog's limits), else none.
+func (p *Provisioner) lifetime(spec schemas.ProxySpec) time.Duration {
+	secs := spec.MaxLifetimeSeconds
+	if secs <= 0 {
+		secs = p.cfg.Catalog.Limits[events.LimitMaxLifetimeSeconds]
+	}
+	return time.Duration(max(secs, 0)) * time.Second
 }
 
 func (p *Provisioner) get(ctx context.Context, op events.Op) (*providers.Instance, error) {

@@ -248,6 +248,9 @@ func (d *decider) managed() {
 			d.st.Teardown = events.ReasonProviderChanged
 		case d.st.SpecHash != "" && d.st.SpecHash != hash:
 			d.st.Teardown = events.ReasonSpecChanged
+		case d.expired():
+			d.st.Teardown = events.ReasonLifetimeExceeded
+			d.st.Reason, d.st.Message = events.ReasonLifetimeExceeded, d.lifetimeMessage("deleting it to create a new one")
 		}
 	}
 	if d.waitForOp() || d.waitForRetry() {
@@ -292,8 +295,14 @@ func (d *decider) provision(host, hash string) {
 		if d.st.ProvisionAt.IsZero() {
 			d.st.ProvisionAt = d.now
 		}
+		if d.st.Generation == "" {
+			d.st.Generation = d.in.NewID()
+		}
 		d.st.SpecHash, d.st.AuthHash = hash, auth
-		d.st.Reason, d.st.Message = events.ReasonCreating, ""
+		if d.st.Reason != events.ReasonLifetimeExceeded {
+			// Why the proxy has a new instance stays in sight until it runs.
+			d.st.Reason, d.st.Message = events.ReasonCreating, ""
+		}
 		d.issue(events.OpCreate)
 	case d.st.AuthHash != auth:
 		// Credentials never replace an instance; an idempotent create delivers them to the
@@ -313,10 +322,24 @@ func (d *decider) provision(host, hash string) {
 		d.issue(events.OpGet)
 	default:
 		d.wakeAt(d.st.NextPollAt)
+		if !d.st.ExpiresAt.IsZero() {
+			d.wakeAt(d.st.ExpiresAt) // replaced on time, whoever gets there first
+		}
 		if d.st.IP == "" {
 			d.wakeAt(d.st.ProvisionAt.Add(d.p.ProvisionDeadline))
 		}
 	}
+}
+
+// expired reports whether the instance that may exist has passed its lifetime, as its mark
+// says (ProxyStatus.ExpiresAt).
+func (d *decider) expired() bool {
+	return d.mayExist() && !d.st.ExpiresAt.IsZero() && !d.now.Before(d.st.ExpiresAt)
+}
+
+func (d *decider) lifetimeMessage(then string) string {
+	return fmt.Sprintf("the instance %s passed its lifetime, which ended at %s: %s", d.st.InstanceName,
+		d.st.ExpiresAt.UTC().Format(time.RFC3339), then)
 }
 
 func (d *decider) setIdentity() {
@@ -385,7 +408,7 @@ func OpFor(name string, st events.ProxyStatus) events.Op {
 		SpecRevision: st.SpecRevision, IssuedAt: st.Op.IssuedAt,
 	}
 	if op.Kind == events.OpCreate {
-		op.SpecHash = st.SpecHash
+		op.SpecHash, op.Generation = st.SpecHash, st.Generation
 	}
 	return op
 }
@@ -412,15 +435,17 @@ var healthReasons = []events.Reason{events.ReasonProbeFailing, events.ReasonHead
 // authHash identifies the credentials without revealing them: salted with the UID, so equal
 // passwords on two proxies do not look equal in status.
 //
-// A lease-mode auth hashes the mode alone: the key delivered is derived from the lease master,
-// which never changes, so the mode switching is the only change to deliver. (A static pair
-// hashes as it always has, so no status churns on upgrade.)
+// A lease-mode auth hashes the mode and the key line's format: the key delivered is derived
+// from the lease master and the instance's generation, and a new generation is a new create
+// anyway, so the mode switching is the only change to deliver, and a new key format once
+// (v2: master ID and instance, docs/leases.md). (A static pair hashes as it always has, so no
+// status churns on upgrade.)
 func authHash(uid string, a *schemas.Auth) string {
 	if a == nil {
 		return ""
 	}
 	if a.Lease() {
-		sum := sha256.Sum256([]byte(uid + "\x00mode=" + string(schemas.AuthLease)))
+		sum := sha256.Sum256([]byte(uid + "\x00mode=" + string(schemas.AuthLease) + "\x00key=v2"))
 		return hex.EncodeToString(sum[:8])
 	}
 	sum := sha256.Sum256([]byte(uid + "\x00" + a.Username + "\x00" + a.Password))

@@ -43,7 +43,12 @@ func (d *decider) fold(r *events.OpResult) {
 		d.observe(r.Instance)
 	case events.ClassNotFound:
 		st.LastError, st.Failures = nil, 0
-		if r.Kind == events.OpGet && st.Teardown == "" {
+		switch {
+		case r.Kind != events.OpGet || st.Teardown != "":
+		case d.expired():
+			// The collector deleted it on its own mark's word (decision 0076).
+			st.Reason, st.Message = events.ReasonLifetimeExceeded, d.lifetimeMessage("was deleted by the collector; creating a new one")
+		default:
 			st.Reason, st.Message = events.ReasonInstanceLost, "the instance disappeared; creating it again"
 		}
 		d.gone()
@@ -80,6 +85,8 @@ func (d *decider) gone() {
 	st := d.st
 	st.InstanceID, st.IP, st.Port, st.SpecHash, st.ExpectedEgress = "", "", 0, "", ""
 	st.ProvisionAt, st.NextPollAt, st.AddrMisses, st.AddressAt = time.Time{}, time.Time{}, 0, time.Time{}
+	st.Generation = ""
+	st.ExpiresAt = time.Time{}
 }
 
 // setAddress records the proxy's address, and when it changed, so that readers can tell a
@@ -106,6 +113,7 @@ func (d *decider) observe(inst *events.Instance) {
 		return
 	}
 	st.InstanceID = inst.ID
+	st.ExpiresAt = inst.ExpiresAt
 	d.setAddress(st.IP, inst.Port)
 	switch providers.State(inst.State) {
 	case providers.StateRunning:
@@ -113,7 +121,8 @@ func (d *decider) observe(inst *events.Instance) {
 		st.ExpectedEgress = inst.EgressIP
 		st.AddrMisses, st.Deadlines = 0, 0
 		st.NextPollAt = d.now.Add(d.p.DriftPoll)
-		if st.Reason == events.ReasonCreating || st.Reason == events.ReasonWaitingForAddress || st.Reason == events.ReasonTransient || st.Reason == events.ReasonInstanceLost || st.Reason == events.ReasonAddressLost {
+		if st.Reason == events.ReasonCreating || st.Reason == events.ReasonWaitingForAddress || st.Reason == events.ReasonTransient || st.Reason == events.ReasonInstanceLost || st.Reason == events.ReasonAddressLost ||
+			st.Reason == events.ReasonLifetimeExceeded {
 			st.Reason, st.Message = "", ""
 		}
 	case providers.StateProvisioning:

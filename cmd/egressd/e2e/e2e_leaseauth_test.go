@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -61,14 +62,65 @@ func squidAuthDir(t *testing.T, keyLine string) (bin, keyFile string) {
 // credentials pass, from localhost as from anywhere. credentialsttl is Squid's cache of a
 // helper's OK; a token's expiry is only seen when the helper is asked again
 // (docs/leases.md#stock-squid).
+//
+// The helper honours the revocation list beside the key (revokedFile), which `egressd
+// lease-revocations` keeps fresh.
 func squidAuthLines(bin, keyFile string) string {
-	return fmt.Sprintf(`auth_param basic program %s squid-auth --key-file %s
+	return fmt.Sprintf(`auth_param basic program %s squid-auth --key-file %s --revocations-file %s
 auth_param basic children 2
 auth_param basic realm egressd
 auth_param basic credentialsttl 1 second
 acl leased proxy_auth REQUIRED
 http_access allow leased
-`, bin, keyFile)
+`, bin, keyFile, revokedFile(keyFile))
+}
+
+// revokedFile is where the revocation list of the Squid whose key is at keyFile lives.
+func revokedFile(keyFile string) string { return filepath.Join(filepath.Dir(keyFile), "revoked") }
+
+// followRevocations runs `egressd lease-revocations` for proxy into out until the test ends.
+func followRevocations(t *testing.T, n *node, proxy, out string) {
+	t.Helper()
+	cmd := exec.Command(egressdBin, "lease-revocations", "--proxy", proxy, "--out", out, "--nats-url", n.url)
+	cmd.Env = n.environ()
+	var logs strings.Builder
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("egressd lease-revocations: %v\n%s", err, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("egressd lease-revocations did not stop on SIGTERM")
+		}
+	})
+	waitUntil(t, "the revocation list to be written", 30*time.Second, func() (bool, string) {
+		_, err := os.Stat(out)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// refusedWithin asks through u until the proxy answers 407, and fails unless that came within
+// bound of since (the issue's promise: a released lease's token stops within seconds).
+func refusedWithin(t *testing.T, what, u, web string, since time.Time, bound time.Duration) {
+	t.Helper()
+	var code string
+	waitUntil(t, what+" to be refused", 30*time.Second, func() (bool, string) {
+		code = curlVia(t, u, web)
+		return code == "407", "HTTP " + code
+	})
+	if took := time.Since(since); took > bound {
+		t.Errorf("%s: refused %v after its lease ended, more than %v", what, took.Round(time.Millisecond), bound)
+	}
 }
 
 // startAuthSquid is startSquid with squid-auth guarding every request.
@@ -148,8 +200,10 @@ func credsOf(t *testing.T, u string) *url.Userinfo {
 // Lease-bound credentials, end to end, at egressd's own forward proxy (local provider) and at
 // a stock Squid with `egressd squid-auth`: a lease's URL works; a forged, altered or other
 // proxy's token is refused with 407 at any time; a renewal hands out a new token while the
-// old one works on until its own expiry (no gap); after expiry (plus the skew grace) 407.
-// The probers get through on tokens of their own: both proxies turn Ready.
+// old one works on until its own expiry (no gap); a released lease's token, and one reported
+// blocked with release, is refused within 5 s while the other leases' tokens pass; after
+// expiry (plus the skew grace) 407. The probers get through on tokens of their own: both
+// proxies turn Ready.
 func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 	needNats(t)
 	if _, err := exec.LookPath("curl"); err != nil {
@@ -166,6 +220,7 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 		t.Fatalf("egressd lease-key printed no key line: %v", err)
 	}
 	bin, keyFile := squidAuthDir(t, keyLine)
+	followRevocations(t, n, "sq-1", revokedFile(keyFile))
 	squidPort := startAuthSquid(t, dir, bin, keyFile)
 	// Squid re-reads its config in the background.
 	waitUntil(t, "squid to ask for credentials", 30*time.Second, func() (bool, string) {
@@ -211,7 +266,7 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 		u := credsOf(t, h.long.Lease.URL)
 		pass, _ := u.Password()
 		forged := pass[:len(pass)-3] + map[bool]string{true: "AAA", false: "BBB"}[!strings.HasSuffix(pass, "AAA")]
-		later := strings.Replace(pass, "v1."+strconv.FormatInt(h.long.Lease.ExpiresAt.Unix(), 10)+".", "v1."+strconv.FormatInt(h.long.Lease.ExpiresAt.Unix()+3600, 10)+".", 1)
+		later := strings.Replace(pass, "."+strconv.FormatInt(h.long.Lease.ExpiresAt.Unix(), 10)+".", "."+strconv.FormatInt(h.long.Lease.ExpiresAt.Unix()+3600, 10)+".", 1)
 		if later == pass {
 			t.Fatal("could not find the expiry in the token")
 		}
@@ -225,7 +280,7 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 			{"an altered expiry", withCreds(t, h.long.Lease.URL, url.UserPassword(u.Username(), later)), "407"},
 			{"another lease's ID", withCreds(t, h.long.Lease.URL, url.UserPassword(h.shrt.Lease.ID, pass)), "407"},
 			{"another proxy's token", withCreds(t, h.long.Lease.URL, credsOf(t, other[h.proxy])), "407"},
-			{"a made-up token", withCreds(t, h.long.Lease.URL, url.UserPassword(u.Username(), "v1.99999999999.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")), "407"},
+			{"a made-up token", withCreds(t, h.long.Lease.URL, url.UserPassword(u.Username(), "v2.AAAAAAAA..99999999999.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")), "407"},
 		} {
 			if code := curlVia(t, c.url, web.URL); code != c.want {
 				t.Errorf("%s, %s: HTTP %s, want %s", h.proxy, c.what, code, c.want)
@@ -242,14 +297,30 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 				t.Errorf("%s, %s: HTTP %s, want 200", h.proxy, what, code)
 			}
 		}
-		// A released lease's token runs on until its expiry: the proxy checks offline
-		// (docs/leases.md says so, and why).
+		// A released lease's token is refused within seconds, long before its expiry: the
+		// leaser revokes it, and the proxy hears of it from its revocation list
+		// (docs/leases.md#revocation). The other leases' tokens pass on.
+		released := time.Now()
 		if _, raw := n.leaseCall(events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, h.shrt.Lease.ID)); !strings.Contains(raw, `"released":true`) {
 			t.Fatalf("release: %s", raw)
 		}
-		if code := curlVia(t, h.shrt.Lease.URL, web.URL); code != "200" {
-			t.Errorf("%s: a released lease's token before its expiry: HTTP %s, want 200", h.proxy, code)
+		refusedWithin(t, h.proxy+": the released lease's token", h.shrt.Lease.URL, web.URL, released, 5*time.Second)
+		if code := curlVia(t, h.renewed.Lease.URL, web.URL); code != "200" {
+			t.Errorf("%s: a held lease's token after another's release: HTTP %s, want 200", h.proxy, code)
 		}
+		// A lease reported blocked with release: the same.
+		blocked, raw := n.acquire(fmt.Sprintf(`{"selector":{"kind":%q},"ttlSeconds":60,"holder":"e2e"}`, map[bool]string{true: "fp", false: "squid"}[h == hs[0]]))
+		if blocked.Lease.URL == "" {
+			t.Fatalf("acquire: %s", raw)
+		}
+		if code := curlVia(t, blocked.Lease.URL, web.URL); code != "200" {
+			t.Fatalf("%s: a fresh lease's token: HTTP %s", h.proxy, code)
+		}
+		reported := time.Now()
+		if _, raw := n.leaseCall(events.LeaseReportSubject, fmt.Sprintf(`{"id":%q,"result":"blocked","target":"example.com","release":true}`, blocked.Lease.ID)); !strings.Contains(raw, `"released":true`) {
+			t.Fatalf("report blocked with release: %s", raw)
+		}
+		refusedWithin(t, h.proxy+": the token of a lease reported blocked", blocked.Lease.URL, web.URL, reported, 5*time.Second)
 	}
 
 	// A running proxy switched from a password to lease mode takes tokens in place: the
@@ -299,13 +370,23 @@ func TestLeaseBoundCredentialsEndToEnd(t *testing.T) {
 		t.Errorf("phases after the test: fp-1 %s, sq-1 %s, sw-1 %s", rows["fp-1"].Phase, rows["sq-1"].Phase, rows["sw-1"].Phase)
 	}
 	// The key never reaches the node's log, its events or status.
-	key := strings.Split(strings.TrimSpace(keyLine), ":")[2]
+	key := strings.Split(strings.TrimSpace(keyLine), ":")[4]
 	if strings.Contains(n.logs(), key) {
 		t.Error("the log holds a proxy's lease key")
 	}
-	for _, out := range []string{n.egressd("events", "-f=false"), n.egressd("status", "-o", "json")} {
+	revList, _ := os.ReadFile(revokedFile(keyFile))
+	for _, out := range []string{n.egressd("events", "-f=false"), n.egressd("status", "-o", "json"), n.logs(), string(revList)} {
 		if strings.Contains(out, key) {
-			t.Error("events or status hold a proxy's lease key")
+			t.Error("events, status, the log or the revocation list hold a proxy's lease key")
+		}
+		// Nor any token: the revoked ones are named by their lease ID only.
+		for _, h := range hs {
+			for _, u := range []string{h.shrt.Lease.URL, h.long.Lease.URL, h.renewed.Lease.URL} {
+				pass, _ := credsOf(t, u).Password()
+				if strings.Contains(out, pass[strings.LastIndex(pass, ".")+1:]) {
+					t.Errorf("events, status, the log or the revocation list hold a token of %s", h.proxy)
+				}
+			}
 		}
 	}
 }

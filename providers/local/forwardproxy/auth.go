@@ -50,10 +50,14 @@ func WriteAuthFile(path, username, password string) error {
 	return nil
 }
 
-// checker is what an auth file says: whether a basic-auth credential may pass at now.
+// checker is what an auth file says: whether a basic-auth credential may pass at now (nil),
+// or why not.
 type checker interface {
-	match(username, password string, now time.Time) bool
+	check(username, password string, now time.Time) error
 }
+
+// errPassword refuses a credential that does not match a password line.
+var errPassword = errors.New("wrong username or password")
 
 // WriteLeaseKeyFile writes a lease key line (leaseauth.Key.FileLine) to path, atomically and
 // with mode 0600, after checking that it parses.
@@ -70,8 +74,8 @@ func WriteLeaseKeyFile(path, line string) error {
 // leaseChecker passes lease tokens signed with its key.
 type leaseChecker struct{ key leaseauth.Key }
 
-func (l leaseChecker) match(username, password string, now time.Time) bool {
-	return l.key.Verify(username, password, now) == nil
+func (l leaseChecker) check(username, password string, now time.Time) error {
+	return l.key.Verify(username, password, now)
 }
 
 type credential struct {
@@ -128,20 +132,26 @@ func parseAuthFile(data []byte) (checker, error) {
 	return c, nil
 }
 
-func (c *credential) match(username, password string, _ time.Time) bool {
+func (c *credential) check(username, password string, _ time.Time) error {
 	u := sha256.Sum256([]byte(username))
 	p := saltedSum(c.salt, password)
 	// Both comparisons always run: a wrong name takes as long as a wrong password.
-	return subtle.ConstantTimeCompare(u[:], c.userSum[:])&subtle.ConstantTimeCompare(p[:], c.sum[:]) == 1
+	if subtle.ConstantTimeCompare(u[:], c.userSum[:])&subtle.ConstantTimeCompare(p[:], c.sum[:]) != 1 {
+		return errPassword
+	}
+	return nil
 }
 
 // FileAuthenticator checks basic-auth credentials (Proxy-Authorization, or what Squid hands
 // `egressd squid-auth`) against an auth file, a password's hash or a lease key, re-reading the
 // file whenever it changes on disk. An unreadable or corrupt file denies every request: the
-// proxy fails closed.
+// proxy fails closed. With a revocation list (WithRevocations), lease tokens it names are
+// refused too.
 type FileAuthenticator struct {
-	path string
-	log  *slog.Logger
+	path    string
+	log     *slog.Logger
+	revoked *revocationFile // nil: no revocation list
+	refused refusals
 
 	mu     sync.Mutex
 	loaded bool // seen is the file state cred reflects
@@ -163,16 +173,78 @@ func NewFileAuthenticator(path string, log *slog.Logger) *FileAuthenticator {
 	return &FileAuthenticator{path: path, log: log}
 }
 
-func (a *FileAuthenticator) allow(header string) bool {
-	user, pass, ok := parseBasic(header)
-	return ok && a.Allow(user, pass)
+// WithRevocations has a refuse the lease tokens the revocation list at path names
+// (leaseauth.ParseRevocations), re-read when it changes. A missing file revokes nothing; a
+// corrupt one leaves the last list read in force. It returns a.
+func (a *FileAuthenticator) WithRevocations(path string) *FileAuthenticator {
+	if path != "" {
+		a.revoked = &revocationFile{path: path, log: a.log}
+	}
+	return a
 }
 
-// Allow reports whether a basic-auth credential passes the auth file as it is now on disk.
-func (a *FileAuthenticator) Allow(username, password string) bool {
-	c := a.current()
-	return c != nil && c.match(username, password, time.Now())
+// errNoCredentials refuses a request without basic-auth credentials.
+var errNoCredentials = errors.New("no basic-auth credentials")
+
+func (a *FileAuthenticator) checkHeader(header string) (grant, error) {
+	user, pass, ok := parseBasic(header)
+	if !ok {
+		a.refused.add(errNoCredentials)
+		return grant{}, errNoCredentials
+	}
+	return a.check(user, pass)
 }
+
+// grant is what a credential that passed is good for: a lease token's subject and expiry
+// (zero for a password, which never expires).
+type grant struct {
+	subject string
+	expires time.Time
+}
+
+// Check says whether a basic-auth credential passes the auth file as it is now on disk (nil),
+// or why not (leaseauth's errors for a lease token; never quoting the credential).
+func (a *FileAuthenticator) Check(username, password string) error {
+	_, err := a.check(username, password)
+	return err
+}
+
+// Allow reports whether a basic-auth credential passes (Check is nil).
+func (a *FileAuthenticator) Allow(username, password string) bool {
+	return a.Check(username, password) == nil
+}
+
+func (a *FileAuthenticator) check(username, password string) (grant, error) {
+	now := time.Now()
+	c := a.current()
+	err := errAuthFile
+	if c != nil {
+		err = c.check(username, password, now)
+	}
+	var g grant
+	if _, lease := c.(leaseChecker); lease && err == nil {
+		err = a.revokedAt(username, now)
+		t, _ := leaseauth.ParseToken(password) // it verified
+		g = grant{subject: username, expires: t.Expires}
+	}
+	a.refused.add(err)
+	return g, err
+}
+
+// revokedAt says ErrRevoked when subject's tokens are on the revocation list at now.
+func (a *FileAuthenticator) revokedAt(subject string, now time.Time) error {
+	if a.revoked == nil {
+		return nil
+	}
+	return a.revoked.current().Check(subject, now)
+}
+
+// Refused is how many credentials were refused since the start, by reason (leaseauth.Reason,
+// or "credentials" for a missing header, a wrong password or an unusable auth file).
+func (a *FileAuthenticator) Refused() map[string]int64 { return a.refused.snapshot() }
+
+// errAuthFile refuses every credential while the auth file is unusable.
+var errAuthFile = errors.New("the auth file is unusable")
 
 // CheckAuthFile reports whether the auth file at path is usable now.
 func CheckAuthFile(path string) error {
@@ -183,14 +255,7 @@ func CheckAuthFile(path string) error {
 func (a *FileAuthenticator) current() checker {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	fi, err := os.Stat(a.path)
-	var key fileKey
-	if err == nil {
-		key = fileKey{ok: true, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			key.ino = st.Ino
-		}
-	}
+	key, err := statFile(a.path)
 	if a.loaded && key == a.seen {
 		return a.cred
 	}
@@ -207,6 +272,19 @@ func (a *FileAuthenticator) current() checker {
 	a.cred = c
 	a.log.Info("auth file loaded", "path", a.path)
 	return c
+}
+
+// statFile is path's fileKey, zero with the error when it cannot be read.
+func statFile(path string) (fileKey, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileKey{}, err
+	}
+	key := fileKey{ok: true, mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		key.ino = st.Ino
+	}
+	return key, nil
 }
 
 func loadAuthFile(path string) (checker, error) {

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record) {
+func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record, g grant) {
 	target := r.Host
 	if host, port, err := net.SplitHostPort(target); err != nil || host == "" || port == "" {
 		rec.fail(w, http.StatusBadRequest, "CONNECT needs a host:port target")
@@ -36,6 +36,9 @@ func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record) {
 	defer h.untrack(client, up)
 	defer client.Close()
 	defer up.Close()
+	// A tunnel lives no longer than the lease token that opened it.
+	stop := h.guardTunnel(g, client, up)
+	defer stop()
 
 	// The server may have left its header deadlines on the connection.
 	client.SetDeadline(time.Time{})

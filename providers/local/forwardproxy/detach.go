@@ -142,6 +142,8 @@ func (o *options) proxyArgs() ([]string, error) {
 	return args, errors.Join(
 		add("--source", o.source, false),
 		add("--auth-file", o.authFile, true),
+		add("--revocations-file", o.revFile, true),
+		add("--refusals-file", o.refusedFile, true),
 		add("--instance", o.instance, false),
 		add("--pid-file", o.pidFile, true),
 	)

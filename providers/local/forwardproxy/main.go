@@ -35,6 +35,8 @@ type options struct {
 	listen       string
 	source       string
 	authFile     string
+	revFile      string
+	refusedFile  string
 	instance     string
 	pidFile      string
 	logFile      string
@@ -57,6 +59,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "", "`addr:port` to listen on (required)")
 	fs.StringVar(&o.source, "source", "", "outbound source `ip` for upstream connections")
 	fs.StringVar(&o.authFile, "auth-file", "", "basic-auth `file`: one line, username:sha256:salt:sum (a password) or proxy:lease:key (lease tokens, docs/leases.md); re-read when it changes")
+	fs.StringVar(&o.revFile, "revocations-file", "", "lease revocation list `file` (docs/leases.md): the tokens of the leases it names are refused; re-read when it changes; missing means none")
+	fs.StringVar(&o.refusedFile, "refusals-file", "", "keep the counts of refused credentials, by reason, in `file` (JSON)")
 	fs.StringVar(&o.instance, "instance", "", "instance `name`, for logs and for finding the process")
 	fs.StringVar(&o.pidFile, "pid-file", "", "write the proxy's pid to `file` once it listens")
 	fs.StringVar(&o.logFile, "log-file", "", "append logs to `file` instead of stderr")
@@ -159,7 +163,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) int {
 	}
 	ready.ok()
 	log.Info("forward proxy listening", "listen", ln.Addr().String(), "source", o.source, "auth", o.authFile != "")
-	err = Serve(ctx, ln, Config{Listen: o.listen, Source: o.source, AuthFile: o.authFile, Logger: log})
+	err = Serve(ctx, ln, Config{Listen: o.listen, Source: o.source, AuthFile: o.authFile, RevocationsFile: o.revFile, RefusalsFile: o.refusedFile, Logger: log})
 	if err != nil {
 		log.Error("forward proxy failed", "err", err)
 		return ExitFailure

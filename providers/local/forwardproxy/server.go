@@ -17,14 +17,22 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/egressd/egressd/internal/leaseauth"
 )
 
 // Config configures a forward proxy.
 type Config struct {
-	Listen   string       // address the listener was opened on; informational (logs)
-	Source   string       // optional outbound source IP
-	AuthFile string       // optional basic-auth file (see WriteAuthFile); rotation is picked up live
-	Logger   *slog.Logger // nil discards
+	Listen   string // address the listener was opened on; informational (logs)
+	Source   string // optional outbound source IP
+	AuthFile string // optional basic-auth file (see WriteAuthFile); rotation is picked up live
+	// RevocationsFile is an optional lease revocation list (WriteRevocationsFile), re-read
+	// when it changes: the lease tokens it names are refused, and their tunnels closed.
+	RevocationsFile string
+	// RefusalsFile, optional, is where the proxy keeps its counts of refused credentials by
+	// reason (Refusals), for the local provider's metrics.
+	RefusalsFile string
+	Logger       *slog.Logger // nil discards
 }
 
 // Timeouts. Variables rather than constants so that tests can shorten them.
@@ -56,6 +64,15 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	counted := make(chan struct{})
+	countCtx, stopCounting := context.WithCancel(context.Background())
+	if h.auth != nil && cfg.RefusalsFile != "" {
+		go func() { defer close(counted); h.writeRefusals(countCtx, cfg.RefusalsFile) }()
+	} else {
+		close(counted)
+	}
+	// The counts are written a last time after the server has stopped.
+	defer func() { stopCounting(); <-counted }()
 
 	select {
 	case err := <-errc:
@@ -74,6 +91,9 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	h.closeTunnels()
 	h.waitTunnels(hijackedWait)
 	<-errc
+	if h.auth != nil {
+		h.log.Info("credentials refused since the start, by reason", "refused", h.auth.Refused())
+	}
 	return nil
 }
 
@@ -123,7 +143,7 @@ func newHandler(cfg Config) (*handler, error) {
 		},
 	}
 	if cfg.AuthFile != "" {
-		h.auth = NewFileAuthenticator(cfg.AuthFile, log)
+		h.auth = NewFileAuthenticator(cfg.AuthFile, log).WithRevocations(cfg.RevocationsFile)
 	}
 	return h, nil
 }
@@ -133,17 +153,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &record{method: r.Method, host: r.Host}
 	defer func() {
 		h.log.Debug("request", "method", rec.method, "host", rec.host, "status", rec.status,
-			"bytes", rec.bytes, "duration", time.Since(start).Round(time.Microsecond))
+			"bytes", rec.bytes, "duration", time.Since(start).Round(time.Microsecond), "refused", rec.refused)
 	}()
 
-	if h.auth != nil && !h.auth.allow(r.Header.Get("Proxy-Authorization")) {
-		w.Header().Set("Proxy-Authenticate", `Basic realm="egressd"`)
-		rec.fail(w, http.StatusProxyAuthRequired, "proxy authentication required")
-		return
+	var g grant
+	if h.auth != nil {
+		var err error
+		if g, err = h.auth.checkHeader(r.Header.Get("Proxy-Authorization")); err != nil {
+			// The reason goes to the log line, never the credential; the client learns only 407.
+			rec.refused = leaseauth.Reason(err)
+			w.Header().Set("Proxy-Authenticate", `Basic realm="egressd"`)
+			rec.fail(w, http.StatusProxyAuthRequired, "proxy authentication required")
+			return
+		}
 	}
 	switch {
 	case r.Method == http.MethodConnect:
-		h.connect(w, r, rec)
+		h.connect(w, r, rec, g)
 	case r.URL.IsAbs() && r.URL.Scheme == "http" && r.URL.Host != "":
 		h.forward(w, r, rec)
 	default:
@@ -155,10 +181,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // record is what the one log line of a request says.
 type record struct {
-	method string
-	host   string
-	status int
-	bytes  int64
+	method  string
+	host    string
+	status  int
+	bytes   int64
+	refused string // why its credentials were refused (leaseauth.Reason)
 }
 
 func (rec *record) fail(w http.ResponseWriter, status int, msg string) {

@@ -104,6 +104,7 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt
+	p.gen = st.Generation
 	f.changed(p)
 }
 

@@ -33,6 +33,7 @@ type proxyView struct {
 	host      string
 	statusRev uint64
 	instance  string        // events.ProxyStatus.Incarnation
+	gen       string        // events.ProxyStatus.Generation: what lease tokens name
 	teardown  events.Reason // why the instance must go (replaced, recreated, deleted); "" while it stays
 	addressAt time.Time
 	// proxy_health
@@ -65,6 +66,9 @@ type Endpoint struct {
 	Auth     *schemas.Auth
 	Provider string
 	Host     string
+	// Generation names the proxy's current instance in its lease tokens
+	// (events.ProxyStatus.Generation).
+	Generation string
 }
 
 // Basis is what a grant is made against: the revisions of the proxy's spec and status and
@@ -107,7 +111,7 @@ func (p *proxyView) dropSlot(slot int) (Slot, bool) {
 
 // endpoint is p's address, credentials and probe routing. Callers hold mu.
 func (p *proxyView) endpoint() Endpoint {
-	e := Endpoint{IP: p.ip, Port: p.port, Auth: p.auth, Provider: p.provider, Host: p.host}
+	e := Endpoint{IP: p.ip, Port: p.port, Auth: p.auth, Provider: p.provider, Host: p.host, Generation: p.gen}
 	if p.external {
 		e.Provider, e.Host = events.External, events.External
 	}

@@ -76,3 +76,32 @@ func (f *Fleet) Names() []string {
 	}
 	return out
 }
+
+// Held counts the lease slots held on the members of each pool, and on the proxies in no pool
+// that each selector of sels (by scope) matches: the demand records' held (demand.go). One
+// pass over the fleet, at most once per publish interval.
+func (f *Fleet) Held(sels map[string]map[string]string) (byPool, bySel map[string]int) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	byPool, bySel = map[string]int{}, map[string]int{}
+	for _, p := range f.proxies {
+		n := len(p.slots)
+		if n == 0 {
+			continue
+		}
+		if p.origin.Pool != "" {
+			byPool[p.origin.Pool] += n
+			continue
+		}
+		for scope, sel := range sels {
+			if p.hasSpec && matches(p.attrs, sel) {
+				bySel[scope] += n
+			}
+		}
+	}
+	return byPool, bySel
+}
+
+// Matches is the exact attribute match of an acquire's selector (DESIGN §3.5), for the shell's
+// judgement of which pools a selector can match (demand.go).
+func Matches(attrs, selector map[string]string) bool { return matches(attrs, selector) }

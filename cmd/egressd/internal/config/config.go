@@ -43,7 +43,10 @@ type Provider struct {
 	// MaxInstances and MaxInstancesPerTarget bound the instances egressd may have on this
 	// provider, and on each of its targets (0: no bound).
 	MaxInstances, MaxInstancesPerTarget int
-	Block                               any
+	// MaxLifetimeSeconds is the lifetime of the provider's instances whose spec sets none
+	// (0: none); it rides to the provisioners in the catalog record's limits.
+	MaxLifetimeSeconds int
+	Block              any
 	// Others names blocks of other types found in the entry: an error for validate.
 	Others []string
 }

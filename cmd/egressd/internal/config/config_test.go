@@ -45,6 +45,9 @@ func TestParseConfig(t *testing.T) {
 		{"a negative create rate", "providers:\n  - {name: a, type: local, maxCreatesPerMinute: -1}\n", "providers[0].maxCreatesPerMinute: must be between 0"},
 		{"instance limits", "providers:\n  - {name: a, type: local, maxInstances: 3, maxInstancesPerTarget: 2}\n", ""},
 		{"a negative instance limit", "providers:\n  - {name: a, type: local, maxInstances: -3}\n", "providers[0].maxInstances: must be between 0"},
+		{"a provider's lifetime", "providers:\n  - {name: a, type: local, maxLifetimeSeconds: 86400}\n", ""},
+		{"a lifetime too short", "providers:\n  - {name: a, type: local, maxLifetimeSeconds: 5}\n", "providers[0].maxLifetimeSeconds: must be 0 (none) or between 10"},
+		{"a lifetime as a duration", "providers:\n  - {name: a, type: local, maxLifetimeSeconds: 1h}\n", "line 2"},
 		{"a burst without a rate", "providers:\n  - {name: a, type: local, createBurst: 2}\n", "providers[0].createBurst: needs maxCreatesPerMinute"},
 		{"lease HTTP crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP:\n  crawlers:\n    - {name: scrapy, tokenSHA256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa}\n    - {name: crawlee, tokenSHA256: bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb}\n", ""},
 		{"lease HTTP without crawlers", "providers:\n  - {name: a, type: local}\nleaseHTTP: {crawlers: []}\n", "leaseHTTP.crawlers: at least one"},
@@ -60,6 +63,9 @@ func TestParseConfig(t *testing.T) {
 		{"max wait too long", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 101\n", "leases.maxWaitSeconds: must be between 0"},
 		{"max wait negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: -1\n", "leases.maxWaitSeconds: must be between 0"},
 		{"max wait not a number", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: soon\n", "line 4: cannot unmarshal"},
+		{"demand window", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 10s\n", ""},
+		{"demand window too long", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 2h\n", "leases.demandWindow: must be whole seconds"},
+		{"demand window fraction", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 1500ms\n", "leases.demandWindow: must be whole seconds"},
 		{"leases unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHoldr: 4\n", "field maxPerHoldr not found"},
 	}
 	for _, tc := range cases {

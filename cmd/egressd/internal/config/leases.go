@@ -16,6 +16,9 @@ type leasesConfig struct {
 	// 0: acquires never wait. At most leaser.MaxWaitLimit, under the 2m for which the NATS
 	// server lets the leaser answer a request (allow_responses in deploy/nats).
 	MaxWaitSeconds *int `yaml:"maxWaitSeconds"`
+	// DemandWindow is the sliding window the leasers count refusals and grants over in their
+	// demand records (docs/pools.md#demand); 0: leaser.DefaultDemandWindow.
+	DemandWindow configDuration `yaml:"demandWindow"`
 }
 
 // maxPerHolder is the configured default holder limit (0: none).
@@ -38,6 +41,14 @@ func (c File) MaxWait() time.Duration {
 	return time.Duration(*c.Leases.MaxWaitSeconds) * time.Second
 }
 
+// DemandWindow is the configured demand window (0: the default).
+func (c File) DemandWindow() time.Duration {
+	if c.Leases == nil {
+		return 0
+	}
+	return time.Duration(c.Leases.DemandWindow)
+}
+
 func (c File) validateLeases() error {
 	if n := c.MaxPerHolder(); n < 0 || n > leaser.MaxPerHolderLimit {
 		return fmt.Errorf("leases.maxPerHolder: must be between 0 (no cap) and %d, got %d", leaser.MaxPerHolderLimit, n)
@@ -46,6 +57,9 @@ func (c File) validateLeases() error {
 		if n, limit := *c.Leases.MaxWaitSeconds, int(leaser.MaxWaitLimit/time.Second); n < 0 || n > limit {
 			return fmt.Errorf("leases.maxWaitSeconds: must be between 0 (acquires never wait) and %d (the NATS server lets the leaser answer a request for 2m), got %d", limit, n)
 		}
+	}
+	if w := c.DemandWindow(); w != 0 && (w < time.Second || w%time.Second != 0 || w > time.Hour) {
+		return fmt.Errorf("leases.demandWindow: must be whole seconds between 1s and 1h, got %s", w)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/egressd/egressd/providers/libvirt"
 	"github.com/egressd/egressd/providers/local"
 	"github.com/egressd/egressd/providers/proxmox"
+	"github.com/egressd/egressd/schemas"
 )
 
 // providerKinds is the one registry of provider types: adding a provider is one entry here
@@ -149,6 +150,7 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 		{Name: "CreateBurst", Type: reflect.TypeFor[int](), Tag: `yaml:"createBurst"`},
 		{Name: "MaxInstances", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstances"`},
 		{Name: "MaxInstancesPerTarget", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstancesPerTarget"`},
+		{Name: "MaxLifetimeSeconds", Type: reflect.TypeFor[int](), Tag: `yaml:"maxLifetimeSeconds"`},
 	}
 	for i, k := range kinds {
 		fields = append(fields, reflect.StructField{
@@ -165,9 +167,10 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 func providerFromDoc(v reflect.Value) Provider {
 	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String(),
 		MaxCreatesPerMinute: int(v.Field(2).Int()), CreateBurst: int(v.Field(3).Int()),
-		MaxInstances: int(v.Field(4).Int()), MaxInstancesPerTarget: int(v.Field(5).Int())}
+		MaxInstances: int(v.Field(4).Int()), MaxInstancesPerTarget: int(v.Field(5).Int()),
+		MaxLifetimeSeconds: int(v.Field(6).Int())}
 	for i, k := range providerDocKinds {
-		f := v.Field(6 + i)
+		f := v.Field(7 + i)
 		if f.IsNil() {
 			continue
 		}
@@ -228,6 +231,10 @@ func (pc *Provider) validateRate(at string) []error {
 			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 (no limit) and %d, got %d", at, f.key, maxLimitValue, f.v))
 		}
 	}
+	if l := pc.MaxLifetimeSeconds; l != 0 && (l < schemas.MinLifetimeSeconds || l > schemas.MaxLifetimeSeconds) {
+		// The bounds of a spec's maxLifetimeSeconds: the default is one a spec could say.
+		errs = append(errs, fmt.Errorf("%s.maxLifetimeSeconds: must be 0 (none) or between %d and %d, got %d", at, schemas.MinLifetimeSeconds, schemas.MaxLifetimeSeconds, l))
+	}
 	return errs
 }
 
@@ -249,5 +256,6 @@ func (pc Provider) Limits(fromProvider map[string]int) map[string]int {
 	}
 	set(events.LimitMaxInstances, pc.MaxInstances)
 	set(events.LimitMaxPerTarget, pc.MaxInstancesPerTarget)
+	set(events.LimitMaxLifetimeSeconds, pc.MaxLifetimeSeconds)
 	return out
 }

@@ -1,0 +1,58 @@
+package statuspage
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// /api/status.json carries each pool's demand (summed over the leasers) and, for an
+// autoscaled pool, its bounds and the autoscaler's state, while the members' ledger stays out.
+func TestStatusJSONPoolDemand(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.store.Pools.Put(ctx, "web", []byte(`{"template":{"provider":"local"},"autoscale":{"min":0,"max":3}}`)); err != nil {
+		t.Fatal(err)
+	}
+	st := events.PoolStatus{V: 1, Phase: events.PoolProgressing, Replicas: 2, MaxMembers: 3, Members: []events.PoolMember{},
+		Autoscale: &events.PoolAutoscale{Desired: 2, Inputs: events.ScaleInputs{Refused: 2, Target: 0.8, Wanted: 3},
+			LastDecision: "0 → 2: 2 refused, 0/0 leased, target 0.8", LastDecisionAt: r.now}, UpdatedAt: r.now}
+	if _, err := kvstore.PutJSON(ctx, r.store.PoolStatus, "web", st); err != nil {
+		t.Fatal(err)
+	}
+	for _, leaser := range []string{"l1", "l2"} {
+		b, _ := json.Marshal(events.PoolDemand{V: 1, Leaser: leaser, Pool: "web", WindowSeconds: 30, Waiting: 1, Refused: 1, At: r.now})
+		if _, err := kvstore.PutTTL(ctx, r.store.JS, r.store.PoolDemand, events.DemandKey("web", leaser), b, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := r.handler(t, Config{})
+	_, page := get(t, h, "/")
+	for _, want := range []string{"demand 2 waiting, 2 refused, 0 held, 0 grants/s (2 leasers)",
+		"autoscale 0 to 3, wants 3 (0 held of 0 on 0 Ready, 0 waiting, 2 refused, target 0.8); last 0 → 2: 2 refused, 0/0 leased, target 0.8, 0s ago"} {
+		if !strings.Contains(visibleText(page), want) {
+			t.Errorf("the pools table lacks %q:\n%s", want, visibleText(page))
+		}
+	}
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Pools) != 1 {
+		t.Fatalf("pools %+v", s.Pools)
+	}
+	p := s.Pools[0]
+	if p.Demand == nil || p.Demand.Waiting != 2 || p.Demand.Refused != 2 || p.Demand.Leasers != 2 {
+		t.Fatalf("demand %+v", p.Demand)
+	}
+	if a := p.Autoscale; a == nil || a.Min != 0 || a.Max != 3 || a.State == nil || a.State.Desired != 2 || a.State.Inputs.Wanted != 3 ||
+		p.Desired == nil || *p.Desired != 2 || p.Status != nil {
+		t.Fatalf("autoscale %+v, desired %v, status %v", p.Autoscale, p.Desired, p.Status)
+	}
+}
