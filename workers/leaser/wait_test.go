@@ -292,3 +292,50 @@ func TestWaiterWhoseCallerLeftHoldsNoSlot(t *testing.T) {
 		t.Errorf("%d slots held, want 1", n)
 	}
 }
+
+// A waiting acquire is demand of the kind `waiting` while it waits, not a refusal each time it
+// looks again; served, it answers no refusal; one that waits in vain counts one refusal.
+func TestWaitingAcquiresInTheDemandRecords(t *testing.T) {
+	r := newRig(t, func(c *leaser.Config) { c.DemandInterval = time.Second; c.DemandWindow = time.Minute })
+	if _, err := r.store.Pools.Put(context.Background(), "web", []byte(`{"template":{"provider":"local","attributes":{"geo":"de"}},"replicas":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	r.seed(proxy{name: "web-aaaaa", pool: "web", attrs: map[string]string{"geo": "de", "pool": "web"}, maxLeases: 1})
+	r.startLeasers(1)
+	sel := map[string]string{"pool": "web"}
+	first := r.mustAcquire(events.AcquireRequest{Selector: sel, TTLSeconds: 60})
+
+	got := make(chan reply, 1)
+	go func() {
+		data, _ := json.Marshal(events.AcquireRequest{Selector: sel, WaitSeconds: 60})
+		m, err := r.nc.Request(events.LeaseAcquireSubject, data, 70*time.Second)
+		if err != nil {
+			got <- reply{code: -1, header: err.Error()}
+			return
+		}
+		got <- decodeReply(t, m)
+	}()
+	eventually(t, 30*time.Second, "the waiter counted waiting", func() bool { return r.demandOf("web").Waiting == 1 })
+	// Proxies change (a health record) wake it several times: none of its looks is a refusal.
+	r.seed(proxy{name: "web-aaaaa", pool: "web", attrs: map[string]string{"geo": "de", "pool": "web"}, maxLeases: 1, latencyMs: 3})
+	if d := r.demandOf("web"); d.Refused != 0 {
+		t.Fatalf("a waiting acquire counted refused: %+v", d)
+	}
+	r.release(first.ID)
+	if rep := <-got; rep.code != 0 {
+		t.Fatalf("the waiter: %d %s", rep.code, rep.err.Message)
+	}
+	eventually(t, 30*time.Second, "the waiter served", func() bool {
+		d := r.demandOf("web")
+		return d.Waiting == 0 && d.Granted == 2 && d.Refused == 0
+	})
+
+	// One that waits in vain is one refusal.
+	if _, rep := r.acquire(events.AcquireRequest{Selector: sel, WaitSeconds: 1}); rep.code != events.CodeUnavailable {
+		t.Fatalf("want 503 after the wait, got %d", rep.code)
+	}
+	eventually(t, 30*time.Second, "the wait in vain counted refused once", func() bool {
+		d := r.demandOf("web")
+		return d.Waiting == 0 && d.Refused == 1
+	})
+}
