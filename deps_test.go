@@ -107,8 +107,9 @@ func dependencyViolations(modulePath string, pkgs map[string]*listedPackage) []s
 		}
 		seg := strings.Split(r, "/")
 
-		// internal/leaseauth also runs inside every proxy (forward-proxy, squid-auth).
-		if r == "events" || r == "schemas" || r == "providers" || r == "internal/leaseauth" {
+		// internal/leaseauth and internal/relay also run inside every proxy (forward-proxy,
+		// squid-auth; relay in the gateway too).
+		if r == "events" || r == "schemas" || r == "providers" || r == "internal/leaseauth" || r == "internal/relay" {
 			reach(p, func(d string) string {
 				if dp := pkgs[d]; d == "C" || (dp != nil && dp.Standard) {
 					return ""

@@ -31,6 +31,8 @@ func init() {
 	commands = []command{
 		{"run", []helpLine{{"run [flags]", "run every role with an embedded NATS server (or --nats-url)"}},
 			func(ctx context.Context, a []string, s stdio) int { return runCmd(ctx, a, s.errOut) }},
+		{"gateway", []helpLine{{"gateway --nats-url URL --gateway-listen ADDR --config F", "the gateway alone: one forward proxy endpoint for any HTTP client, leasing through NATS"}},
+			func(ctx context.Context, a []string, s stdio) int { return gatewayCmd(ctx, a, s.errOut) }},
 		{"setup", []helpLine{{"setup [flags]", "declare buckets, streams and consumers on a shared NATS (admin)"}},
 			func(ctx context.Context, a []string, s stdio) int { return setupCmd(ctx, a, s.out, s.errOut) }},
 		{"validate", []helpLine{{"validate proxy|pool FILE [--config F]", "check a proxy or pool document (- for stdin); every error names its field"}},

@@ -97,6 +97,9 @@ func (d *daemon) prepare() error {
 	if !d.roles.leaser && f.leaseHTTP.listen != "" {
 		return errors.New("--lease-http-listen: the leaser role serves it; add leaser to --roles")
 	}
+	if !d.roles.gateway && f.gateway.listen != "" {
+		return errors.New("--gateway-listen: the gateway role serves it; add gateway to --roles")
+	}
 	if f.natsURL == "" {
 		// Before anything in the data directory is opened: the store has one writer.
 		lock, err := lockDataDir(f.dataDir, f.natsListen)

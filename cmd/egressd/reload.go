@@ -13,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/cmd/egressd/internal/config"
 
+	"github.com/egressd/egressd/workers/gateway"
 	"github.com/egressd/egressd/workers/leaser"
 )
 
@@ -26,8 +27,9 @@ type reloader struct {
 	path    string
 	log     *slog.Logger
 	running config.File
-	leaser  *leaser.Leaser // nil without the HTTP face
-	cert    *certFiles     // nil without TLS on it
+	leaser  *leaser.Leaser   // nil without the HTTP face
+	gateway *gateway.Gateway // nil without the gateway
+	cert    *certFiles       // nil without TLS on it
 }
 
 // newReloader catches SIGHUP from now on; stop releases it.
@@ -81,7 +83,18 @@ func (r *reloader) reload() {
 			r.log.Info("reload: lease HTTP crawlers applied", "crawlers", len(crawlers))
 		}
 	}
-	if pending := restartNeeded(r.running, cfg, r.leaser != nil); len(pending) > 0 {
+	if r.gateway != nil {
+		var crawlers []gateway.Crawler
+		if cfg.LeaseHTTP != nil {
+			crawlers = cfg.LeaseHTTP.GatewayCrawlers()
+		}
+		if err := r.gateway.SetCrawlers(crawlers); err != nil {
+			r.log.Error("reload: gateway crawlers refused, the running ones are kept", "err", err)
+		} else {
+			r.log.Info("reload: gateway crawlers applied", "crawlers", len(crawlers))
+		}
+	}
+	if pending := restartNeeded(r.running, cfg, r.leaser != nil || r.gateway != nil); len(pending) > 0 {
 		r.log.Warn("reload: these parts of the config changed and apply at the next start", "parts", pending)
 	}
 }

@@ -71,8 +71,12 @@ var roleTable = []role{
 	{name: "leaser", wanted: func(d *daemon) bool { return d.roles.leaser }, build: buildLeaser,
 		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketHealth, events.BucketPools, events.BucketCooldowns, events.BucketLeaseState,
 			events.BucketPoolDemand}},
-	// The reloader is started once what it reloads (the lease HTTP face) exists.
-	{name: "reload", after: []string{"leaser"}, wanted: always,
+	// The gateway takes leases over NATS like any crawler (it uses no bucket itself); after
+	// the leaser, so that an all-in-one's first request finds the service up.
+	{name: "gateway", after: []string{"leaser"}, build: buildGateway,
+		wanted: func(d *daemon) bool { return d.roles.gateway && d.f.gateway.listen != "" }},
+	// The reloader is started once what it reloads (the lease HTTP face, the gateway) exists.
+	{name: "reload", after: []string{"leaser", "gateway"}, wanted: always,
 		build: func(_ context.Context, d *daemon) (runner, error) { return d.reload.watch, nil }},
 	// The catalogs are published before the reconciler starts, so no spec is judged Invalid
 	// for a provider that is only a moment away.

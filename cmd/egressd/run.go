@@ -39,6 +39,7 @@ type runFlags struct {
 	pprof       string
 	healthBound time.Duration
 	leaseHTTP   leaseHTTPFlags
+	gateway     gatewayFlags
 }
 
 func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
@@ -50,7 +51,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.StringVar(&f.natsURL, "nats-url", "", "use this NATS server instead of the embedded one (credentials: "+envUser+", "+envPassword+")")
 	fs.BoolVar(&f.declare, "declare", false, "with --nats-url: declare the buckets, the event streams and the op streams of the providers this process provisions (needs admin rights; always done with the embedded server; egressd setup declares every provider's)")
 	fs.StringVar(&f.natsListen, "nats-listen", "127.0.0.1:4222", "client address of the embedded NATS server")
-	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser")
+	fs.StringVar(&f.roles, "roles", "all", "roles to run: all, or a comma list of reconciler,provisioner,prober,leaser,gateway (the gateway runs with --gateway-listen)")
 	fs.StringVar(&f.provision, "provision", "", "providers this process provisions (comma list; default all in the config)")
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of buckets and streams (3 on a cluster)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -68,6 +69,7 @@ func runCmd(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.DurationVar(&f.checks.Interval, "check-interval", provisioner.DefaultChecks().Interval, "how often provider targets are checked (at least 10s; 0 disables)")
 	fs.DurationVar(&f.healthBound, "health-timeout", health.DefaultBound, "/healthz fails when JetStream has not answered for this long (/readyz at once)")
 	f.leaseHTTP.register(fs)
+	f.gateway.register(fs)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -113,14 +115,14 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
-type roleSet struct{ reconciler, provisioner, prober, leaser bool }
+type roleSet struct{ reconciler, provisioner, prober, leaser, gateway bool }
 
 func parseRoles(s string) (roleSet, error) {
 	var r roleSet
 	for _, name := range strings.Split(s, ",") {
 		switch strings.TrimSpace(name) {
 		case "all":
-			r = roleSet{true, true, true, true}
+			r = roleSet{true, true, true, true, true}
 		case "reconciler":
 			r.reconciler = true
 		case "provisioner":
@@ -129,8 +131,10 @@ func parseRoles(s string) (roleSet, error) {
 			r.prober = true
 		case "leaser":
 			r.leaser = true
+		case "gateway":
+			r.gateway = true
 		default:
-			return roleSet{}, fmt.Errorf("--roles: unknown role %q (all, reconciler, provisioner, prober, leaser)", name)
+			return roleSet{}, fmt.Errorf("--roles: unknown role %q (all, reconciler, provisioner, prober, leaser, gateway)", name)
 		}
 	}
 	return r, nil

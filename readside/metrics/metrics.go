@@ -29,6 +29,7 @@ type Metrics struct {
 	revocations   *prometheus.CounterVec
 	revokedList   *prometheus.GaugeVec
 	refusals      *refusalsCollector
+	gateway       *gatewayMetrics
 }
 
 // New registers the process's metrics. With state, every scrape also reads egressd's state
@@ -77,6 +78,7 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
 		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.gateway = newGatewayMetrics(m.Registry)
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
 	if state {
 		m.Registry.MustRegister(sc)

@@ -112,6 +112,12 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 	// failover must not simply run out.
 	acquire := func() (events.LeaseGrant, reply) {
 		m, err := crawler.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":900}`), 10*time.Second)
+		// The crawler is on another server than the leaser: the service's subscription
+		// reaches it over the cluster route a moment after the leaser is serving.
+		for deadline := time.Now().Add(10 * time.Second); errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			m, err = crawler.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":900}`), 10*time.Second)
+		}
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}

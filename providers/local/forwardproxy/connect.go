@@ -1,13 +1,12 @@
 package forwardproxy
 
 import (
-	"errors"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"sync/atomic"
 	"time"
+
+	"github.com/egressd/egressd/internal/relay"
 )
 
 func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record, g grant) {
@@ -28,12 +27,12 @@ func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record, g
 		rec.fail(w, http.StatusInternalServerError, "cannot take over the connection")
 		return
 	}
-	if !h.track(client, up) {
+	if !h.tunnels.Track(client, up) {
 		client.Close()
 		up.Close()
 		return
 	}
-	defer h.untrack(client, up)
+	defer h.tunnels.Untrack(client, up)
 	defer client.Close()
 	defer up.Close()
 	// A tunnel lives no longer than the lease token that opened it.
@@ -55,70 +54,6 @@ func (h *handler) connect(w http.ResponseWriter, r *http.Request, rec *record, g
 		}
 		rec.bytes += int64(n)
 	}
-	rec.bytes += splice(client, up, h.tunnelIdle)
-}
-
-// splice copies both ways until both sides have finished, passing a half-close on (a client
-// that shuts down its sending side still gets the whole answer) and cutting the tunnel when no
-// byte has moved either way for idle. It returns the bytes copied.
-func splice(a, b net.Conn, idle time.Duration) int64 {
-	t := &tunnelState{idle: idle}
-	t.touch()
-	errc := make(chan error, 2)
-	go func() { errc <- t.pipe(b, a) }()
-	go func() { errc <- t.pipe(a, b) }()
-	for range 2 {
-		if err := <-errc; err != nil {
-			// A reset or an idle cut on one side ends the other one too.
-			a.Close()
-			b.Close()
-		}
-	}
-	return t.bytes.Load()
-}
-
-type tunnelState struct {
-	idle  time.Duration
-	last  atomic.Int64 // unix nanoseconds of the last byte either way
-	bytes atomic.Int64
-}
-
-func (t *tunnelState) touch() { t.last.Store(time.Now().UnixNano()) }
-
-func (t *tunnelState) quiet() bool {
-	return time.Since(time.Unix(0, t.last.Load())) >= t.idle
-}
-
-func (t *tunnelState) pipe(dst, src net.Conn) error {
-	buf := make([]byte, 32<<10)
-	for {
-		src.SetReadDeadline(time.Now().Add(t.idle))
-		n, err := src.Read(buf)
-		if n > 0 {
-			t.touch()
-			dst.SetWriteDeadline(time.Now().Add(t.idle))
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return werr
-			}
-			t.bytes.Add(int64(n))
-		}
-		switch {
-		case err == nil:
-		case errors.Is(err, io.EOF):
-			closeWrite(dst)
-			return nil
-		case errors.Is(err, os.ErrDeadlineExceeded) && !t.quiet():
-			// This side is quiet but the other is not: a download with nothing to upload.
-		default:
-			return err
-		}
-	}
-}
-
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-		return
-	}
-	c.Close()
+	sent, received := relay.Splice(client, up, h.tunnelIdle)
+	rec.bytes += sent + received
 }

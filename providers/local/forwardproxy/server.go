@@ -15,10 +15,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 
 	"github.com/egressd/egressd/internal/leaseauth"
+	"github.com/egressd/egressd/internal/relay"
 )
 
 // Config configures a forward proxy.
@@ -76,7 +76,7 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 
 	select {
 	case err := <-errc:
-		h.closeTunnels()
+		h.tunnels.CloseAll()
 		return fmt.Errorf("forward proxy: %w", err)
 	case <-ctx.Done():
 	}
@@ -88,8 +88,8 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	}
 	// Shutdown does not track hijacked connections: tunnels are cut here, and their handlers
 	// get a moment to log and return.
-	h.closeTunnels()
-	h.waitTunnels(hijackedWait)
+	h.tunnels.CloseAll()
+	h.tunnels.Wait(hijackedWait)
 	<-errc
 	if h.auth != nil {
 		h.log.Info("credentials refused since the start, by reason", "refused", h.auth.Refused())
@@ -104,10 +104,7 @@ type handler struct {
 	transport  *http.Transport
 	tunnelIdle time.Duration
 
-	mu      sync.Mutex
-	closed  bool // shutdown began: no new tunnels
-	tunnels map[net.Conn]struct{}
-	active  sync.WaitGroup // tunnels in flight
+	tunnels *relay.Tunnels // the hijacked CONNECT tunnels, cut at shutdown
 }
 
 func newHandler(cfg Config) (*handler, error) {
@@ -129,7 +126,7 @@ func newHandler(cfg Config) (*handler, error) {
 		log:        log,
 		dialer:     d,
 		tunnelIdle: tunnelIdleTimeout,
-		tunnels:    make(map[net.Conn]struct{}),
+		tunnels:    relay.NewTunnels(),
 		transport: &http.Transport{
 			Proxy:                 nil,
 			DialContext:           d.DialContext,
@@ -204,46 +201,4 @@ func upstreamStatus(err error) int {
 		return http.StatusGatewayTimeout
 	}
 	return http.StatusBadGateway
-}
-
-// track registers a hijacked connection pair so that shutdown can cut it. It reports false
-// once shutdown has begun; the caller then closes the pair itself.
-func (h *handler) track(conns ...net.Conn) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return false
-	}
-	for _, c := range conns {
-		h.tunnels[c] = struct{}{}
-	}
-	h.active.Add(1)
-	return true
-}
-
-func (h *handler) untrack(conns ...net.Conn) {
-	h.mu.Lock()
-	for _, c := range conns {
-		delete(h.tunnels, c)
-	}
-	h.mu.Unlock()
-	h.active.Done()
-}
-
-func (h *handler) closeTunnels() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.closed = true
-	for c := range h.tunnels {
-		c.Close()
-	}
-}
-
-func (h *handler) waitTunnels(budget time.Duration) {
-	done := make(chan struct{})
-	go func() { h.active.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(budget):
-	}
 }

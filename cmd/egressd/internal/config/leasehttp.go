@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/egressd/egressd/workers/gateway"
 	"github.com/egressd/egressd/workers/leaser"
 )
 
@@ -56,6 +57,15 @@ func (c *LeaseHTTP) LeaserCrawlers() []leaser.Crawler {
 		b, _ := hex.DecodeString(cr.TokenSHA256) // validated
 		copy(h[:], b)
 		out = append(out, leaser.Crawler{Name: cr.Name, TokenSHA256: h})
+	}
+	return out
+}
+
+// GatewayCrawlers are the crawlers as the gateway takes them: the same tokens and names.
+func (c *LeaseHTTP) GatewayCrawlers() []gateway.Crawler {
+	var out []gateway.Crawler
+	for _, cr := range c.LeaserCrawlers() {
+		out = append(out, gateway.Crawler{Name: cr.Name, TokenSHA256: cr.TokenSHA256})
 	}
 	return out
 }

@@ -1,0 +1,171 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/client"
+	"github.com/egressd/egressd/workers/gateway"
+	"github.com/nats-io/nats.go"
+)
+
+// BenchmarkGatewayVsDirect measures a request through the gateway against the same request
+// sent directly through the same leased proxy (the baseline, in the same run), to the same
+// origin: plain HTTP and CONNECT+TLS (a new tunnel and handshake per request) with 64
+// concurrent clients, p50 latency and throughput; and a 100 MB download through CONNECT.
+// The ratios are in docs/performance.md. Run the plain case with enough requests to pass the
+// warm-up (-benchtime 10000x); each case opens fresh connections, so keep it to one run at a
+// time.
+func BenchmarkGatewayVsDirect(b *testing.B) {
+	r, direct, gateway := benchPaths(b)
+	via := map[string]*url.URL{"direct": direct, "gateway": gateway}
+	for _, path := range []string{"direct", "gateway"} {
+		b.Run("plain/"+path, func(b *testing.B) { benchConcurrent(b, r, via[path], r.origin.url+"/", true) })
+	}
+	for _, path := range []string{"direct", "gateway"} {
+		b.Run("connect-tls/"+path, func(b *testing.B) { benchConcurrent(b, r, via[path], r.tlsOrig.url+"/", false) })
+	}
+	for _, path := range []string{"direct", "gateway"} {
+		b.Run("bulk-100MB/"+path, func(b *testing.B) {
+			c := benchClient(r, via[path], true)
+			b.SetBytes(bulkBytes)
+			for b.Loop() {
+				fetch(b, c, r.tlsOrig.url+"/bulk")
+			}
+		})
+	}
+}
+
+// benchPaths starts a rig with one proxy that binds no source port, a gateway, and a lease
+// of the benchmark's own on that proxy: the two ways to the same proxy.
+func benchPaths(b *testing.B) (r *rig, direct, gateway *url.URL) {
+	r = newRigSources(b, []string{""})
+	gw, _ := r.gateway(func(c *gatewayConfig) { c.IdleRelease = time.Hour })
+	nc, err := nats.Connect(r.srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	lease, err := client.New(nc).Acquire(context.Background(), client.AcquireOptions{Holder: "bench", TTL: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = lease.Release(context.Background()) })
+	direct, _ = url.Parse(lease.URL)
+	return r, direct, &url.URL{Scheme: "http", Host: gw, User: url.UserPassword("crawler-7", testToken)}
+}
+
+func benchClient(r *rig, proxy *url.URL, keepAlive bool) *http.Client {
+	tr := &http.Transport{Proxy: http.ProxyURL(proxy), TLSClientConfig: &tls.Config{RootCAs: r.caPool}, DisableKeepAlives: !keepAlive,
+		MaxIdleConnsPerHost: 64}
+	r.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: time.Minute}
+}
+
+func fetch(b *testing.B, c *http.Client, u string) {
+	resp, err := c.Get(u)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// benchConcurrent runs 64 clients (32 per CPU on 2 CPUs: SetParallelism(64/GOMAXPROCS)) and
+// reports the p50 latency beside ns/op (the inverse of throughput).
+func benchConcurrent(b *testing.B, r *rig, proxy *url.URL, u string, keepAlive bool) {
+	b.SetParallelism(max(64/runtimeProcs(), 1))
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := benchClient(r, proxy, keepAlive)
+		var mine []time.Duration
+		for pb.Next() {
+			start := time.Now()
+			fetch(b, c, u)
+			mine = append(mine, time.Since(start))
+		}
+		mu.Lock()
+		lat = append(lat, mine...)
+		mu.Unlock()
+	})
+	b.StopTimer()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	}
+}
+
+type gatewayConfig = gateway.Config
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkIdleTunnelMemory opens 200 CONNECT tunnels and leaves them idle, directly through
+// the leased proxy and through the gateway, and reports the heap and stacks each tunnel holds
+// (the whole process: the proxy's side of a tunnel is in both, so the gateway's own share is
+// the difference).
+func BenchmarkIdleTunnelMemory(b *testing.B) {
+	r, direct, gateway := benchPaths(b)
+	target := strings.TrimPrefix(r.origin.url, "http://")
+	for _, c := range []struct {
+		name  string
+		proxy *url.URL
+	}{{"direct", direct}, {"gateway", gateway}} {
+		b.Run(c.name, func(b *testing.B) {
+			const n = 200
+			for b.Loop() {
+				before := inUse()
+				conns := make([]net.Conn, 0, n)
+				for range n {
+					conns = append(conns, openTunnel(b, c.proxy, target))
+				}
+				after := inUse()
+				for _, conn := range conns {
+					conn.Close()
+				}
+				b.ReportMetric(float64(after-before)/n/1024, "KiB/tunnel")
+			}
+		})
+	}
+}
+
+// openTunnel sends CONNECT through proxy and waits for the 200.
+func openTunnel(b *testing.B, proxy *url.URL, target string) net.Conn {
+	conn, err := net.Dial("tcp", proxy.Host)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pass, _ := proxy.User.Password()
+	auth := base64.StdEncoding.EncodeToString([]byte(proxy.User.Username() + ":" + pass))
+	fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: Basic %s\r\n\r\n", target, target, auth)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	return conn
+}
+
+// inUse is the heap and goroutine stacks in use after a collection.
+func inUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse
+}
