@@ -55,12 +55,18 @@ type AcquireOptions struct {
 	// an acquire fail (ErrNoProxy, Error.Session says why) rather than move the session.
 	Session    time.Duration
 	StickyMode events.StickyMode
+	// Wait holds the acquire, when nothing matching is free, until a matching proxy frees a
+	// slot or becomes Ready (first come, first served), for at most this long (whole seconds,
+	// at most the service's leases.maxWaitSeconds, 60s by default); 0 answers at once. The
+	// request's timeout grows by Wait, and the service answers before it runs out: ErrNoProxy
+	// with Error.Wait when the wait was in vain. No retry loop of one's own is needed.
+	Wait time.Duration
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
 		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
-		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode}
+		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait)}
 }
 
 // seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".
@@ -75,14 +81,15 @@ func seconds(d time.Duration) int {
 // that manage renewals themselves (the CLI); crawlers want Acquire.
 func (c *Client) AcquireOnce(ctx context.Context, o AcquireOptions) (events.LeaseGrant, error) {
 	var r events.LeaseReply
-	err := c.call(ctx, events.LeaseAcquireSubject, o.request(), &r, retryUndelivered)
+	req := o.request()
+	err := c.call(ctx, events.LeaseAcquireSubject, req, &r, retryUndelivered, time.Duration(req.WaitSeconds)*time.Second)
 	return r.Lease, err
 }
 
 // Renew extends lease id once; ttl 0 keeps the lease's own TTL. The ID does not change.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (events.LeaseGrant, error) {
 	var r events.LeaseReply
-	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r, retryTransient)
+	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r, retryTransient, 0)
 	return r.Lease, err
 }
 
@@ -97,7 +104,7 @@ func (c *Client) Release(ctx context.Context, id string) (bool, error) {
 // Reason says why nothing was released when nothing was.
 func (c *Client) ReleaseReply(ctx context.Context, id string) (events.ReleaseReply, error) {
 	var r events.ReleaseReply
-	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r, retryTransient)
+	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r, retryTransient, 0)
 	return r, err
 }
 
@@ -130,7 +137,7 @@ func (c *Client) Report(ctx context.Context, id string, result Result, target st
 		o(&req)
 	}
 	var r events.ReportReply
-	err := c.call(ctx, events.LeaseReportSubject, req, &r, retryUndelivered)
+	err := c.call(ctx, events.LeaseReportSubject, req, &r, retryUndelivered, 0)
 	return r, err
 }
 
@@ -142,11 +149,22 @@ const (
 
 // callOnce sends data to subject once and decodes the reply into resp, or the service error
 // into an *Error.
-func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp any) (err error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+//
+// wait is how long the service may hold the request (an acquire's waitSeconds): the timeout
+// grows by it, and the request tells the service, in events.ReplyTimeoutHeader, how long this
+// call listens, so that it answers in time and gives back a grant it could only make later.
+func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp any, wait time.Duration) (err error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout+wait)
 	defer cancel()
 	span, h := c.startRequest(ctx, subject)
 	defer func() { endRequest(span, err) }()
+	if wait > 0 {
+		if h == nil {
+			h = map[string][]string{}
+		}
+		dl, _ := ctx.Deadline()
+		h[events.ReplyTimeoutHeader] = []string{strconv.FormatInt(max(time.Until(dl).Milliseconds(), 1), 10)}
+	}
 	m, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: data, Header: nats.Header(h)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", subject, err)
@@ -156,7 +174,7 @@ func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp
 		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
 			d := er.Error
 			return &Error{Code: d.Code, Message: d.Message, Field: d.Field, Availability: d.Availability, End: d.End,
-				Reason: d.Reason, Limit: d.Limit, Session: d.Session}
+				Reason: d.Reason, Limit: d.Limit, Session: d.Session, Wait: d.Wait}
 		}
 		n, _ := strconv.Atoi(code)
 		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}

@@ -55,6 +55,13 @@ func startServiceWith(t *testing.T, tune func(*leaser.Config)) (*service, *clien
 	return s, client.New(nc)
 }
 
+// nc is a new client connection to the service's server.
+func (s *service) nc(t *testing.T) *nats.Conn {
+	t.Helper()
+	nc, _ := kvstoretest.Connect(t, s.srv)
+	return nc
+}
+
 func (s *service) start(t *testing.T) {
 	t.Helper()
 	nc, err := nats.Connect(s.srv.ClientURL())
@@ -290,5 +297,55 @@ func TestLeaseLostFiresWhenItsProxyIsDeleted(t *testing.T) {
 	var se *client.Error
 	if !errors.Is(l.Err(), client.ErrEnded) || !errors.As(l.Err(), &se) || se.End != events.ReasonProxyDeleted {
 		t.Fatalf("Err = %v, want ErrEnded with End %s", l.Err(), events.ReasonProxyDeleted)
+	}
+}
+
+// An acquire with Wait is held until the holder before it releases, and then granted; one
+// whose wait is in vain gets ErrNoProxy with the wait's detail. The call's own deadline, shorter
+// than the wait, is what the service goes by: it answers before the caller stops listening.
+func TestAcquireWaits(t *testing.T) {
+	s, c := startService(t)
+	ctx := context.Background()
+	first, err := c.Acquire(ctx, client.AcquireOptions{Holder: "a", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *client.Lease
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.Acquire(ctx, client.AcquireOptions{Holder: "b", Wait: 30 * time.Second})
+		got <- result{l, err}
+	}()
+	select {
+	case r := <-got:
+		t.Fatalf("answered while the only slot was held: %v", r.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("the waiting acquire: %v", r.err)
+	}
+	defer r.l.Release(ctx)
+
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err = c.AcquireOnce(dctx, client.AcquireOptions{Holder: "c", Wait: 30 * time.Second})
+	var se *client.Error
+	if !errors.Is(err, client.ErrNoProxy) || !errors.As(err, &se) || se.Wait == nil || se.Wait.Cause != events.WaitTimedOut {
+		t.Fatalf("a wait longer than the call's deadline: %v, want ErrNoProxy with the wait", err)
+	}
+
+	// The request timeout grows by the wait: a client whose requests time out after 500 ms
+	// still waits most of its 3 s (all but the margin for the answer), and is told so.
+	short := client.New(s.nc(t), client.WithRequestTimeout(500*time.Millisecond))
+	_, err = short.AcquireOnce(ctx, client.AcquireOptions{Holder: "d", Wait: 3 * time.Second})
+	if !errors.As(err, &se) || se.Wait == nil || se.Wait.WaitedSeconds < 2 {
+		t.Fatalf("a 3s wait with a 500ms request timeout: %v (wait %+v)", err, se.Wait)
 	}
 }

@@ -41,6 +41,7 @@ type Error struct {
 	Reason       events.ErrorReason    // refines Code: events.ErrorHolderAtCap, events.ErrorSessionUnavailable
 	Limit        int                   // on ErrHolderCap: the holder's limit of concurrent leases
 	Session      *events.SessionDetail // with events.ErrorSessionUnavailable: the session's proxy and why it is unavailable
+	Wait         *events.WaitDetail    // on ErrNoProxy after AcquireOptions.Wait: how long it waited, its place, why it stopped
 }
 
 func (e *Error) Error() string {

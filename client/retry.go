@@ -40,15 +40,16 @@ const (
 )
 
 // call sends req to subject and decodes the reply into resp, trying again within the retry
-// budget after a failure that policy allows; it returns the last try's error.
-func (c *Client) call(ctx context.Context, subject string, req, resp any, policy retryPolicy) error {
+// budget after a failure that policy allows; it returns the last try's error. hold is how
+// long the service may hold each try (callOnce's wait).
+func (c *Client) call(ctx context.Context, subject string, req, resp any, policy retryPolicy, hold time.Duration) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(c.retryBudget)
 	for wait := firstBackoff; ; wait = min(2*wait, maxBackoff) {
-		err := c.callOnce(ctx, subject, data, resp)
+		err := c.callOnce(ctx, subject, data, resp, hold)
 		if err == nil || ctx.Err() != nil || !retryable(err, policy) || time.Now().Add(wait).After(deadline) {
 			return err
 		}

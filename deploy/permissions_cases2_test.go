@@ -10,6 +10,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/readside/fleet"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -205,6 +206,31 @@ func permTheLeaserKeepsHolderSlotsAnd(t *testing.T, r *permRig) {
 		return nil
 	})
 	crawler.mustDeny(t, "write lease_state", "$KV.lease_state.session.czQy", kvPut(crawler, "lease_state", "session.czQy"))
+
+	// The viewer reads the waiting acquires (egressd status leases), and nothing else there.
+	if _, err := r.store.LeaseState.Put(r.ctx, "wait.0a", []byte(`{"v":1,"replica":"r1","holder":"h"}`)); err != nil {
+		t.Fatal(err)
+	}
+	viewer := r.ts.connect(t, "viewer")
+	viewer.mustAllow(t, "read the waiting acquires", func(ctx context.Context) error {
+		kv, err := viewer.js.KeyValue(ctx, events.BucketLeaseState)
+		if err != nil {
+			return err
+		}
+		w, err := fleet.LoadWaiters(ctx, kv, time.Now())
+		if err == nil && len(w.Rows) != 1 {
+			err = fmt.Errorf("%d waiters read, want 1", len(w.Rows))
+		}
+		return err
+	})
+	viewer.mustDeny(t, "read the holder slots and sessions", "$JS.API.CONSUMER.CREATE.KV_lease_state.", func(ctx context.Context) error {
+		kv, err := viewer.js.KeyValue(ctx, events.BucketLeaseState)
+		if err != nil {
+			return err
+		}
+		_, err = kvstore.Latest(ctx, kv)
+		return err
+	})
 }
 
 func permViewerReadsProxyStatusButCannot(t *testing.T, r *permRig) {

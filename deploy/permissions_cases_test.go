@@ -50,7 +50,16 @@ func permCrawlerLeasesThroughTheLeaseService(t *testing.T, r *permRig) {
 	g := svc.AddGroup(events.LeaseSubjectPrefix)
 	for _, name := range []string{"acquire", "renew", "release", "report"} {
 		if err := g.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
-			_ = req.RespondJSON(map[string]string{"endpoint": name, "user": "leaser"})
+			if name != "acquire" {
+				_ = req.RespondJSON(map[string]string{"endpoint": name, "user": "leaser"})
+				return
+			}
+			// A waiting acquire is answered later, from another goroutine: allow_responses
+			// must let that answer through (docs/leases.md#waiting).
+			go func() {
+				time.Sleep(1500 * time.Millisecond)
+				_ = req.RespondJSON(map[string]string{"endpoint": name, "user": "leaser"})
+			}()
 		})); err != nil {
 			t.Fatal(err)
 		}

@@ -186,10 +186,21 @@ func goldenCases() map[string]any {
 		"lease_error_session_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Reason: ErrorSessionUnavailable,
 			Message: `sticky session "session-42" is bound to proxy crawl-1 until 2026-11-30T12:10:00Z, and it is Unhealthy; stickyMode strict does not move it to another proxy`,
 			Session: &SessionDetail{Proxy: "crawl-1", Cause: SessionProxyNotReady, Phase: PhaseUnhealthy, Until: at.Add(10 * time.Minute)}}},
-		"lease_session.v1.json":     Session{V: 1, Sticky: "session-42", Proxy: "crawl-1", BoundAt: at, Until: at.Add(10 * time.Minute)},
-		"lease_holder_slot.v1.json": HolderSlot{V: 1, Holder: "crawler-7", Pool: "crawl", Token: "89abcdef01234567"},
+		// Acquires that wait (docs/leases.md#waiting).
+		"lease_acquire_wait_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Target: "example.com", WaitSeconds: 30},
+		"lease_error_wait_timed_out.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable,
+			Message:      "no proxy available after waiting 30.0s (place 2 of 5 waiting): 3 match the selector, 3 of them Ready, 3 at capacity, 0 cooling down for this target, 0 cooling down for every target",
+			Availability: &Availability{Matched: 3, Ready: 3, AtCapacity: 3},
+			Wait:         &WaitDetail{WaitedSeconds: 30.002, Position: 2, Waiting: 5, Cause: WaitTimedOut, Until: ptr(at.Add(30 * time.Second))}}},
+		"lease_waiter.v1.json": Waiter{V: 1, Replica: "89abcdef01234567", Worker: "leaser-1", Holder: "crawler-7",
+			Selector: map[string]string{"pool": "crawl"}, Target: "example.com", Since: at, Deadline: at.Add(30 * time.Second)},
+		"lease_waiting_replica.v1.json": WaitingReplica{V: 1, Worker: "leaser-1", Waiting: 5, At: at},
+		"lease_session.v1.json":         Session{V: 1, Sticky: "session-42", Proxy: "crawl-1", BoundAt: at, Until: at.Add(10 * time.Minute)},
+		"lease_holder_slot.v1.json":     HolderSlot{V: 1, Holder: "crawler-7", Pool: "crawl", Token: "89abcdef01234567"},
 		"lease_held.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
 			Holder: "crawler-7", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
 			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"}},
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

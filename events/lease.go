@@ -75,7 +75,17 @@ type AcquireRequest struct {
 	SessionSeconds int `json:"sessionSeconds,omitempty"`
 	// StickyMode is what a session does when its proxy is unavailable; "" is soft.
 	StickyMode StickyMode `json:"stickyMode,omitempty"`
+	// WaitSeconds holds the request, when nothing matching is free, until a matching proxy
+	// frees a slot or becomes Ready, first come first served, for at most this long (bounded
+	// by the leaser's leases.maxWaitSeconds); 0 answers at once, as without it. The caller's
+	// own timeout, sent as ReplyTimeoutHeader, shortens the wait so the answer comes in time.
+	WaitSeconds int `json:"waitSeconds,omitempty"`
 }
+
+// ReplyTimeoutHeader carries, on an acquire request, how long the caller waits for the reply,
+// in milliseconds: a waiting acquire is answered (503) before then, and a grant that could
+// only be made after it is released rather than sent to nobody.
+const ReplyTimeoutHeader = "Egress-Reply-Timeout-Ms"
 
 // LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
 // for curl -x. TTLSeconds is the TTL the service applied, so a client can schedule renewals
@@ -177,6 +187,54 @@ type ErrorDetail struct {
 	// Limit is the holder's limit of concurrent leases, with ErrorHolderAtCap.
 	Limit   int            `json:"limit,omitempty"`
 	Session *SessionDetail `json:"session,omitempty"` // with ErrorSessionUnavailable
+	// Wait tells a waiting acquire that found nothing before its deadline how long it waited,
+	// its place in the queue at the end, and why it stopped.
+	Wait *WaitDetail `json:"wait,omitempty"`
+}
+
+// WaitDetail is what an acquire that waited in vain learns of its wait.
+type WaitDetail struct {
+	WaitedSeconds float64 `json:"waitedSeconds"`
+	// Position is the acquire's place among the live waiters whose selectors overlap its
+	// own when it stopped: 1 was next.
+	Position int `json:"position"`
+	// Waiting is how many acquires waited across the leaser replicas when it stopped.
+	Waiting int        `json:"waiting"`
+	Cause   WaitCause  `json:"cause"`
+	Until   *time.Time `json:"until,omitempty"` // the deadline it had
+}
+
+// WaitCause says why a waiting acquire stopped waiting without a lease.
+type WaitCause string
+
+// Wait causes.
+const (
+	WaitTimedOut WaitCause = "timed-out" // its waitSeconds (or the caller's timeout) ran out
+	WaitStopped  WaitCause = "stopped"   // the leaser replica holding it stopped: retry
+)
+
+// Waiter is the value of wait.<id> in lease_state: one acquire waiting for a slot. Its KV
+// revision orders it among all waiters of every replica (first come, first served); its TTL
+// outlasts its deadline a little, so a crashed replica's waiters expire by themselves.
+type Waiter struct {
+	V        int               `json:"v"`
+	Replica  string            `json:"replica"` // the waiting.<replica> heartbeat that says it is alive
+	Worker   string            `json:"worker,omitempty"`
+	Holder   string            `json:"holder,omitempty"`
+	Selector map[string]string `json:"selector,omitempty"`
+	Target   string            `json:"target,omitempty"`
+	Since    time.Time         `json:"since"`
+	Deadline time.Time         `json:"deadline"`
+}
+
+// WaitingReplica is the value of waiting.<replica> in lease_state: the heartbeat of a leaser
+// replica that holds waiting acquires, with a short TTL. A waiter whose replica has none is
+// dead: the others skip it and remove it.
+type WaitingReplica struct {
+	V       int       `json:"v"`
+	Worker  string    `json:"worker,omitempty"`
+	Waiting int       `json:"waiting"`
+	At      time.Time `json:"at"`
 }
 
 // Availability is why no proxy could be leased, as numbers, so a crawler can tell "wait"

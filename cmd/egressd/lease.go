@@ -18,14 +18,16 @@ import (
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--url-only|--id-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--wait 30s] [--url-only|--id-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
   egressd lease token   CRAWLER-NAME   (a bearer token for the lease HTTP face, and its config entry)
 
 Prints the service's JSON reply; on an error prints it on stderr and exits 1. A lease from
-this command is not renewed: renew it, or let it expire. For shell scripts:
+this command is not renewed: renew it, or let it expire. With --wait, an acquire that finds
+nothing free waits (first come, first served) until a proxy frees a slot, up to that long (at
+most the leaser's leases.maxWaitSeconds); --timeout then counts on top of it. For shell scripts:
 
   curl -x "$(egressd lease acquire --target example.com --url-only)" https://example.com/
   id=$(egressd lease acquire --target example.com --id-only)   # then renew, report, release --id "$id"
@@ -52,6 +54,7 @@ type leaseFlags struct {
 	minAnon  string
 	strategy string
 	session  ttlFlag
+	wait     ttlFlag
 	mode     string
 	urlOnly  bool
 	idOnly   bool
@@ -104,7 +107,7 @@ func leaseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	}
 
-	ctx, cancel := context.WithTimeout(ctx, f.timeout)
+	ctx, cancel := context.WithTimeout(ctx, f.timeout+f.wait.d) // a wait is on top of the budget
 	defer cancel()
 	nc, err := dial(f.natsURL, "egressd lease", f.timeout)
 	if err != nil {
@@ -135,7 +138,7 @@ func leaseCall(ctx context.Context, c *client.Client, sub string, f *leaseFlags,
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
 			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon),
-			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode)})
+			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode), Wait: f.wait.d})
 		if err != nil {
 			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
@@ -193,6 +196,7 @@ func leaseFlagSet(sub string, f *leaseFlags, stderr io.Writer) *flag.FlagSet {
 		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
 		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
 		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
+		fs.Var(&f.wait, "wait", "when nothing matching is free, wait up to this long (a duration or seconds) for a slot, first come first served")
 		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
 		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
 		fs.BoolVar(&f.idOnly, "id-only", false, "print only the lease ID, for a script's later renew, report or release")

@@ -19,6 +19,13 @@ import (
 // credentials, and returns the server's URL.
 func leaseService(t *testing.T) string {
 	t.Helper()
+	url, _ := leaseServiceStore(t)
+	return url
+}
+
+// leaseServiceStore is leaseService, with the store it runs on.
+func leaseServiceStore(t *testing.T) (string, *kvstore.Store) {
+	t.Helper()
 	srv, nc, js := kvstoretest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
@@ -46,7 +53,7 @@ func leaseService(t *testing.T) string {
 	case <-time.After(10 * time.Second):
 		t.Fatal("lease service not ready")
 	}
-	return srv.ClientURL()
+	return srv.ClientURL(), store
 }
 
 func runLease(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -134,5 +141,60 @@ func TestLeaseCommandWithoutAService(t *testing.T) {
 	code, _, errs := runLease(t, "acquire", "--nats-url", srv.ClientURL())
 	if code != 1 || !strings.Contains(errs, "no lease service is running") {
 		t.Fatalf("%d %q", code, errs)
+	}
+}
+
+// egressd lease acquire --wait: held while both slots are taken, granted when one is
+// released; a wait in vain exits 1 with the 503 and how long it waited; a bad --wait exits 2.
+func TestLeaseAcquireWait(t *testing.T) {
+	url, store := leaseServiceStore(t)
+	t.Setenv("NATS_URL", url)
+	var ids []string
+	for range 2 {
+		code, out, errs := runLease(t, "acquire", "--id-only", "--ttl", "60")
+		if code != 0 {
+			t.Fatalf("acquire: %d %q", code, errs)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	type result struct {
+		code      int
+		out, errs string
+	}
+	got := make(chan result, 1)
+	go func() {
+		var out, errb strings.Builder
+		code := leaseCmd(context.Background(), []string{"acquire", "--id-only", "--wait", "30s"}, &out, &errb)
+		got <- result{code, out.String(), errb.String()}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for waiting := false; !waiting; {
+		if time.Now().After(deadline) {
+			t.Fatal("the acquire with --wait is not queued within 30s")
+		}
+		keys, err := store.LeaseState.ListKeys(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys.Keys() {
+			waiting = waiting || strings.HasPrefix(k, "wait.")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code, _, errs := runLease(t, "release", ids[0]); code != 0 {
+		t.Fatalf("release: %q", errs)
+	}
+	if r := <-got; r.code != 0 || !strings.HasPrefix(strings.TrimSpace(r.out), "de-1.") {
+		t.Fatalf("acquire --wait: %d %q %q", r.code, r.out, r.errs)
+	}
+	code, _, errs := runLease(t, "acquire", "--wait", "1s")
+	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "after waiting") {
+		t.Fatalf("acquire --wait 1s with both slots held: %d %q", code, errs)
+	}
+	if code, _, errs := runLease(t, "acquire", "--wait", "61"); code != 1 || !strings.Contains(errs, "waitSeconds") {
+		t.Fatalf("acquire --wait 61: %d %q", code, errs)
+	}
+	if code, _, _ := runLease(t, "acquire", "--wait", "0.5s"); code != 2 {
+		t.Fatalf("acquire --wait 0.5s: exit %d, want 2", code)
 	}
 }

@@ -192,6 +192,9 @@ func buildProber(_ context.Context, d *daemon) (runner, error) {
 	return p.Run, nil
 }
 
+// The metrics hear of waiting acquires (egress_lease_waiting, egress_lease_wait_seconds).
+var _ leaser.WaitObserver = (*metrics.Metrics)(nil)
+
 func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	lh, cert, err := d.f.leaseHTTP.listener(d.cfg, d.roles)
 	if err != nil {
@@ -200,7 +203,7 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
 		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
-		DemandWindow: d.cfg.DemandWindow()})
+		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow()})
 	if err != nil {
 		return nil, err
 	}

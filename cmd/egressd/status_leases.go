@@ -4,12 +4,17 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/readside/fleet"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // showLeases is `egressd status holders` (who holds the fleet's proxies, summed) and
@@ -44,8 +49,50 @@ func showLeases(ctx context.Context, url, what string, holder *string, asJSON bo
 			rows = l.Of(*holder)
 		}
 		printLeaseRows(stdout, rows, len(l.Rows), l.At)
+		showWaiters(ctx, r.js, l.At, stdout, stderr)
 	}
 	return code
+}
+
+// showWaiters prints the acquires waiting for a slot (docs/leases.md#waiting), oldest first.
+// Where they cannot be read (a viewer of a deployment older than them) it says so on stderr,
+// and the leases stand.
+func showWaiters(ctx context.Context, js jetstream.JetStream, now time.Time, stdout, stderr io.Writer) {
+	kv, err := js.KeyValue(ctx, events.BucketLeaseState)
+	var w *fleet.Waiters
+	if err == nil {
+		w, err = fleet.LoadWaiters(ctx, kv, now)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "egressd status: waiting acquires: %v\n", err)
+		return
+	}
+	if len(w.Rows) == 0 {
+		fmt.Fprintln(stdout, "No acquires wait for a slot.")
+		return
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "WAITING\tHOLDER\tSELECTOR\tTARGET\tLEASER\tWAITED\tGIVES-UP")
+	for i, r := range w.Rows {
+		place, until := strconv.Itoa(i+1), fleet.Until(now, r.Deadline)
+		if r.Expired {
+			place, until = "-", "expired (its leaser is gone)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", place, holderText(r.Holder), dash(selectorText(r.Selector)), dash(r.Target),
+			dash(r.Worker), events.Age(now, r.Since), until)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "%d acquires wait for a slot, the longest for %s.\n", w.Live(), w.Oldest().Round(time.Second))
+}
+
+// selectorText is a selector as k=v,k=v, sorted.
+func selectorText(sel map[string]string) string {
+	parts := make([]string, 0, len(sel))
+	for _, k := range slices.Sorted(maps.Keys(sel)) {
+		parts = append(parts, k+"="+sel[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 const noHolder = "(none)"

@@ -30,6 +30,21 @@ func TestStatusHoldersAndLeases(t *testing.T) {
 	if code != 0 || !strings.Contains(spaced(out), "\nscrapy slow 0 a.example basket-1 no 3m in 1m") || strings.Contains(out, "crawler-7") {
 		t.Fatalf("code %d, leases of scrapy:\n%s", code, out)
 	}
+	code, out, _ = runStatus(t, "leases", "--nats-url", url)
+	if code != 0 || !strings.Contains(out, "No acquires wait for a slot.") {
+		t.Fatalf("code %d, leases without waiters:\n%s", code, out)
+	}
+	fleettest.Put(t, store.LeaseState, "wait.0a", events.Waiter{V: 1, Replica: "r1", Worker: "host-1", Holder: "scrapy",
+		Selector: map[string]string{"geo": "de", "pool": "crawl"}, Target: "b.example", Since: now.Add(-12 * time.Second), Deadline: now.Add(48 * time.Second)})
+	fleettest.Put(t, store.LeaseState, "wait.0b", events.Waiter{V: 1, Replica: "r2", Holder: "crawler-7", Since: now.Add(-90 * time.Second), Deadline: now.Add(-30 * time.Second)})
+	fleettest.Put(t, store.LeaseState, "holder._.eA.0", events.HolderSlot{V: 1, Holder: "x", Token: "SENTINEL-HOLD"})
+	code, out, _ = runStatus(t, "leases", "--nats-url", url)
+	// Oldest first (by revision), times as ages: the wall clock moves on while the test runs.
+	if code != 0 || !strings.Contains(spaced(out), "\nWAITING HOLDER SELECTOR TARGET LEASER WAITED GIVES-UP\n1 scrapy geo=de,pool=crawl b.example host-1 1") ||
+		!strings.Contains(spaced(out), "\n- crawler-7 - - - 1m expired (its leaser is gone)\n") ||
+		!strings.Contains(out, "1 acquires wait for a slot, the longest for 1") || strings.Contains(out, "SENTINEL") {
+		t.Fatalf("code %d, leases with waiters:\n%s", code, out)
+	}
 	code, out, _ = runStatus(t, "leases", "--nats-url", url, "--holder", "nobody")
 	if code != 0 || !strings.Contains(out, "No leases match (6 held).") {
 		t.Fatalf("code %d, leases of nobody:\n%s", code, out)

@@ -4,7 +4,7 @@
 // (the proxy cools down for that site) and the session's lease given back; every lease still
 // held is released by close().
 import { ProxyConfiguration } from 'crawlee';
-import { connect, StringCodec } from 'nats';
+import { connect, headers, StringCodec } from 'nats';
 
 const sc = StringCodec();
 
@@ -16,6 +16,7 @@ export class LeaseError extends Error {
     this.code = detail.code;
     this.field = detail.field;
     this.availability = detail.availability;
+    this.wait = detail.wait; // after waitSeconds: how long it waited, its place, why it stopped
   }
 }
 
@@ -32,8 +33,10 @@ export class LeaseError extends Error {
  * - `stickyPrefix` (default "crawlee-"): sticky key = prefix + session ID.
  * - `blockedStatusCodes` (default [403, 429]): responses reported as `blocked`;
  *   `cooldownSeconds` (default: the service's) for those reports.
- * - `acquireWaitMillis` (default 30000): how long an acquire answered 503 (nothing free), 429 (at its holder limit) or 500 (retry) is
- *   retried before the request fails (Crawlee then retries it).
+ * - `acquireWaitMillis` (default 30000): how long an acquire may wait for a slot. The service
+ *   holds it (waitSeconds, first come first served) until a matching proxy frees one; a 429
+ *   (at its holder limit) or 500 (retry) is retried within the same time. Then the request
+ *   fails (Crawlee retries it). At most the leaser's leases.maxWaitSeconds (60 by default).
  * - `requestTimeoutMillis` (default 5000) for each request to the service.
  */
 export class EgressdProxyConfiguration extends ProxyConfiguration {
@@ -75,11 +78,18 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
     return this.#nc;
   }
 
-  /** One request to the lease service: the reply, or a LeaseError. */
+  /**
+   * One request to the lease service: the reply, or a LeaseError. An acquire with waitSeconds
+   * listens that much longer, and tells the service how long it listens (docs/leases.md#waiting).
+   */
   async request(endpoint, body) {
     const nc = await this.#conn();
-    const msg = await nc.request(`egress.lease.${endpoint}`, sc.encode(JSON.stringify(body)),
-      { timeout: this.options.requestTimeoutMillis });
+    const opts = { timeout: this.options.requestTimeoutMillis + (body.waitSeconds || 0) * 1000 };
+    if (body.waitSeconds) {
+      opts.headers = headers();
+      opts.headers.set('Egress-Reply-Timeout-Ms', String(opts.timeout));
+    }
+    const msg = await nc.request(`egress.lease.${endpoint}`, sc.encode(JSON.stringify(body)), opts);
     const data = msg.data.length ? JSON.parse(sc.decode(msg.data)) : {};
     if (msg.headers?.get('Nats-Service-Error-Code')) throw new LeaseError(data.error);
     return data;
@@ -107,7 +117,10 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
     if (key !== '') body.sticky = o.stickyPrefix + key;
     if (request?.url && body.target === undefined) body.target = new URL(request.url).hostname;
     const deadline = Date.now() + o.acquireWaitMillis;
+    const asked = body.waitSeconds; // o.acquire may set its own
     for (let wait = 250; ; wait = Math.min(wait * 2, 4000)) {
+      // The service holds the acquire until a slot frees: no retry loop for "nothing free".
+      if (asked === undefined) body.waitSeconds = Math.max(0, Math.floor((deadline - Date.now()) / 1000));
       try {
         const { lease } = await this.request('acquire', body);
         const timer = setInterval(() => this.#renew(key, lease), Math.max(1, lease.ttlSeconds / 3) * 1000);
@@ -115,9 +128,11 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
         this.#sessions.set(key, { lease, timer, target: request?.url ? new URL(request.url).hostname : undefined });
         return lease;
       } catch (err) {
-        // 503: nothing free now; 429: this crawler holds its limit (maxPerHolder) until one is
-        // released; 500: a failure on the service's side (a NATS election), which it says to retry.
-        if (!(err instanceof LeaseError && [429, 500, 503].includes(err.code)) || Date.now() + wait > deadline) throw err;
+        // 503: nothing freed within the wait (or none was asked for); 429: this crawler holds
+        // its limit (maxPerHolder) until one is released; 500: a failure on the service's side
+        // (a NATS election), which it says to retry.
+        const retry = err instanceof LeaseError && ([429, 500].includes(err.code) || (err.code === 503 && !body.waitSeconds));
+        if (!retry || Date.now() + wait > deadline) throw err;
         await new Promise((resolve) => setTimeout(resolve, wait));
       }
     }

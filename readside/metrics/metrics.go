@@ -18,6 +18,8 @@ type Metrics struct {
 	gcDeletions   *prometheus.CounterVec
 	leaseRequests *prometheus.CounterVec
 	acquireTime   prometheus.Histogram
+	waiting       prometheus.Gauge
+	waitTime      *prometheus.HistogramVec
 	probeTime     *prometheus.HistogramVec
 	probeFailures prometheus.Counter
 	probeDelay    prometheus.Histogram
@@ -48,6 +50,11 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		acquireTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "egress_lease_acquire_duration_seconds",
 			Help:    "Time to answer a lease acquire, granted or not.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1}}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "egress_lease_waiting",
+			Help: "Acquires this process's leaser holds until a slot frees (waitSeconds)."}),
+		waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_lease_wait_seconds",
+			Help:    "How long waiting acquires waited, by outcome: granted, timed_out, gone (the caller left), stopped (the leaser stopped) or error.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 100}}, []string{"outcome"}),
 		probeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_probe_duration_seconds",
 			Help:    "Duration of probes through proxies, by outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
@@ -68,7 +75,7 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		revokedList: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_revocation_list_entries",
 			Help: "Entries of the lease revocation list this process last delivered to a provider's proxies."}, []string{"provider"}),
 	}
-	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.probeTime, m.probeFailures,
+	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
 		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.gateway = newGatewayMetrics(m.Registry)
@@ -100,6 +107,14 @@ func (m *Metrics) ObserveLease(endpoint, result string, d time.Duration) {
 	if endpoint == "acquire" && result != "unauthorized" {
 		m.acquireTime.Observe(d.Seconds())
 	}
+}
+
+// ObserveWaiting counts acquires starting (+1) or ending (-1) a wait (leaser.WaitObserver).
+func (m *Metrics) ObserveWaiting(delta int) { m.waiting.Add(float64(delta)) }
+
+// ObserveWait records how long a waiting acquire waited and how it ended (leaser.WaitObserver).
+func (m *Metrics) ObserveWait(outcome string, waited time.Duration) {
+	m.waitTime.WithLabelValues(outcome).Observe(waited.Seconds())
 }
 
 // ObserveRevocation counts one lease revocation written ("ok") or not ("error") by the leaser.

@@ -87,6 +87,10 @@ func TestMetricsLintAndMatchKV(t *testing.T) {
 	m.ObserveOp("local", "create", "", 120*time.Millisecond)
 	m.ObserveOp("local", "create", "Transient", time.Second)
 	m.ObserveLease("acquire", "granted", time.Millisecond)
+	m.ObserveWaiting(1)
+	m.ObserveWaiting(1)
+	m.ObserveWaiting(-1)
+	m.ObserveWait("granted", 2*time.Second)
 	m.ObserveProbe(false, 5*time.Second)
 	m.ObserveGC("local")
 	problems, err := testutil.GatherAndLint(m.Registry)
@@ -138,8 +142,14 @@ egress_gc_deletions_total{provider="local"} 1
 # HELP egress_probe_failures_total Probes through proxies that failed.
 # TYPE egress_probe_failures_total counter
 egress_probe_failures_total 1
+# HELP egress_lease_waiting Acquires this process's leaser holds until a slot frees (waitSeconds).
+# TYPE egress_lease_waiting gauge
+egress_lease_waiting 1
 `
-	names := []string{"egress_proxies", "egress_proxies_healthy", "egress_proxies_anonymity", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
+	if n := testutil.CollectAndCount(m.Registry, "egress_lease_wait_seconds"); n != 1 {
+		t.Errorf("egress_lease_wait_seconds has %d series, want 1 (granted)", n)
+	}
+	names := []string{"egress_lease_waiting", "egress_proxies", "egress_proxies_healthy", "egress_proxies_anonymity", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
 		"egress_provider_target_up", "egress_provider_ops_total", "egress_gc_deletions_total", "egress_probe_failures_total"}
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

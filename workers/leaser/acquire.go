@@ -32,16 +32,12 @@ func newAttempt() *attempt {
 // usually succeeds, and a batch that is used up is followed by the next one.
 const candidateBatch = 4
 
-// acquire picks candidates from the view and commits the first slot whose Create succeeds.
+// acquireDecoded picks candidates from the view and commits the first slot whose Create succeeds.
 // The view may be stale in both directions; a Create that finds its slot taken just moves on,
 // so any number of replicas never grant more than maxLeases slots of a proxy. A sticky
 // session (sessionSeconds) goes to the proxy it is bound to first, and only there when it is
 // strict (sessions.go); a capped holder takes a holder slot before each grant (holders.go).
-func (l *Leaser) acquire(ctx context.Context, data []byte) (any, error) {
-	r, ttl, err := l.decodeAcquire(data)
-	if err != nil {
-		return nil, err
-	}
+func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, ttl time.Duration) (any, error) {
 	q := selection.NewQuery(r)
 	at := newAttempt()
 	q.Capped = at.holderFull
@@ -126,7 +122,9 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	if len(at.holderFull) > 0 {
 		return nil, holderAtCapError(r.Holder, at, &av)
 	}
-	l.demand.refused(r.Selector, r.Holder)
+	if !forWaiter(ctx) { // a waiter's refusals are not demand: it is counted waiting (wait.go)
+		l.demand.refused(r.Selector, r.Holder)
+	}
 	msg := fmt.Sprintf("no proxy available: %d match the selector, %d of them Ready, %d at capacity, %d cooling down for this target, %d cooling down for every target",
 		av.Matched, av.Ready, av.AtCapacity, av.CoolingTarget, av.CoolingGlobal)
 	if r.MinAnonymity != "" {
@@ -211,7 +209,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
-	l.demand.granted(l.view.originOf(c.Name).pool, r.Selector, r.Holder)
+	l.demand.grantedAnswering(l.view.originOf(c.Name).pool, r.Selector, r.Holder, !forWaiter(ctx))
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

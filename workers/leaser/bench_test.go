@@ -36,6 +36,13 @@ func BenchmarkAcquireReleaseEvents(b *testing.B) {
 	}
 }
 
+// BenchmarkAcquireReleaseWaitServedAtOnce is BenchmarkAcquireRelease with waitSeconds on
+// every acquire, a slot always free: what asking to wait costs when nothing has to (issue 23:
+// at most 1.1× the plain cycle of the same run).
+func BenchmarkAcquireReleaseWaitServedAtOnce(b *testing.B) {
+	acquireReleaseWith(b, startBenchLeaser(b, nil, nil), `{"ttlSeconds":60,"waitSeconds":30}`)
+}
+
 // startBenchLeaser starts a leaser with tp (nil: the global provider) and cfg's changes over
 // 10 Ready proxies and returns a client connection to it.
 func startBenchLeaser(b *testing.B, tp trace.TracerProvider, cfg func(*leaser.Config)) *nats.Conn {

@@ -89,7 +89,24 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 	if err := checkSession(r); err != nil {
 		return r, 0, err
 	}
+	if err := l.checkWait(r.WaitSeconds); err != nil {
+		return r, 0, err
+	}
 	return r, ttl, nil
+}
+
+// checkWait checks waitSeconds against the leaser's maximum (leases.maxWaitSeconds).
+func (l *Leaser) checkWait(seconds int) error {
+	limit := int(max(l.cfg.MaxWait, 0) / time.Second)
+	switch {
+	case seconds < 0:
+		return badRequest("waitSeconds", "waitSeconds must be between 0 (answer at once) and %d, got %d", limit, seconds)
+	case seconds > 0 && limit == 0:
+		return badRequest("waitSeconds", "waitSeconds: this leaser does not hold acquires (leases.maxWaitSeconds is 0); leave it out or 0")
+	case seconds > limit:
+		return badRequest("waitSeconds", "waitSeconds must be at most %d (the leaser's leases.maxWaitSeconds), got %d", limit, seconds)
+	}
+	return nil
 }
 
 // checkSession checks strategy and the session fields of an acquire.

@@ -117,6 +117,12 @@ func (b *demandBook) refused(sel map[string]string, holder string) {
 // anonymous refusal, so that a crawler refused and then served is not counted as demand twice
 // (once held, once refused) while the refusal is in the window.
 func (b *demandBook) granted(pool string, sel map[string]string, holder string) {
+	b.grantedAnswering(pool, sel, holder, true)
+}
+
+// grantedAnswering is granted; without answer the grant takes back no refusal (a waiter's,
+// which was counted waiting instead).
+func (b *demandBook) grantedAnswering(pool string, sel map[string]string, holder string, answer bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	sec := b.now().Unix()
@@ -128,6 +134,9 @@ func (b *demandBook) granted(pool string, sel map[string]string, holder string) 
 	}
 	for _, s := range scopes {
 		s.grants[sec]++
+		if !answer {
+			continue
+		}
 		if holder != "" {
 			delete(s.holders, holder)
 		} else {

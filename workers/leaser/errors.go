@@ -23,6 +23,7 @@ type apiError struct {
 	reason  events.ErrorReason
 	limit   int
 	session *events.SessionDetail
+	wait    *events.WaitDetail // a waiting acquire that stopped without a lease
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
@@ -52,7 +53,7 @@ func (l *Leaser) errorReply(endpoint string, err error) (*apiError, []byte) {
 		ae = errInternal
 	}
 	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end,
-		Reason: ae.reason, Limit: ae.limit, Session: ae.session}})
+		Reason: ae.reason, Limit: ae.limit, Session: ae.session, Wait: ae.wait}})
 	if merr != nil {
 		body = nil
 	}

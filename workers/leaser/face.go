@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/workers/leaser/httpface"
@@ -48,7 +49,7 @@ func (l *Leaser) startHTTP(ctx context.Context, wg *sync.WaitGroup, failed chan<
 	if l.face == nil {
 		return func() {}
 	}
-	return l.face.Start(ctx, wg, failed, l.cfg.RequestBudget, l.cfg.ShutdownBudget)
+	return l.face.Start(ctx, wg, failed, l.cfg.RequestBudget+max(l.cfg.MaxWait, 0), l.cfg.ShutdownBudget)
 }
 
 // httpService is the leaser as the HTTP face calls it (httpface.Service). It is not a method
@@ -71,11 +72,18 @@ func (s httpService) Call(ctx context.Context, endpoint, crawler string, headers
 	if endpoint == "acquire" {
 		body, err = withHolder(body, crawler)
 	}
-	var reply any
-	if err == nil {
+	var (
+		reply  any
+		waited time.Duration
+	)
+	switch {
+	case err != nil:
+	case endpoint == "acquire":
+		reply, waited, err = l.acquireWith(ctx, body, headers, httpface.ClientGone(ctx))
+	default:
 		reply, err = h(ctx, body)
 	}
-	defer end(err) // after the reply, as over NATS
+	defer func() { end(err, waited) }() // after the reply, as over NATS
 	if err == nil {
 		var b []byte
 		if b, err = json.Marshal(reply); err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
@@ -23,6 +24,7 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 		`{"selector":null}`, `{"id":"a.01.x"}`,
 		`{"sticky":"s42","sessionSeconds":600,"stickyMode":"strict","strategy":"round-robin","holder":"c7"}`,
 		`{"strategy":"random"}`, `{"strategy":"lowest-latency","sticky":"s","stickyMode":"soft"}`, `{"sessionSeconds":5}`, `{"result":"meh"}`, `{"a":1,"a":2}`, `{"ttlSeconds":1e3}`,
+		`{"waitSeconds":30}`, `{"waitSeconds":61}`, `{"waitSeconds":-1}`, `{"waitSeconds":9223372036854775807}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -55,11 +57,14 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 				r.SessionSeconds < 0 || r.SessionSeconds > MaxSessionSeconds {
 				t.Fatalf("accepted session %+v", r)
 			}
+			if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > l.cfg.MaxWait {
+				t.Fatalf("accepted waitSeconds %d over the maximum %v", r.WaitSeconds, l.cfg.MaxWait)
+			}
 			b, _ := json.Marshal(r)
 			again, ttl2, err := l.decodeAcquire(b)
 			if err != nil || ttl2 != ttl || !maps.Equal(again.Selector, r.Selector) || again.Target != r.Target ||
 				again.Holder != r.Holder || again.Sticky != r.Sticky || again.Strategy != r.Strategy ||
-				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode {
+				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode || again.WaitSeconds != r.WaitSeconds {
 				t.Fatalf("round trip of %s: %+v %v", b, again, err)
 			}
 		}
@@ -73,6 +78,30 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 			if id.String() != r.ID || (r.Result == events.ReportBlocked && r.Target == "") || (r.Result != events.ReportOK && cd <= 0) {
 				t.Fatalf("accepted report %+v (cooldown %v)", r, cd)
 			}
+		}
+	})
+}
+
+// FuzzReplyTimeout feeds arbitrary header values to the reply timeout's decoder: each is a
+// timeout of 1 ms to 1 h or a 400 naming the header. None panics.
+func FuzzReplyTimeout(f *testing.F) {
+	for _, s := range []string{"3000", "0", "-1", "1", "3600000", "3600001", "9223372036854775807", "1e3", " 5", "", "soon"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, err := replyTimeout(map[string][]string{events.ReplyTimeoutHeader: {v}})
+		if err != nil {
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.code != events.CodeBadRequest || ae.field != events.ReplyTimeoutHeader {
+				t.Fatalf("%q: %v is not a 400 naming the header", v, err)
+			}
+			return
+		}
+		if d < time.Millisecond || d > time.Hour {
+			t.Fatalf("%q: accepted %v", v, d)
+		}
+		if m := replyMargin(d); m <= 0 || m >= d {
+			t.Fatalf("%q: margin %v of %v", v, m, d)
 		}
 	})
 }

@@ -110,6 +110,26 @@ func (o *recordingObserver) ObserveLease(endpoint, result string, _ time.Duratio
 	o.seen[endpoint+"/"+result]++
 }
 
+// ObserveWaiting and ObserveWait make it a leaser.WaitObserver: "waiting" is the gauge,
+// "wait/<outcome>" the waits ended.
+func (o *recordingObserver) ObserveWaiting(delta int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen == nil {
+		o.seen = map[string]int{}
+	}
+	o.seen["waiting"] += delta
+}
+
+func (o *recordingObserver) ObserveWait(outcome string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seen == nil {
+		o.seen = map[string]int{}
+	}
+	o.seen["wait/"+outcome]++
+}
+
 func (o *recordingObserver) count(key string) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()

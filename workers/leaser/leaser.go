@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,10 @@ type Config struct {
 	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder
 	// overrides it for its members. 0: no cap. docs/leases.md#per-holder-caps.
 	MaxPerHolder int
+
+	// MaxWait bounds an acquire's waitSeconds (wait.go); default DefaultMaxWait, at most
+	// MaxWaitLimit, whole seconds; WaitsOff refuses waits.
+	MaxWait time.Duration
 
 	RequestBudget time.Duration // all the KV calls of one request together; default 5s
 	// SlotWriteBudget bounds one slot write of an acquire when there are several lease
@@ -110,6 +115,11 @@ type Leaser struct {
 	stats    *stats
 	demand   *demandBook
 	inflight atomic.Int64
+	wake     *wakeup        // this replica's waiting acquires (wait.go)
+	waiters  sync.WaitGroup // the goroutines answering them over NATS
+	quit     chan struct{}  // closed when Run's context ends: waiters answer and go
+	hbMu     sync.Mutex     // the waiting heartbeat (waitqueue.go)
+	hbAt     time.Time
 	ready    chan struct{}
 	tracer   trace.Tracer
 	face     *httpface.Face // nil without Config.HTTP
@@ -167,6 +177,13 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.MaxPerHolder < 0 || cfg.MaxPerHolder > MaxPerHolderLimit {
 		return nil, fmt.Errorf("leaser: MaxPerHolder must be between 0 and %d, got %d", MaxPerHolderLimit, cfg.MaxPerHolder)
 	}
+	switch {
+	case cfg.MaxWait == 0:
+		cfg.MaxWait = DefaultMaxWait
+	case cfg.MaxWait == WaitsOff:
+	case cfg.MaxWait < time.Second || cfg.MaxWait > MaxWaitLimit || cfg.MaxWait%time.Second != 0:
+		return nil, fmt.Errorf("leaser: MaxWait must be whole seconds between 1s and %v (or WaitsOff), got %v", MaxWaitLimit, cfg.MaxWait)
+	}
 	if cfg.Worker == "" {
 		h, _ := os.Hostname()
 		cfg.Worker = fmt.Sprintf("%s-%d", h, os.Getpid())
@@ -182,7 +199,7 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
-		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
+		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)

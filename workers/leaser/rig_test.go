@@ -38,6 +38,8 @@ type rig struct {
 	probes []probe
 	stops  []func()
 	ls     []*leaser.Leaser // the started replicas, in order
+	ncs    []*nats.Conn     // their connections, in order
+	killed map[int]bool     // replicas cut off from NATS (kill): their Run's error is expected
 }
 
 func newRig(t *testing.T, cfg func(*leaser.Config)) *rig {
@@ -109,6 +111,7 @@ func (r *rig) startLeasers(n int) {
 			r.t.Fatal(err)
 		}
 		r.ls = append(r.ls, l)
+		r.ncs = append(r.ncs, nc)
 		done := make(chan error, 1)
 		go func() { done <- l.Run(ctx) }()
 		select {
@@ -122,7 +125,7 @@ func (r *rig) startLeasers(n int) {
 			cancel()
 			select {
 			case err := <-done:
-				if err != nil {
+				if err != nil && !r.killed[i] {
 					r.t.Errorf("leaser %d: %v", i, err)
 				}
 			case <-time.After(15 * time.Second):
@@ -131,6 +134,32 @@ func (r *rig) startLeasers(n int) {
 			nc.Close()
 		})
 	}
+}
+
+// kill cuts replica i off from NATS at once, as a kill -9 of its process would: nothing it
+// holds is cleaned up by it, and nothing it does reaches the server any more.
+func (r *rig) kill(i int) {
+	r.mu.Lock()
+	if r.killed == nil {
+		r.killed = map[int]bool{}
+	}
+	r.killed[i] = true
+	r.mu.Unlock()
+	r.ncs[i].Close()
+	// Until the server has seen the connection go, a request may still be routed to it.
+	name := fmt.Sprintf("leaser-%d", i)
+	eventually(r.t, 30*time.Second, name+" gone from the server", func() bool {
+		cz, err := r.srv.Connz(&server.ConnzOptions{})
+		if err != nil {
+			return false
+		}
+		for _, c := range cz.Conns {
+			if c.Name == name {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // stopLeasers stops every replica and waits for each Run to return.

@@ -31,16 +31,17 @@ func (l *Leaser) Run(ctx context.Context) error {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
 	}
+	// Every entry may free a slot for a waiting acquire (or move the queue): each wakes them.
 	watches := []watch{
-		{st.Proxies, l.view.applySpec},
-		{st.Status, l.view.applyStatus},
-		{st.Health, l.view.applyHealth},
-		{st.Cooldowns, l.view.applyCooldown},
-		{st.Pools, l.applyPool},
-		{st.LeaseState, l.view.applyState},
+		{st.Proxies, l.waking(l.view.applySpec)},
+		{st.Status, l.waking(l.view.applyStatus)},
+		{st.Health, l.waking(l.view.applyHealth)},
+		{st.Cooldowns, l.waking(l.view.applyCooldown)},
+		{st.Pools, l.waking(l.applyPool)},
+		{st.LeaseState, l.waking(l.view.applyState)},
 	}
 	for _, kv := range st.Leases.All() {
-		watches = append(watches, watch{kv, l.applyLease})
+		watches = append(watches, watch{kv, l.waking(l.applyLease)})
 	}
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
@@ -61,6 +62,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}
 	wg.Go(func() { dw.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })
+	wg.Go(func() { l.heartbeat(watchCtx) })
 
 	for range watches {
 		select {
@@ -89,8 +91,10 @@ func (l *Leaser) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-failed:
 	}
+	close(l.quit) // waiting acquires answer now, before the faces stop
 	stopHTTP()
 	l.stop(svc)
+	l.waiters.Wait()
 	return err
 }
 
@@ -140,10 +144,14 @@ func (l *Leaser) serve(ctx context.Context) (micro.Service, error) {
 		return nil, fmt.Errorf("add service %s: %w", events.LeaseService, err)
 	}
 	g := svc.AddGroup(events.LeaseSubjectPrefix)
+	handlers := map[string]micro.Handler{"acquire": l.acquireHandler(ctx)}
 	for name, h := range map[string]func(context.Context, []byte) (any, error){
-		"acquire": l.acquire, "renew": l.renew, "release": l.release, "report": l.report,
+		"renew": l.renew, "release": l.release, "report": l.report,
 	} {
-		if err := g.AddEndpoint(name, l.handler(ctx, name, h)); err != nil {
+		handlers[name] = l.handler(ctx, name, h)
+	}
+	for name, h := range handlers {
+		if err := g.AddEndpoint(name, h); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", name, err)
 		}
@@ -158,7 +166,7 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 		defer l.inflight.Add(-1)
 		rctx, end := l.startCall(ctx, name, req.Headers())
 		reply, err := h(rctx, req.Data())
-		defer end(err) // after the reply
+		defer end(err, 0) // after the reply
 		if err != nil {
 			l.replyError(req, name, err)
 			return
@@ -170,14 +178,16 @@ func (l *Leaser) handler(ctx context.Context, name string, h func(context.Contex
 }
 
 // startCall gives one request, over NATS or HTTP, its budget and its span; end records its
-// outcome (metrics, span) and releases both.
-func (l *Leaser) startCall(ctx context.Context, name string, headers map[string][]string) (context.Context, func(error)) {
+// outcome (metrics, span) and releases both. waited is how long an acquire waited for a slot:
+// the request's duration leaves it out (egress_lease_wait_seconds has it), so that waits do
+// not drown the time to answer.
+func (l *Leaser) startCall(ctx context.Context, name string, headers map[string][]string) (context.Context, func(err error, waited time.Duration)) {
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, l.cfg.RequestBudget)
 	rctx, span := l.startRequest(rctx, name, headers)
-	return rctx, func(err error) {
+	return rctx, func(err error, waited time.Duration) {
 		res := result(name, err)
-		l.cfg.Observer.ObserveLease(name, res, time.Since(start))
+		l.cfg.Observer.ObserveLease(name, res, max(time.Since(start)-waited, 0))
 		requestResult(span, res)
 		span.End()
 		cancel()

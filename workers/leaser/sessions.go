@@ -100,6 +100,8 @@ func (v *view) noteState(key string, rev uint64, on bool, value []byte) {
 	switch {
 	case strings.HasPrefix(key, "holder."):
 		v.noteHold(key, rev, on, value)
+	case strings.HasPrefix(key, waitPrefix), strings.HasPrefix(key, waitingPrefix):
+		v.noteWait(key, rev, on, value)
 	case strings.HasPrefix(key, "session."):
 		var rec events.Session
 		if on && json.Unmarshal(value, &rec) == nil && rec.Proxy != "" {
@@ -119,9 +121,12 @@ func (v *view) noteStateGone(key string, rev uint64) {
 		return
 	}
 	delete(v.stateRev, key)
-	if strings.HasPrefix(key, "holder.") {
+	switch {
+	case strings.HasPrefix(key, "holder."):
 		v.noteHold(key, rev, false, nil)
-	} else {
+	case strings.HasPrefix(key, waitPrefix), strings.HasPrefix(key, waitingPrefix):
+		v.noteWait(key, rev, false, nil)
+	default:
 		delete(v.sessions, key)
 	}
 }

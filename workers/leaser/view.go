@@ -19,6 +19,7 @@ import (
 // Create, the CAS of a renewal or release).
 type view struct {
 	fleet *selection.Fleet // safe for concurrent use; written only under mu, so in revision order
+	waits *selection.Queue // the waiting acquires of every replica (wait.go); written under mu
 
 	mu sync.RWMutex
 	// Newest revision applied per key of proxy_leases and proxy_cooldowns, deletes and
@@ -53,7 +54,7 @@ type slotState struct {
 
 // newView returns an empty view whose holder limit is defaultCap wherever a pool sets none.
 func newView(defaultCap int) *view {
-	return &view{fleet: selection.NewFleet(defaultCap), leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
+	return &view{fleet: selection.NewFleet(defaultCap), waits: selection.NewQueue(), leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
 		holds: map[holdScope]map[int]holdRef{}, sessions: map[string]sessionRef{}, stateRev: map[string]uint64{},
 		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{}}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/client"
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser"
@@ -274,6 +275,10 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 	}{{"session", "127.0.86.1:0", "5", "1", "0", "0", 2}, {"request", "127.0.87.2:0", "120", "0", "1", "2", 4}} {
 		t.Run("scrapy over the HTTP face, a lease per "+c.mode, func(t *testing.T) {
 			s := startSite(t, c.site)
+			var waited <-chan bool
+			if c.mode == "request" {
+				waited = holdUntilAWaiter(t, n, store)
+			}
 			out := runTool(t, filepath.Join(ig, "scrapy/example"), []string{
 				"EGRESSD_LEASE_URL=http://" + leaseAddr,
 				"EGRESSD_LEASE_TOKEN=" + token, "EGRESSD_LEASE_MODE=" + c.mode,
@@ -281,6 +286,9 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 				"SCRAPY_DOWNLOAD_DELAY=" + c.delay, "EGRESSD_BLOCK_RETRIES=" + c.retries,
 				"EGRESSD_BLOCK_COOLDOWN=" + c.cooldown, "SCRAPY_LOG_LEVEL=DEBUG",
 			}, python, "-m", "scrapy", "crawl", "site", "-a", "start_url="+s.url+"/")
+			if waited != nil && !<-waited {
+				t.Errorf("with every slot held, the crawl's acquire did not wait in the service (no wait.<id> record)")
+			}
 			checks(t, s, "scrapy-e2e", out)
 			if strings.Contains(out, "Crawled (407)") {
 				t.Errorf("a proxy refused a lease's credentials (407)")
@@ -353,4 +361,39 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 			t.Errorf("the metrics carry the token, or count no grant")
 		}
 	})
+}
+
+// holdUntilAWaiter takes every slot of the integrations' four proxies and gives them back
+// once an acquire waits for one in the service (a wait.<id> record in lease_state, as
+// docs/leases.md#waiting says), or after 30 s; the channel says whether one did.
+func holdUntilAWaiter(t *testing.T, n *node, store *kvstore.Store) <-chan bool {
+	t.Helper()
+	nc, _ := n.client()
+	lc := client.New(nc)
+	var ids []string
+	for range 8 {
+		g, err := lc.AcquireOnce(t.Context(), client.AcquireOptions{Selector: map[string]string{"e2e": "integrations"}, TTL: 2 * time.Minute, Holder: "hog"})
+		if err != nil {
+			t.Fatalf("hold every slot: %v", err)
+		}
+		ids = append(ids, g.ID)
+	}
+	out := make(chan bool, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		defer cancel()
+		saw := false
+		for deadline := time.Now().Add(30 * time.Second); !saw && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if keys, err := store.LeaseState.ListKeys(ctx); err == nil {
+				for k := range keys.Keys() {
+					saw = saw || strings.HasPrefix(k, "wait.")
+				}
+			}
+		}
+		for _, id := range ids {
+			_, _ = lc.Release(ctx, id)
+		}
+		out <- saw
+	}()
+	return out
 }

@@ -38,14 +38,20 @@ class LeaseClient:
         return f"LeaseClient({self.base_url!r})"
 
     def call(self, endpoint, body):
+        """One request; an acquire with waitSeconds listens that much longer, and tells the
+        service how long it listens (docs/leases.md#waiting)."""
+        timeout = self.timeout + (body.get("waitSeconds") or 0)
+        headers = {"Authorization": self._auth, "Content-Type": "application/json"}
+        if body.get("waitSeconds"):
+            headers["Egress-Reply-Timeout-Ms"] = str(int(timeout * 1000))
         req = urllib.request.Request(
             f"{self.base_url}/v1/leases/{endpoint}",
             data=json.dumps(body).encode(),
-            headers={"Authorization": self._auth, "Content-Type": "application/json"},
+            headers=headers,
             method="POST",
         )
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=timeout) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
             try:

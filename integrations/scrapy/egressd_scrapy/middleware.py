@@ -28,7 +28,9 @@ class EgressdProxyMiddleware:
     EGRESSD_BLOCK_MARKERS   strings whose presence in a body means blocked (e.g. captcha pages)
     EGRESSD_BLOCK_COOLDOWN  cooldownSeconds of a block report (default: the service's)
     EGRESSD_BLOCK_RETRIES   how often a blocked request is retried on a new lease (default 0)
-    EGRESSD_ACQUIRE_WAIT    seconds an acquire answered 503, 429 or 500 is retried (default 30)
+    EGRESSD_ACQUIRE_WAIT    seconds an acquire may wait for a slot (default 30): the service
+                            holds it (waitSeconds) until one frees; a 429 or 500 is retried
+                            within the same time
     """
 
     def __init__(self, crawler):
@@ -155,17 +157,22 @@ class EgressdProxyMiddleware:
         return body
 
     def _acquire(self, body):
-        """In a thread: acquire, retrying 503 (nothing free now), 429 (this crawler holds
-        its limit of leases, maxPerHolder: one frees when a lease is released) and 500 (a
-        failure on the service's side, such as a NATS election, which it says to retry) until
-        EGRESSD_ACQUIRE_WAIT."""
+        """In a thread: acquire, the service holding the request until a slot frees
+        (waitSeconds, first come first served) up to EGRESSD_ACQUIRE_WAIT; retrying 429 (this
+        crawler holds its limit of leases, maxPerHolder: one frees when a lease is released)
+        and 500 (a failure on the service's side, such as a NATS election, which it says to
+        retry) within the same time."""
         deadline = time.monotonic() + self.acquire_wait
+        asked = "waitSeconds" in body  # EGRESSD_ACQUIRE may set its own
         wait = 0.25
         while True:
+            if not asked:
+                body["waitSeconds"] = max(0, int(deadline - time.monotonic()))
             try:
                 return self.client.acquire(**body)
             except LeaseError as e:
-                if e.code not in (429, 500, 503) or time.monotonic() + wait > deadline:
+                retry = e.code in (429, 500) or (e.code == 503 and not body.get("waitSeconds"))
+                if not retry or time.monotonic() + wait > deadline:
                     raise
             time.sleep(wait)
             wait = min(wait * 2, 4.0)

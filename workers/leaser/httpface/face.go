@@ -62,7 +62,8 @@ func (f *Face) SetCrawlers(crawlers []Crawler) error {
 
 // Start serves the face until the returned stop, which shuts it down gracefully within
 // shutdownBudget. ctx is the service's own, not a request's: a caller that hangs up does not
-// cut a request short, just as over NATS. A write may take requestBudget and a margin. A
+// cut a request short, just as over NATS. A write may take requestBudget (which includes the
+// longest wait of an acquire) and a margin. A
 // failure of the server goes to failed; the server's goroutine is in wg.
 func (f *Face) Start(ctx context.Context, wg *sync.WaitGroup, failed chan<- error, requestBudget, shutdownBudget time.Duration) (stop func()) {
 	srv := &http.Server{
@@ -141,15 +142,28 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	h.f.svc.Call(h.ctx, name, crawler, traceHeaders(r.Header), body, func(status int, b []byte) { writeJSON(w, status, b) })
+	// The service's context, not the request's (a hang-up does not cut a request short), but
+	// a waiting acquire learns of the hang-up through ClientGone and leaves the queue.
+	ctx := context.WithValue(h.ctx, goneKey{}, r.Context().Done())
+	h.f.svc.Call(ctx, name, crawler, callHeaders(r.Header), body, func(status int, b []byte) { writeJSON(w, status, b) })
 }
 
-// traceHeaders are the W3C trace context headers of an HTTP request under the names the
-// tracing carrier looks up, as written on NATS: HTTP canonicalises them ("Traceparent"). Only
-// these two go on: the others (Authorization) have no business in tracing.
-func traceHeaders(h http.Header) map[string][]string {
+type goneKey struct{}
+
+// ClientGone is closed when the HTTP caller of a request whose context the face made has
+// hung up; nil (never closed) for any other context.
+func ClientGone(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(goneKey{}).(<-chan struct{})
+	return ch
+}
+
+// callHeaders are the W3C trace context headers of an HTTP request under the names the
+// tracing carrier looks up, as written on NATS: HTTP canonicalises them ("Traceparent"), and
+// the caller's reply timeout of a waiting acquire (events.ReplyTimeoutHeader). Only these go
+// on: the others (Authorization) have no business in tracing.
+func callHeaders(h http.Header) map[string][]string {
 	out := map[string][]string{}
-	for _, name := range []string{"traceparent", "tracestate"} {
+	for _, name := range []string{"traceparent", "tracestate", events.ReplyTimeoutHeader} {
 		if v := h.Values(name); len(v) > 0 {
 			out[name] = v
 		}

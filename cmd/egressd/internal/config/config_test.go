@@ -5,6 +5,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/egressd/egressd/workers/leaser"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -55,6 +58,11 @@ func TestParseConfig(t *testing.T) {
 		{"holder cap", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 4\n", ""},
 		{"holder cap negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: -1\n", "leases.maxPerHolder: must be between 0"},
 		{"holder cap too high", "providers:\n  - {name: a, type: local}\nleases:\n  maxPerHolder: 10001\n", "leases.maxPerHolder: must be between 0"},
+		{"max wait", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 30\n", ""},
+		{"max wait off", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 0\n", ""},
+		{"max wait too long", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 101\n", "leases.maxWaitSeconds: must be between 0"},
+		{"max wait negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: -1\n", "leases.maxWaitSeconds: must be between 0"},
+		{"max wait not a number", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: soon\n", "line 4: cannot unmarshal"},
 		{"demand window", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 10s\n", ""},
 		{"demand window too long", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 2h\n", "leases.demandWindow: must be whole seconds"},
 		{"demand window fraction", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 1500ms\n", "leases.demandWindow: must be whole seconds"},
@@ -133,4 +141,22 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// leases.maxWaitSeconds as the leaser gets it: the default when unset, off at 0.
+func TestMaxWait(t *testing.T) {
+	for yaml, want := range map[string]time.Duration{
+		"":                                leaser.DefaultMaxWait,
+		"leases:\n  maxWaitSeconds: 0\n":  leaser.WaitsOff,
+		"leases:\n  maxWaitSeconds: 30\n": 30 * time.Second,
+		"leases:\n  maxPerHolder: 2\n":    leaser.DefaultMaxWait,
+	} {
+		cfg, err := Parse([]byte("providers:\n  - {name: a, type: local}\n" + yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.MaxWait(); got != want {
+			t.Errorf("%q: MaxWait %v, want %v", yaml, got, want)
+		}
+	}
 }
