@@ -122,6 +122,19 @@ class EgressdProxyMiddleware:
         lease = request.meta.get("egressd_lease")
         if lease is None:
             return response
+        refusals = request.meta.get("egressd_refusals", 0)
+        if response.status == 407 and refusals < 3:
+            # The proxy refused the lease's token: the lease was given back while this request
+            # waited (a block report released it, and its tokens are revoked), or the proxy was
+            # rebuilt. Retried on the session's current lease, a new one if need be.
+            self.stats.inc_value("egressd/refused")
+            if self._drop(lease, request):
+                self._in_thread(spider, "release", self.client.release, lease["id"])
+            meta = {k: v for k, v in request.meta.items() if k not in ("proxy", "egressd_lease")}
+            meta["egressd_refusals"] = refusals + 1
+            req = request.replace(meta=meta, dont_filter=True)
+            req.headers.pop(b"Proxy-Authorization", None)
+            return req
         blocked = response.status in self.block_status or self._has_marker(response)
         if blocked:
             self.stats.inc_value("egressd/blocked")
