@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -54,12 +55,15 @@ func Open(ctx context.Context, js jetstream.JetStream, names []string) (*Store, 
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s (has `egressd setup` run?): %w", events.BucketLocks, err)
 	}
-	replicas := 1
-	if st, err := locks.Status(ctx); err == nil {
-		if info, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-			replicas = max(info.StreamInfo().Config.Replicas, 1)
+	// Asked of the server only when a bucket is to be made, which most starts never do.
+	replicas := sync.OnceValue(func() int {
+		if st, err := locks.Status(ctx); err == nil {
+			if info, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				return max(info.StreamInfo().Config.Replicas, 1)
+			}
 		}
-	}
+		return 1
+	})
 	for _, b := range s.buckets() {
 		if b.cfg.Bucket == events.BucketLocks {
 			*b.dst = locks
@@ -76,7 +80,7 @@ func Open(ctx context.Context, js jetstream.JetStream, names []string) (*Store, 
 		case !errors.Is(err, jetstream.ErrBucketNotFound):
 			return nil, fmt.Errorf("bind bucket %s: %w", b.cfg.Bucket, err)
 		case named:
-			b.cfg.Storage, b.cfg.Replicas = jetstream.FileStorage, replicas
+			b.cfg.Storage, b.cfg.Replicas = jetstream.FileStorage, replicas()
 			if *b.dst, err = createGuarded(ctx, js, b.cfg); err != nil {
 				return nil, err
 			}

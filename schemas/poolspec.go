@@ -242,11 +242,13 @@ func (s PoolSpec) Validate() error {
 	}
 	if r.MinAvailable != nil {
 		// Compared with replicas only once replicas itself is valid.
+		bound := "replicas"
+		if s.Autoscale != nil {
+			bound = "autoscale.max"
+		}
 		switch m := *r.MinAvailable; {
-		case replicasOK && (m < 0 || m > replicas) && s.Autoscale != nil:
-			bad("rotation.minAvailable", "must be between 0 and autoscale.max (%d), got %d", replicas, m)
 		case replicasOK && (m < 0 || m > replicas):
-			bad("rotation.minAvailable", "must be between 0 and replicas (%d), got %d", replicas, m)
+			bad("rotation.minAvailable", "must be between 0 and %s (%d), got %d", bound, replicas, m)
 		case m < 0 || m > MaxReplicas:
 			bad("rotation.minAvailable", "must be between 0 and %d, got %d", MaxReplicas, m)
 		case !replicasOK:

@@ -261,29 +261,34 @@ func ValidSubject(s string) error {
 // past its expiry). The master ID and instance are public; the signature is checked in
 // constant time before the expiry, so a forged token never learns more than that it is wrong.
 func (k Key) Verify(username, password string, now time.Time) error {
+	_, err := k.VerifyToken(username, password, now)
+	return err
+}
+
+// VerifyToken is Verify that also returns the token it passed, for a caller that needs its
+// expiry (a tunnel lives no longer than its token) without parsing it again.
+func (k Key) VerifyToken(username, password string, now time.Time) (Token, error) {
 	if k.IsZero() {
-		return ErrSignature
+		return Token{}, ErrSignature
 	}
 	if err := ValidSubject(username); err != nil {
-		return err
+		return Token{}, err
 	}
 	t, err := ParseToken(password)
 	if err != nil {
-		return err
+		return Token{}, err
 	}
-	if t.KeyID != k.kid {
-		return ErrKeyID
+	switch {
+	case t.KeyID != k.kid:
+		return Token{}, ErrKeyID
+	case t.Instance != k.instance:
+		return Token{}, ErrInstance
+	case !hmac.Equal(t.mac, k.mac(username, t.exp)):
+		return Token{}, ErrSignature
+	case now.After(t.Expires.Add(Skew)):
+		return Token{}, ErrExpired
 	}
-	if t.Instance != k.instance {
-		return ErrInstance
-	}
-	if !hmac.Equal(t.mac, k.mac(username, t.exp)) {
-		return ErrSignature
-	}
-	if now.After(t.Expires.Add(Skew)) {
-		return ErrExpired
-	}
-	return nil
+	return t, nil
 }
 
 // fileScheme names a key line among the lines of a proxy's auth file.

@@ -20,14 +20,17 @@ import (
 // leaseError is what the crawler is told when no lease could be had. The lease service's
 // messages name proxies, selectors and counts, never credentials.
 func leaseError(err error) gatewayError {
-	var se *client.Error
+	if se := (*client.Error)(nil); errors.As(err, &se) {
+		switch se.Code {
+		case events.CodeUnavailable:
+			return gatewayError{status: http.StatusServiceUnavailable, kind: psInternalResponse, detail: se.Message}
+		case events.CodeTooMany:
+			return gatewayError{status: http.StatusTooManyRequests, kind: psInternalResponse, detail: se.Message}
+		case events.CodeBadRequest:
+			return gatewayError{status: http.StatusBadRequest, kind: psRequestError, detail: se.Message}
+		}
+	}
 	switch {
-	case errors.As(err, &se) && se.Code == events.CodeUnavailable:
-		return gatewayError{status: http.StatusServiceUnavailable, kind: psInternalResponse, detail: se.Message}
-	case errors.As(err, &se) && se.Code == events.CodeTooMany:
-		return gatewayError{status: http.StatusTooManyRequests, kind: psInternalResponse, detail: se.Message}
-	case errors.As(err, &se) && se.Code == events.CodeBadRequest:
-		return gatewayError{status: http.StatusBadRequest, kind: psRequestError, detail: se.Message}
 	case errors.Is(err, client.ErrNoProxy):
 		return gatewayError{status: http.StatusServiceUnavailable, kind: psInternalResponse, detail: "no proxy available"}
 	case errors.Is(err, errPoolClosed):
@@ -50,7 +53,7 @@ type hop struct {
 // credentials. On success the connection carries the tunnel (with whatever the proxy sent
 // after its answer).
 func (g *Gateway) dialThrough(ctx context.Context, h *held, target string) (net.Conn, hop) {
-	u, err := h.proxyURL()
+	u, err := h.lease.HTTPProxy(nil) // the latest renewal's credentials
 	if err != nil {
 		return nil, hop{err: errors.New("the lease's URL does not parse")}
 	}
@@ -98,12 +101,7 @@ type bufferedConn struct {
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
-func (c *bufferedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return c.Conn.Close()
-}
+func (c *bufferedConn) CloseWrite() error { relay.CloseWrite(c.Conn); return nil }
 
 // judgeHop turns a failed attempt into the rule's verdict and the crawler's answer. The
 // error's text is never shown: a dial error names only an address, but the answer is built

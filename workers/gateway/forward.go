@@ -70,7 +70,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request) {
 // rule (or the proxy failed) and another attempt may be made: nothing has been written then.
 func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, rq *request, last bool) bool {
 	host := r.URL.Hostname()
-	u, err := h.proxyURL()
+	u, err := h.lease.HTTPProxy(nil) // the latest renewal's credentials
 	if err != nil {
 		rq.fail(w, gatewayError{status: http.StatusBadGateway, kind: psInternalError, detail: "the lease's URL does not parse"})
 		return true

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -28,10 +27,6 @@ type held struct {
 	blocked  map[string]time.Time // targets this gateway reported it blocked on, until when
 	gone     bool                 // released, reported with release, or lost: never handed out again
 }
-
-// proxyURL is where to send a request through the lease: the proxy's address and the lease's
-// current credentials (with auth.mode lease, the latest renewal's token).
-func (h *held) proxyURL() (*url.URL, error) { return url.Parse(h.lease.CurrentURL()) }
 
 func (h *held) lost() bool {
 	select {

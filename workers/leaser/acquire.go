@@ -209,7 +209,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
 	l.view.noteLease(key, rev, lease)
 	l.granted(ctx, at, h)
-	l.demand.grantedAnswering(l.view.originOf(c.Name).pool, r.Selector, r.Holder, !forWaiter(ctx))
+	l.demand.grantedAnswering(c.Pool, r.Selector, r.Holder, !forWaiter(ctx))
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()
 	l.emitLease(events.ReasonGranted, "granted:"+id, lease, rev)
 	l.log.Debug("lease granted", "id", id, "holder", r.Holder, "target", r.Target)

@@ -13,6 +13,34 @@ import (
 	"github.com/nats-io/nats.go/micro"
 )
 
+// watch is a bucket the leaser follows, the keys it needs of it (every key when empty), and
+// what folds each entry.
+type watch struct {
+	kv    jetstream.KeyValue
+	apply func(jetstream.KeyValueEntry)
+	keys  []string
+}
+
+// watches are the buckets the view is built from. Every entry may free a slot for a waiting
+// acquire (or move the queue): each wakes them.
+func (l *Leaser) watches() []watch {
+	st := l.cfg.Buckets
+	ws := []watch{
+		{st.Proxies, l.waking(l.view.applySpec), nil},
+		{st.Status, l.waking(l.view.applyStatus), nil},
+		{st.Health, l.waking(l.view.applyHealth), nil},
+		{st.Cooldowns, l.waking(l.view.applyCooldown), nil},
+		{st.Pools, l.waking(l.applyPool), nil},
+		// Not its revoked.> keys: those are for the proxies (revoke.go), and every release
+		// writes one.
+		{st.LeaseState, l.waking(l.view.applyState), []string{"holder.>", "session.>", waitPrefix + ">", waitingPrefix + ">"}},
+	}
+	for _, kv := range st.Leases.All() {
+		ws = append(ws, watch{kv, l.waking(l.applyLease), nil})
+	}
+	return ws
+}
+
 // Run fills the view from the watches, serves the lease endpoints once every watch has
 // delivered its initial values, and on ctx's end stops the service, lets the requests in
 // flight finish (within ShutdownBudget) and returns when every goroutine it started has.
@@ -26,27 +54,11 @@ func (l *Leaser) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopWatches()
 
-	st := l.cfg.Buckets
-	type watch struct {
-		kv    jetstream.KeyValue
-		apply func(jetstream.KeyValueEntry)
-	}
-	// Every entry may free a slot for a waiting acquire (or move the queue): each wakes them.
-	watches := []watch{
-		{st.Proxies, l.waking(l.view.applySpec)},
-		{st.Status, l.waking(l.view.applyStatus)},
-		{st.Health, l.waking(l.view.applyHealth)},
-		{st.Cooldowns, l.waking(l.view.applyCooldown)},
-		{st.Pools, l.waking(l.applyPool)},
-		{st.LeaseState, l.waking(l.view.applyState)},
-	}
-	for _, kv := range st.Leases.All() {
-		watches = append(watches, watch{kv, l.waking(l.applyLease)})
-	}
+	watches := l.watches()
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
 	for _, w := range watches {
-		kw, err := kvstore.WatchBucket(watchCtx, w.kv)
+		kw, err := kvstore.WatchKeys(watchCtx, w.kv, w.keys)
 		if err != nil {
 			return err
 		}
@@ -58,7 +70,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
-	dw := &demandWriter{book: l.demand, js: st.JS, kv: st.PoolDemand, log: l.log, member: l.stats.member,
+	dw := &demandWriter{book: l.demand, js: l.cfg.Buckets.JS, kv: l.cfg.Buckets.PoolDemand, log: l.log, member: l.stats.member,
 		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}
 	wg.Go(func() { dw.run(watchCtx, l.cfg.RequestBudget) })
 	wg.Go(func() { l.sweep(watchCtx) })

@@ -77,11 +77,9 @@ func (v *view) session(key string, now time.Time) (sessionRef, bool) {
 	return ref, ok && ref.until.After(now)
 }
 
-// applyState folds an entry of lease_state: holder slots and sessions.
+// applyState folds an entry of lease_state: holder slots, sessions and waiters (run.go
+// watches no other key).
 func (v *view) applyState(e jetstream.KeyValueEntry) {
-	if strings.HasPrefix(e.Key(), events.RevokedPrefix) {
-		return // revocations are for the proxies (revoke.go); the view needs none
-	}
 	v.noteState(e.Key(), e.Revision(), isPut(e), e.Value())
 }
 

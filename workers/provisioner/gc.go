@@ -146,7 +146,7 @@ func (p *Provisioner) collectable(inst providers.Instance, host string, live map
 		return ""
 	case inst.Marks.Expired(now):
 		return events.ReasonLifetimeExceeded
-	case liveKnown && p.isOrphan(inst, host, live, now):
+	case liveKnown && p.isOrphan(inst, live, now):
 		return events.ReasonOrphanDeleted
 	}
 	return ""
@@ -158,13 +158,11 @@ func (p *Provisioner) ours(inst providers.Instance, host string) bool {
 	return m.Managed && m.Installation == p.cfg.Installation && (inst.Host == "" || inst.Host == host)
 }
 
-// isOrphan: ours, not a live proxy's, and old enough that it cannot be a create whose status
-// the collector has not seen yet.
-func (p *Provisioner) isOrphan(inst providers.Instance, host string, live map[string]bool, now time.Time) bool {
+// isOrphan: (ours, which collectable checked) not a live proxy's, and old enough that it
+// cannot be a create whose status the collector has not seen yet.
+func (p *Provisioner) isOrphan(inst providers.Instance, live map[string]bool, now time.Time) bool {
 	m := inst.Marks
 	switch {
-	case !p.ours(inst, host):
-		return false
 	case live[m.UID]:
 		return false
 	case !m.CreatedAt.IsZero() && now.Sub(m.CreatedAt) < p.cfg.GC.MinAge:

@@ -1,6 +1,7 @@
 package provisioner
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -55,14 +56,14 @@ func (r Revocations) Follow(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(5 * cmpDur(r.Retry, time.Second)):
+		case <-time.After(5 * cmp.Or(r.Retry, time.Second)):
 		}
 	}
 }
 
 // Run follows until ctx ends; it returns the error that stopped it otherwise.
 func (r Revocations) Run(ctx context.Context) error {
-	r.Batch, r.Retry = cmpDur(r.Batch, 100*time.Millisecond), cmpDur(r.Retry, time.Second)
+	r.Batch, r.Retry = cmp.Or(r.Batch, 100*time.Millisecond), cmp.Or(r.Retry, time.Second)
 	if r.Now == nil {
 		r.Now = time.Now
 	}
@@ -131,11 +132,4 @@ func (r Revocations) apply(list *leaseauth.Revocations, e jetstream.KeyValueEntr
 	}
 	list.Add(id, rev.Until)
 	return true
-}
-
-func cmpDur(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

@@ -139,7 +139,7 @@ func TestGatewayEndToEnd(t *testing.T) {
 	}
 	gwA := freeAddr(t)
 	n := startNode(t, dir, "--config", cfg, "--gateway-listen", gwA, "--gateway-lease-ttl", gwLeaseTTL.String(), "--gateway-idle-release", "2s")
-	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":2,"successThreshold":1}`
+	hc := poolHealth
 	names := []string{"gw-1", "gw-2", "gw-3", "gw-4"}
 	for _, name := range names {
 		n.nats("kv", "put", "proxies", name, `{"provider":"local","maxLeases":4,"attributes":{"geo":"de"},"auth":{"username":"fleet","password":"`+gwFleetToken+`"},`+hc+`}`)

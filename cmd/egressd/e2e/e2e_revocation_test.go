@@ -96,7 +96,7 @@ func TestLeaseTokensEndWithTheirTunnelAndInstance(t *testing.T) {
 	n := startNode(t, dir, "--config", writeConfig(t, dir, 83))
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 	defer web.Close()
-	hc := `"healthCheck":{"intervalSeconds":1,"timeoutSeconds":1,"failureThreshold":2,"successThreshold":1}`
+	hc := poolHealth
 	spec := `{"provider":"local","maxLeases":3,"attributes":{"kind":"fp"},"auth":{"mode":"lease"},` + hc + `}`
 	n.nats("kv", "put", "proxies", "fp-1", spec)
 	first := n.waitRows("fp-1 Ready", 60*time.Second, allPhase([]string{"fp-1"}, events.PhaseReady))["fp-1"]

@@ -209,23 +209,20 @@ func (a *FileAuthenticator) Check(username, password string) error {
 	return err
 }
 
-// Allow reports whether a basic-auth credential passes (Check is nil).
-func (a *FileAuthenticator) Allow(username, password string) bool {
-	return a.Check(username, password) == nil
-}
-
 func (a *FileAuthenticator) check(username, password string) (grant, error) {
 	now := time.Now()
 	c := a.current()
-	err := errAuthFile
-	if c != nil {
-		err = c.check(username, password, now)
-	}
 	var g grant
-	if _, lease := c.(leaseChecker); lease && err == nil {
-		err = a.revokedAt(username, now)
-		t, _ := leaseauth.ParseToken(password) // it verified
-		g = grant{subject: username, expires: t.Expires}
+	err := errAuthFile
+	if lc, lease := c.(leaseChecker); lease {
+		// A lease token: its expiry bounds the tunnel it opens, and its lease may be revoked.
+		var t leaseauth.Token
+		if t, err = lc.key.VerifyToken(username, password, now); err == nil {
+			err = a.revokedAt(username, now)
+			g = grant{subject: username, expires: t.Expires}
+		}
+	} else if c != nil {
+		err = c.check(username, password, now)
 	}
 	a.refused.add(err)
 	return g, err

@@ -3,9 +3,9 @@ package forwardproxy
 import (
 	"errors"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers/local/internal/atomicfile"
@@ -71,7 +71,7 @@ func WriteRevocationsFile(path string, list *leaseauth.Revocations) error {
 // refusals counts refused credentials by reason.
 type refusals struct {
 	mu sync.Mutex
-	n  map[string]*atomic.Int64
+	n  map[string]int64
 }
 
 func (r *refusals) add(err error) {
@@ -83,24 +83,15 @@ func (r *refusals) add(err error) {
 		reason = "credentials"
 	}
 	r.mu.Lock()
-	c := r.n[reason]
-	if c == nil {
-		if r.n == nil {
-			r.n = map[string]*atomic.Int64{}
-		}
-		c = new(atomic.Int64)
-		r.n[reason] = c
+	defer r.mu.Unlock()
+	if r.n == nil {
+		r.n = map[string]int64{}
 	}
-	r.mu.Unlock()
-	c.Add(1)
+	r.n[reason]++
 }
 
 func (r *refusals) snapshot() map[string]int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make(map[string]int64, len(r.n))
-	for k, c := range r.n {
-		out[k] = c.Load()
-	}
-	return out
+	return maps.Clone(r.n)
 }

@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/internal/leaseauth"
@@ -64,15 +65,13 @@ func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	counted := make(chan struct{})
+	var counting sync.WaitGroup
 	countCtx, stopCounting := context.WithCancel(context.Background())
 	if h.auth != nil && cfg.RefusalsFile != "" {
-		go func() { defer close(counted); h.writeRefusals(countCtx, cfg.RefusalsFile) }()
-	} else {
-		close(counted)
+		counting.Go(func() { h.writeRefusals(countCtx, cfg.RefusalsFile) })
 	}
 	// The counts are written a last time after the server has stopped.
-	defer func() { stopCounting(); <-counted }()
+	defer func() { stopCounting(); counting.Wait() }()
 
 	select {
 	case err := <-errc:
