@@ -18,11 +18,13 @@ const (
 	KindProgress EventKind = "progress" // a long provider task moved on (image download, upload)
 	KindProber   EventKind = "prober"   // a prober fell behind its schedule or caught up (subject token: its member ID)
 	KindPool     EventKind = "pool"     // the pool controller decided something (subject token: the pool's name)
+	// KindLeaseMaster: a lease master rotation moved on (subject token: "installation").
+	KindLeaseMaster EventKind = "leasemaster"
 )
 
 // Kinds is every event kind, in the order the constants list them.
 var Kinds = []EventKind{KindPhase, KindOpResult, KindDeleted, KindHealth, KindLease, KindReport, KindGC, KindProvider,
-	KindProgress, KindProber, KindPool}
+	KindProgress, KindProber, KindPool, KindLeaseMaster}
 
 // Event is a human-facing record on an event stream (EventStream: EGRESS_EVENTS for the
 // lifecycle, EGRESS_LEASE_EVENTS for the lease kinds). Op results are published with Kind op and

@@ -61,6 +61,8 @@ func init() {
 			func(_ context.Context, a []string, s stdio) int { return squidAuthCmd(a, s.in, s.out, s.errOut) }},
 		{"lease-key", []helpLine{{"lease-key --proxy P [--out F]", "write a proxy's lease key, for squid-auth (admin)"}},
 			func(ctx context.Context, a []string, s stdio) int { return leaseKeyCmd(ctx, a, s.out, s.errOut) }},
+		{"lease-master", []helpLine{{"lease-master status|rotate|switch|retire [flags]", "rotate the lease master without refusing a valid lease (admin)"}},
+			func(ctx context.Context, a []string, s stdio) int { return leaseMasterCmd(ctx, a, s.out, s.errOut) }},
 		{"lease-revocations", []helpLine{{"lease-revocations --out F [--proxy P]", "keep a lease revocation list fresh, for squid-auth"}},
 			func(ctx context.Context, a []string, s stdio) int { return leaseRevocationsCmd(ctx, a, s.errOut) }},
 		{"version", []helpLine{{"version", "print the version"}},

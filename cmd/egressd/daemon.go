@@ -42,7 +42,7 @@ type daemon struct {
 	ko           kvstore.Options
 	installation string
 	holder       string
-	leaseMaster  leaseauth.Master
+	leaseKeys    *leaseauth.Live // nil: no lease master
 	obs          *metrics.Metrics
 	hc           *health.Checker
 	// closers undo the start, last first, once every role has stopped.
@@ -212,10 +212,14 @@ func (d *daemon) openLeaseMaster(ctx context.Context) (err error) {
 	if !d.roles.provisioner && !d.roles.prober && !d.roles.leaser {
 		return nil
 	}
+	var ring leaseauth.Ring
 	if d.declare {
-		d.leaseMaster, err = ensureLeaseMaster(ctx, d.store)
+		ring, err = ensureLeaseMaster(ctx, d.store)
 	} else {
-		d.leaseMaster, err = readLeaseMaster(ctx, d.store)
+		ring, err = readLeaseMaster(ctx, d.store)
+	}
+	if err == nil {
+		d.leaseKeys = leaseauth.NewLive(ring)
 	}
 	if errors.Is(err, errNoLeaseMaster) {
 		// An installation set up before lease-bound credentials: everything else works,

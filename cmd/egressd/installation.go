@@ -10,6 +10,7 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // ensureInstallation returns this installation's ID, creating it at the very first start.
@@ -22,14 +23,15 @@ func ensureInstallation(ctx context.Context, s *kvstore.Store) (string, error) {
 	return string(raw), err
 }
 
-// ensureLeaseMaster returns the secret lease tokens are signed with, creating it at the first
-// start. It is never rotated: every proxy's key derives from it (docs/leases.md).
-func ensureLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Master, error) {
+// ensureLeaseMaster returns the masters lease tokens are signed with and checked against,
+// creating the first at the first start. `egressd lease-master rotate` replaces it without
+// an outage (decision 88).
+func ensureLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Ring, error) {
 	raw, err := ensureOnce(ctx, s, events.KeyLeaseMaster, "lease master", func() []byte { return leaseauth.NewMaster().Encode() })
 	if err != nil {
-		return leaseauth.Master{}, err
+		return leaseauth.Ring{}, err
 	}
-	return leaseauth.ParseMaster(raw)
+	return leaseauth.ParseRing(raw)
 }
 
 // ensureOnce returns the value of an egress_locks key that is written once, creating it with
@@ -55,16 +57,23 @@ func ensureOnce(ctx context.Context, s *kvstore.Store, key, what string, fresh f
 // egressd before auth.mode "lease").
 var errNoLeaseMaster = errors.New("no lease master in NATS: run `egressd setup` (as the admin user)")
 
-// readLeaseMaster reads the lease master without creating it, like readInstallation.
-func readLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Master, error) {
-	raw, _, err := kvstore.Get(ctx, s.Locks, events.KeyLeaseMaster)
+// readLeaseMaster reads the lease masters without creating them, like readInstallation.
+func readLeaseMaster(ctx context.Context, s *kvstore.Store) (leaseauth.Ring, error) {
+	r, _, err := readLeaseRing(ctx, s.Locks)
+	return r, err
+}
+
+// readLeaseRing reads the lease masters and the revision a rotation step compares against.
+func readLeaseRing(ctx context.Context, locks jetstream.KeyValue) (leaseauth.Ring, uint64, error) {
+	raw, rev, err := kvstore.Get(ctx, locks, events.KeyLeaseMaster)
 	if errors.Is(err, kvstore.ErrNotFound) {
-		return leaseauth.Master{}, errNoLeaseMaster
+		return leaseauth.Ring{}, 0, errNoLeaseMaster
 	}
 	if err != nil {
-		return leaseauth.Master{}, fmt.Errorf("read lease master: %w", err)
+		return leaseauth.Ring{}, 0, fmt.Errorf("read lease master: %w", err)
 	}
-	return leaseauth.ParseMaster(raw)
+	r, err := leaseauth.ParseRing(raw)
+	return r, rev, err
 }
 
 // readInstallation reads the installation ID without creating it: roles on a shared NATS may

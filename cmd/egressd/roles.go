@@ -58,6 +58,7 @@ var roleTable = []role{
 			d.log.Info("serving pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 			return func(ctx context.Context) error { return servePprof(ctx, ln) }, nil
 		}},
+	{name: "leasemasters", wanted: func(d *daemon) bool { return d.leaseKeys != nil }, build: buildLeaseMasters},
 	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners,
 		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks,
 			events.BucketLeaseState}},
@@ -144,7 +145,7 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 		cat.Limits = pb.pc.Limits(cat.Limits) // the config's create-rate limit rides with the catalog
 		p, err := provisioner.New(provisioner.Config{Provider: pb.name, Backend: pb.b, Catalog: cat,
 			Installation: d.installation, Worker: d.holder, Buckets: provisioner.BucketsOf(d.store), Log: d.log, GC: d.f.gc, Checks: d.f.checks,
-			Observer: d.obs, Leftovers: config.LeftoversOf(pb.b), LeaseMaster: d.leaseMaster})
+			Observer: d.obs, Leftovers: config.LeftoversOf(pb.b), LeaseMaster: d.leaseKeys})
 		if err != nil {
 			return nil, err
 		}
@@ -163,6 +164,11 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 			runs = append(runs, provisioner.Revocations{KV: provisioner.BucketsOf(d.store).LeaseState, Deliver: w.WriteRevocations,
 				Log:     d.log.With("component", "revocations", "provider", name),
 				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Follow)
+		}
+		if w, ok := pb.b.(provisioner.LeaseKeyWriter); ok && d.leaseKeys != nil {
+			// A master rotation reaches running proxies through their provisioner (decision 88).
+			runs = append(runs, provisioner.LeaseKeys{Provider: pb.name, Worker: d.holder, Source: d.leaseKeys, Writer: w,
+				Locks: d.store.Locks, Log: d.log.With("component", "leasekeys", "provider", pb.name)}.Run)
 		}
 		if c, ok := pb.b.(interface {
 			LeaseRefusals() (map[string]int64, error)
@@ -185,7 +191,7 @@ func buildProber(_ context.Context, d *daemon) (runner, error) {
 		checkURL = "http://" + ln.Addr().String() + "/"
 	}
 	p, err := prober.New(prober.Config{Buckets: prober.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Filters: splitList(d.f.probe),
-		DefaultCheckURL: checkURL, Concurrency: d.f.probeConc, Log: d.log, Observer: d.obs, LeaseMaster: d.leaseMaster})
+		DefaultCheckURL: checkURL, Concurrency: d.f.probeConc, Log: d.log, Observer: d.obs, LeaseMaster: d.leaseKeys})
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +208,7 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	}
 	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
-		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
+		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseKeys, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
 		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow()})
 	if err != nil {
 		return nil, err

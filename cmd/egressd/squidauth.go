@@ -166,8 +166,10 @@ func squidAnswer(line string, allow func(user, pass string) error) (channel, ans
 
 const leaseKeyUsage = `Usage: egressd lease-key --proxy PROXY [--out FILE] [--nats-url URL]
 
-Prints (or writes to FILE, mode 0600) the key line of PROXY, for a proxy egressd does not
-deliver one to: an external Squid with egressd squid-auth. The key is derived from the lease
+Prints (or writes to FILE, mode 0600) the key lines of PROXY, for a proxy egressd does not
+deliver them to: an external Squid with egressd squid-auth. One line per lease master the
+installation accepts: during a master rotation (egressd lease-master), run it again after
+each step and squid-auth picks the new file up at its next request. The key is derived from the lease
 master, which only admin, provisioners, probers and leasers may read; treat it as a password.
 `
 
@@ -219,12 +221,18 @@ func leaseKeyLine(ctx context.Context, natsURL, proxy string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bind bucket %s (has `egressd setup` run?): %w", events.BucketLocks, err)
 	}
-	m, err := readLeaseMaster(ctx, &kvstore.Store{Locks: locks})
+	ring, err := readLeaseMaster(ctx, &kvstore.Store{Locks: locks})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return "", fmt.Errorf("%w (may this NATS user read %s.%s?)", err, events.BucketLocks, events.KeyLeaseMaster)
 	}
 	if err != nil {
 		return "", err
 	}
-	return m.ProxyKey(proxy).FileLine(), nil
+	// One line per master the installation accepts: during a rotation, the current one and
+	// the next or previous one (decision 88), so a Squid given them accepts both.
+	var keys []leaseauth.Key
+	for _, m := range ring.Accepted() {
+		keys = append(keys, m.ProxyKey(proxy))
+	}
+	return leaseauth.FileLines(keys...), nil
 }

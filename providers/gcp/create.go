@@ -68,7 +68,7 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 		bad("user-data is %d bytes; a metadata value holds at most %d", len(req.UserData), maxUserData)
 	}
 	if req.Auth.Lease() {
-		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+		if _, err := leaseauth.ParseKeyLines(req.Auth.LeaseKey.Reveal()); err != nil {
 			bad("auth.leaseKey: %v", err)
 		}
 	}

@@ -60,7 +60,7 @@ func (p *Provider) plan(req providers.CreateRequest) (plan, error) {
 	}
 	errs = append(errs, p.checkPort(req.Port)...)
 	if req.Auth.Lease() {
-		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+		if _, err := leaseauth.ParseKeyLines(req.Auth.LeaseKey.Reveal()); err != nil {
 			bad("auth.leaseKey: %v", err)
 		}
 	}

@@ -46,7 +46,7 @@ func checkRequest(req providers.CreateRequest) error {
 		errs = append(errs, fmt.Errorf("%w: host %q does not exist (the only host is %q)", errBadRequest, req.Host, hostName))
 	}
 	if req.Auth.Lease() {
-		if _, err := leaseauth.ParseFileLine(req.Auth.LeaseKey.Reveal()); err != nil {
+		if _, err := leaseauth.ParseKeyLines(req.Auth.LeaseKey.Reveal()); err != nil {
 			errs = append(errs, fmt.Errorf("%w: auth.leaseKey: %w", errBadRequest, err))
 		}
 	}

@@ -61,7 +61,7 @@ func CheckRequest(req providers.CreateRequest) []error {
 	}
 	switch a := req.Auth; {
 	case a.Lease():
-		if _, err := leaseauth.ParseFileLine(a.LeaseKey.Reveal()); err != nil {
+		if _, err := leaseauth.ParseKeyLines(a.LeaseKey.Reveal()); err != nil {
 			errs = append(errs, fmt.Errorf("auth.leaseKey: %v", err))
 		}
 	case a != nil && (a.Username == "" || strings.ContainsAny(a.Username, ":\r\n")):

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/workers/leaser/selection"
 )
 
@@ -21,7 +22,7 @@ func (l *Leaser) grant(id string, rec events.Lease, t selection.Endpoint) events
 	u := url.URL{Scheme: "http", Host: net.JoinHostPort(t.IP, strconv.Itoa(t.Port))}
 	switch {
 	case t.Auth.Lease():
-		u.User = url.UserPassword(l.cfg.LeaseMaster.InstanceKey(rec.Proxy, t.Generation).Sign(id, rec.ExpiresAt))
+		u.User = url.UserPassword(leaseauth.SigningOf(l.cfg.LeaseMaster).InstanceKey(rec.Proxy, t.Generation).Sign(id, rec.ExpiresAt))
 	case t.Auth != nil:
 		u.User = url.UserPassword(t.Auth.Username, t.Auth.Password)
 	}

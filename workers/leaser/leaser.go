@@ -80,7 +80,7 @@ type Config struct {
 	// LeaseMaster signs the credentials of leases on proxies whose auth.mode is "lease"
 	// (credentials.go). egressd always sets it; without it such leases carry tokens no
 	// proxy accepts (and the probers, lacking it too, keep such proxies from being Ready).
-	LeaseMaster leaseauth.Master
+	LeaseMaster leaseauth.Source
 }
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.

@@ -3,6 +3,8 @@ package prober
 import (
 	"time"
 
+	"github.com/egressd/egressd/internal/leaseauth"
+
 	"github.com/egressd/egressd/schemas"
 )
 
@@ -19,10 +21,11 @@ func (p *Prober) probeAuth(proxy, generation string, a *schemas.Auth, timeout ti
 	if !a.Lease() {
 		return a
 	}
-	if p.cfg.LeaseMaster.IsZero() {
+	m := leaseauth.SigningOf(p.cfg.LeaseMaster)
+	if m.IsZero() {
 		return nil
 	}
-	user, pass := p.cfg.LeaseMaster.InstanceKey(proxy, generation).Sign(ProbeSubject, p.cfg.Now().Add(timeout+time.Second))
+	user, pass := m.InstanceKey(proxy, generation).Sign(ProbeSubject, p.cfg.Now().Add(timeout+time.Second))
 	return &schemas.Auth{Username: user, Password: pass}
 }
 

@@ -48,7 +48,7 @@ type Config struct {
 	InsecureSkipVerify bool
 
 	// LeaseMaster signs the probes' own tokens for proxies whose auth.mode is "lease".
-	LeaseMaster leaseauth.Master
+	LeaseMaster leaseauth.Source
 }
 
 // Observer counts what leaves no state behind (metrics). *metrics.Metrics implements it.

@@ -4,9 +4,23 @@ import (
 	"errors"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/schemas"
 )
+
+// instanceKeys are the keys of a proxy instance under every master src accepts (during a
+// rotation, the current one and the next or previous one: decision 88), none without a source.
+func instanceKeys(src leaseauth.Source, proxy, instance string) []leaseauth.Key {
+	if src == nil {
+		return nil
+	}
+	var keys []leaseauth.Key
+	for _, m := range src.Accepted() {
+		keys = append(keys, m.InstanceKey(proxy, instance))
+	}
+	return keys
+}
 
 // credentials is what the provider delivers to proxy's instance for a spec's auth: a static
 // password, or, for auth.mode "lease", the proxy's own key, derived from the lease master, as
@@ -16,11 +30,12 @@ func (p *Provisioner) credentials(op events.Op, a *schemas.Auth) (*providers.Aut
 	case a == nil:
 		return nil, nil
 	case a.Lease():
-		if p.cfg.LeaseMaster.IsZero() {
+		keys := instanceKeys(p.cfg.LeaseMaster, op.Proxy, op.Generation)
+		if len(keys) == 0 {
 			return nil, providers.Wrap(providers.ErrPermanent, "create", p.cfg.Provider, op.InstanceName,
 				errors.New("auth.mode lease needs the lease master, and this provisioner has none (`egressd setup` creates it)"))
 		}
-		return &providers.Auth{LeaseKey: providers.Secret(p.cfg.LeaseMaster.InstanceKey(op.Proxy, op.Generation).FileLine())}, nil
+		return &providers.Auth{LeaseKey: providers.Secret(leaseauth.FileLines(keys...))}, nil
 	default:
 		return &providers.Auth{Username: a.Username, Password: providers.Secret(a.Password)}, nil
 	}

@@ -39,7 +39,7 @@ type Config struct {
 	Tracing      trace.TracerProvider     // optional: nil is the global provider (docs/tracing.md)
 	// LeaseMaster derives the key delivered to a proxy whose auth.mode is "lease"; without it
 	// such a create fails as permanent.
-	LeaseMaster leaseauth.Master
+	LeaseMaster leaseauth.Source
 }
 
 // Observer counts what leaves no state behind (metrics).

@@ -25,9 +25,10 @@ import (
 //
 // so that the password itself is never on disk next to the proxy, or a lease key's
 //
-//	<proxy>:lease:<base64url key>
+//	<proxy>:lease:<master ID>:<instance>:<base64url key>
 //
-// (internal/leaseauth): then only lease tokens signed with that key, unexpired, pass. The key
+// lines, one per master the installation accepts (internal/leaseauth; two during a master
+// rotation, decision 88): then only lease tokens signed with that key, unexpired, pass. The key
 // itself has to be on disk, since checking a signature takes it; it is this proxy's own,
 // derived from the installation's master, and signs for no other proxy.
 
@@ -59,10 +60,10 @@ type checker interface {
 // errPassword refuses a credential that does not match a password line.
 var errPassword = errors.New("wrong username or password")
 
-// WriteLeaseKeyFile writes a lease key line (leaseauth.Key.FileLine) to path, atomically and
-// with mode 0600, after checking that it parses.
+// WriteLeaseKeyFile writes lease key lines (leaseauth.FileLines: one per master the proxy
+// accepts, decision 88) to path, atomically and with mode 0600, after checking that they parse.
 func WriteLeaseKeyFile(path, line string) error {
-	if _, err := leaseauth.ParseFileLine(line); err != nil {
+	if _, err := leaseauth.ParseKeyLines(line); err != nil {
 		return fmt.Errorf("auth file: %w", err)
 	}
 	if err := atomicfile.Write(path, []byte(strings.TrimRight(line, "\r\n")+"\n"), 0o600); err != nil {
@@ -71,11 +72,11 @@ func WriteLeaseKeyFile(path, line string) error {
 	return nil
 }
 
-// leaseChecker passes lease tokens signed with its key.
-type leaseChecker struct{ key leaseauth.Key }
+// leaseChecker passes lease tokens signed with one of its keys (one per master).
+type leaseChecker struct{ keys leaseauth.KeySet }
 
 func (l leaseChecker) check(username, password string, now time.Time) error {
-	return l.key.Verify(username, password, now)
+	return l.keys.Verify(username, password, now)
 }
 
 type credential struct {
@@ -99,15 +100,15 @@ func parseAuthFile(data []byte) (checker, error) {
 	if text == "" {
 		return nil, errors.New("empty")
 	}
-	if strings.ContainsAny(text, "\r\n") {
-		return nil, errors.New("more than one line")
-	}
-	if leaseauth.IsFileLine(text) {
-		k, err := leaseauth.ParseFileLine(text)
+	if leaseauth.AreFileLines(text) {
+		keys, err := leaseauth.ParseKeyLines(text)
 		if err != nil {
 			return nil, err
 		}
-		return leaseChecker{key: k}, nil
+		return leaseChecker{keys: keys}, nil
+	}
+	if strings.ContainsAny(text, "\r\n") {
+		return nil, errors.New("more than one line")
 	}
 	parts := strings.Split(text, ":")
 	if len(parts) != 4 {
@@ -217,7 +218,7 @@ func (a *FileAuthenticator) check(username, password string) (grant, error) {
 	if lc, lease := c.(leaseChecker); lease {
 		// A lease token: its expiry bounds the tunnel it opens, and its lease may be revoked.
 		var t leaseauth.Token
-		if t, err = lc.key.VerifyToken(username, password, now); err == nil {
+		if t, err = lc.keys.VerifyToken(username, password, now); err == nil {
 			err = a.revokedAt(username, now)
 			g = grant{subject: username, expires: t.Expires}
 		}
