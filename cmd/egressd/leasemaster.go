@@ -65,7 +65,7 @@ type leaseProxy struct {
 	Provider   string   `json:"provider"`
 	Generation string   `json:"generation"`
 	Phase      string   `json:"phase"`
-	KeyIDs     []string `json:"keyIds"`         // none: no report of this instance
+	KeyIDs     []string `json:"keyIds"`        // none: no report of this instance
 	Why        string   `json:"why,omitempty"` // what keeps it from holding the spreading master
 }
 

@@ -87,3 +87,44 @@ func FuzzParseRevocations(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseRing: any stored ring either parses, and then stores back to what parses to the
+// same ring, or is refused; nothing panics.
+func FuzzParseRing(f *testing.F) {
+	r, _ := Ring{Current: master}.Begin(other, t0)
+	s, _ := r.Switch(t0, time.Hour, 0)
+	for _, seed := range [][]byte{master.Encode(), r.Encode(), s.Encode(), []byte("{}"), []byte(`{"v":1}`), nil} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ParseRing(data)
+		if err != nil {
+			return
+		}
+		back, err := ParseRing(r.Encode())
+		if err != nil {
+			t.Fatalf("a parsed ring does not parse back: %v", err)
+		}
+		if back.Phase() != r.Phase() || strings.Join(back.IDs(), ",") != strings.Join(r.IDs(), ",") {
+			t.Fatalf("ring %s parses back as %s", r, back)
+		}
+	})
+}
+
+// FuzzParseKeyLines: any key file either parses into keys of one instance, one per master,
+// that write back as the same lines, or is refused; nothing panics.
+func FuzzParseKeyLines(f *testing.F) {
+	f.Add(FileLines(master.InstanceKey("p1", "i1"), other.InstanceKey("p1", "i1")))
+	f.Add(master.InstanceKey("p1", "").FileLine())
+	f.Add("p1:lease:x:i:AAAA\n\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		set, err := ParseKeyLines(text)
+		if err != nil {
+			return
+		}
+		again, err := ParseKeyLines(set.FileLines())
+		if err != nil || strings.Join(again.IDs(), ",") != strings.Join(set.IDs(), ",") || again.Proxy() != set.Proxy() {
+			t.Fatalf("a parsed key file does not write back: %v", err)
+		}
+	})
+}

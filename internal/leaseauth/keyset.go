@@ -122,7 +122,7 @@ func (s KeySet) Verify(username, password string, now time.Time) error {
 	return err
 }
 
-func (KeySet) String() string   { return "[redacted]" }
+func (KeySet) String() string                { return "[redacted]" }
 func (KeySet) GoString() string              { return "[redacted]" }
 func (KeySet) LogValue() slog.Value          { return slog.StringValue("[redacted]") }
 func (KeySet) Format(f fmt.State, verb rune) { fmt.Fprint(f, "[redacted]") }
