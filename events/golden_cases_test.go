@@ -68,7 +68,7 @@ func goldenCases() map[string]any {
 			ProvisionAt: at, Generation: "9f3a0c1d2e4b5a68", AddressAt: at, CreatedAt: at, ReadyAt: at, UpdatedAt: at},
 		"lease_revocation.v1.json": LeaseRevocation{V: 1, Lease: "crawl-1.0.0123456789abcdef", Proxy: "crawl-1",
 			Until: at.Add(time.Minute + 5*time.Second), Reason: ReasonReleased},
-		"lease_keys.v1.json": LeaseKeysReport{V: 1, Provider: "local", Worker: "host-1", At: at,
+		"lease_keys.v1.json": LeaseKeysReport{V: 1, Provider: "local", Worker: "host-1", At: at, Phase: "spreading", Masters: []string{"AbCd1234", "EfGh5678"},
 			Proxies: []ProxyLeaseKeys{{Proxy: "crawl-1", Generation: "g0123", Instance: "crawl-1-x", KeyIDs: []string{"AbCd1234", "EfGh5678"}}}},
 		"event_leasemaster.v1.json": Event{V: 1, ID: "leasemaster:installation:1", Kind: KindLeaseMaster, Proxy: "installation", At: at,
 			Reason: ReasonKeySwitched, Message: "new lease tokens are signed with master EfGh5678"},

@@ -14,11 +14,15 @@ func LeaseKeysKey(provider string) string { return LeaseKeysPrefix + provider }
 // LeaseKeysReport is the value of a lease keys key. It names master IDs (digests), never a
 // key or a master.
 type LeaseKeysReport struct {
-	V        int              `json:"v"`
-	Provider string           `json:"provider"`
-	Worker   string           `json:"worker,omitempty"`
-	At       time.Time        `json:"at"`
-	Proxies  []ProxyLeaseKeys `json:"proxies"`
+	V        int       `json:"v"`
+	Provider string    `json:"provider"`
+	Worker   string    `json:"worker,omitempty"`
+	At       time.Time `json:"at"`
+	// Phase and Masters are the rotation as the provisioner sees it: the phase (steady,
+	// spreading, retiring) and the IDs of the masters it delivers, the signing one first.
+	Phase   string           `json:"phase"`
+	Masters []string         `json:"masters"`
+	Proxies []ProxyLeaseKeys `json:"proxies"`
 }
 
 // ProxyLeaseKeys is what one lease-mode instance holds.

@@ -166,9 +166,11 @@ func buildProvisioners(setupCtx context.Context, d *daemon) (runner, error) {
 				Observe: func(n int) { d.obs.ObserveRevocationList(name, n) }}.Follow)
 		}
 		if w, ok := pb.b.(provisioner.LeaseKeyWriter); ok && d.leaseKeys != nil {
+			name := pb.name
 			// A master rotation reaches running proxies through their provisioner (decision 88).
 			runs = append(runs, provisioner.LeaseKeys{Provider: pb.name, Worker: d.holder, Source: d.leaseKeys, Writer: w,
-				Locks: d.store.Locks, Log: d.log.With("component", "leasekeys", "provider", pb.name)}.Run)
+				Locks: d.store.Locks, Log: d.log.With("component", "leasekeys", "provider", pb.name),
+				Observe: func(phase string, holders map[string]int) { d.obs.ObserveLeaseKeys(name, phase, holders) }}.Run)
 		}
 		if c, ok := pb.b.(interface {
 			LeaseRefusals() (map[string]int64, error)

@@ -156,3 +156,34 @@ func TestSquidAuthRevocations(t *testing.T) {
 		t.Fatal("stderr holds the token")
 	}
 }
+
+// During a master rotation the key file holds a key line per master (egressd lease-key prints
+// them): squid-auth passes the tokens of both, and once the file holds the new master's only,
+// refuses the old one's as of an unknown master.
+func TestSquidAuthDuringRotation(t *testing.T) {
+	old, next := leaseauth.NewMaster(), leaseauth.NewMaster()
+	file := filepath.Join(t.TempDir(), "key")
+	exp := time.Now().Add(time.Minute)
+	u1, p1 := old.ProxyKey("sq").Sign("sq.0.0123456789abcdef", exp)
+	u2, p2 := next.ProxyKey("sq").Sign("sq.1.0123456789abcdef", exp)
+	in := u1 + " " + p1 + "\n" + u2 + " " + p2 + "\n"
+	for _, c := range []struct {
+		name string
+		keys []leaseauth.Key
+		want string
+	}{
+		{"spreading", []leaseauth.Key{old.ProxyKey("sq"), next.ProxyKey("sq")}, "OK\nOK\n"},
+		{"retired", []leaseauth.Key{next.ProxyKey("sq")}, "ERR message=\"lease credentials refused: key\"\nOK\n"},
+	} {
+		if err := os.WriteFile(file, []byte(leaseauth.FileLines(c.keys...)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errs bytes.Buffer
+		if code := squidAuthCmd([]string{"--key-file", file}, strings.NewReader(in), &out, &errs); code != 0 {
+			t.Fatalf("%s: exit %d: %s", c.name, code, errs.String())
+		}
+		if out.String() != c.want {
+			t.Errorf("%s: answers %q, want %q", c.name, out.String(), c.want)
+		}
+	}
+}

@@ -28,6 +28,8 @@ type Metrics struct {
 	proberLag     prometheus.Gauge
 	revocations   *prometheus.CounterVec
 	revokedList   *prometheus.GaugeVec
+	leaseKeys     *prometheus.GaugeVec
+	masterPhase   *prometheus.GaugeVec
 	refusals      *refusalsCollector
 	gateway       *gatewayMetrics
 }
@@ -74,9 +76,14 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		refusals: &refusalsCollector{sources: map[string]func() (map[string]int64, error){}},
 		revokedList: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_revocation_list_entries",
 			Help: "Entries of the lease revocation list this process last delivered to a provider's proxies."}, []string{"provider"}),
+		leaseKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_keys_proxies",
+			Help: "Lease-mode proxies of a provider whose keys derive from a lease master (by master ID), as this process last delivered them."}, []string{"provider", "master"}),
+		masterPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_master_phase",
+			Help: "1 for the lease master rotation phase this process sees (steady, spreading, retiring), 0 for the others."}, []string{"phase"}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
 		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
+		m.leaseKeys, m.masterPhase,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.gateway = newGatewayMetrics(m.Registry)
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
@@ -123,6 +130,22 @@ func (m *Metrics) ObserveRevocation(result string) { m.revocations.WithLabelValu
 // ObserveRevocationList records the size of the revocation list last delivered to provider.
 func (m *Metrics) ObserveRevocationList(provider string, entries int) {
 	m.revokedList.WithLabelValues(provider).Set(float64(entries))
+}
+
+// ObserveLeaseKeys records how many of provider's lease-mode proxies hold keys of each master
+// (by ID), and the rotation phase this process sees (provisioner.LeaseKeys).
+func (m *Metrics) ObserveLeaseKeys(provider, phase string, holders map[string]int) {
+	m.leaseKeys.DeletePartialMatch(prometheus.Labels{"provider": provider})
+	for id, n := range holders {
+		m.leaseKeys.WithLabelValues(provider, id).Set(float64(n))
+	}
+	for _, p := range []string{"steady", "spreading", "retiring"} {
+		v := 0.0
+		if p == phase {
+			v = 1
+		}
+		m.masterPhase.WithLabelValues(p).Set(v)
+	}
 }
 
 // ObserveProbe records one probe.

@@ -39,7 +39,10 @@ type LeaseKeys struct {
 	Locks    jetstream.KeyValue // where the report goes
 	Log      *slog.Logger
 	Interval time.Duration // between passes; default 2 s
-	Now      func() time.Time
+	// Observe, optional, is told after each pass how many instances hold keys of each master
+	// and the rotation phase (metrics).
+	Observe func(phase string, holders map[string]int)
+	Now     func() time.Time
 }
 
 // Run makes a pass every Interval until ctx ends. A failed pass is logged and retried at the
@@ -50,6 +53,7 @@ func (k LeaseKeys) Run(ctx context.Context) error {
 		k.Now = time.Now
 	}
 	var last []events.ProxyLeaseKeys
+	var lastRing string
 	t := time.NewTicker(k.Interval)
 	defer t.Stop()
 	for {
@@ -57,12 +61,16 @@ func (k LeaseKeys) Run(ctx context.Context) error {
 		if err != nil && ctx.Err() == nil {
 			k.Log.Warn("deliver lease keys; proxies keep the keys they hold; retrying", "err", err)
 		}
+		if held != nil && k.Observe != nil {
+			k.Observe(phaseOf(k.Source), countHolders(held))
+		}
 		// What the proxies hold is reported even after a pass that failed in part: it is true.
-		if held != nil && (last == nil || !slices.EqualFunc(held, last, equalHolding)) {
+		ring := phaseOf(k.Source) + " " + strings.Join(idsOf(k.Source.Accepted()), ",")
+		if held != nil && (last == nil || ring != lastRing || !slices.EqualFunc(held, last, equalHolding)) {
 			if err := k.report(ctx, held); err != nil {
 				k.Log.Warn("report lease keys", "err", err)
 			} else {
-				last = held
+				last, lastRing = held, ring
 			}
 		}
 		select {
@@ -106,9 +114,28 @@ func (k LeaseKeys) pass(ctx context.Context) ([]events.ProxyLeaseKeys, error) {
 }
 
 func (k LeaseKeys) report(ctx context.Context, held []events.ProxyLeaseKeys) error {
-	rec := events.LeaseKeysReport{V: 1, Provider: k.Provider, Worker: k.Worker, At: k.Now().UTC(), Proxies: held}
+	rec := events.LeaseKeysReport{V: 1, Provider: k.Provider, Worker: k.Worker, At: k.Now().UTC(), Phase: phaseOf(k.Source),
+		Masters: idsOf(k.Source.Accepted()), Proxies: held}
 	_, err := kvstore.PutJSON(ctx, k.Locks, events.LeaseKeysKey(k.Provider), rec)
 	return err
+}
+
+// phaseOf is the rotation phase of a ring source; a fixed master is steady.
+func phaseOf(src leaseauth.Source) string {
+	if r, ok := src.(interface{ Ring() leaseauth.Ring }); ok {
+		return r.Ring().Phase()
+	}
+	return leaseauth.PhaseSteady
+}
+
+func countHolders(held []events.ProxyLeaseKeys) map[string]int {
+	n := map[string]int{}
+	for _, h := range held {
+		for _, id := range h.KeyIDs {
+			n[id]++
+		}
+	}
+	return n
 }
 
 func idsOf(masters []leaseauth.Master) []string {
