@@ -176,6 +176,30 @@ func permTheLeaseMasterProvisionerProberAnd(t *testing.T, r *permRig) {
 	}
 }
 
+// The lease keys reports (decision 88): a provisioner writes its own provider's and no other's;
+// a viewer reads them (master IDs only) and still not the master.
+func permLeaseKeysReports(t *testing.T, r *permRig) {
+	prov, viewer := r.ts.connect(t, "provisioner-local"), r.ts.connect(t, "viewer")
+	prov.mustAllow(t, "report its proxies' lease keys", func(ctx context.Context) error {
+		locks, err := prov.js.KeyValue(ctx, events.BucketLocks)
+		if err != nil {
+			return err
+		}
+		_, err = kvstore.PutJSON(ctx, locks, events.LeaseKeysKey("local"), events.LeaseKeysReport{V: 1, Provider: "local"})
+		return err
+	})
+	prov.mustDeny(t, "report another provider's lease keys", "$KV.egress_locks."+events.LeaseKeysKey("kvm-home"),
+		kvPut(prov, events.BucketLocks, events.LeaseKeysKey("kvm-home")))
+	viewer.mustAllow(t, "read a provider's lease keys", func(ctx context.Context) error {
+		locks, err := viewer.js.KeyValue(ctx, events.BucketLocks)
+		if err != nil {
+			return err
+		}
+		_, _, err = kvstore.Get(ctx, locks, events.LeaseKeysKey("local"))
+		return err
+	})
+}
+
 func permTheLeaserKeepsHolderSlotsAnd(t *testing.T, r *permRig) {
 	leaser, crawler := r.ts.connect(t, "leaser"), r.ts.connect(t, "crawler")
 	leaser.mustAllow(t, "create, read, watch and delete a holder slot and a session", func(ctx context.Context) error {

@@ -310,6 +310,7 @@ func TestPermissions(t *testing.T) {
 		{"provisioner writes its own keys only", permProvisionerWritesItsOwnKeysOnly},
 		{"every lease shard: the leaser writes it, the viewer and the reconciler read it, the crawler neither", permEveryLeaseShardTheLeaserWrites},
 		{"the lease master: provisioner, prober and leaser read it, nobody but admin writes it, viewer, crawler and reconciler cannot read it", permTheLeaseMasterProvisionerProberAnd},
+		{"lease keys reports: a provisioner writes its provider's, a viewer reads them", permLeaseKeysReports},
 		{"the leaser keeps holder slots and sessions in lease_state and reads the pools, the crawler neither", permTheLeaserKeepsHolderSlotsAnd},
 		{"viewer reads proxy_status but cannot write it", permViewerReadsProxyStatusButCannot},
 		{"viewer follows events but not the reconciler's consumer", permViewerFollowsEventsButNotThe},

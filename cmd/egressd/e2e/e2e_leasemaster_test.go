@@ -161,6 +161,11 @@ func TestLeaseMasterRotationUnderLoad(t *testing.T) {
 		st := leaseMasterState(t, n)
 		return st.Phase == leaseauth.PhaseSpreading && len(st.Waiting) == 0 && len(st.Proxies) == len(names), fmt.Sprint(st)
 	})
+	// A viewer's status says the phase and what each proxy holds.
+	waitUntil(t, "status leasekeys to show the spread", 30*time.Second, func() (bool, string) {
+		s := n.egressd("status", "leasekeys")
+		return strings.Contains(s, "spreading") && strings.Count(s, old.Current.ID()+","+next.ID()) >= 2*len(names), s
+	})
 	// While it spreads, a proxy takes tokens of either master.
 	gen := rows["rot-1"].Status.Generation
 	addr := "http://" + rows["rot-1"].Address
@@ -202,6 +207,9 @@ func TestLeaseMasterRotationUnderLoad(t *testing.T) {
 		return len(st.Proxies) == len(names), fmt.Sprint(st)
 	})
 	waitUntil(t, "the crawlers to get through with the new master", 30*time.Second, func() (bool, string) { return c.passed(next.ID()) > 20, "" })
+	if s := n.egressd("status", "leasekeys"); !strings.Contains(s, "steady") || strings.Contains(s, old.Current.ID()) {
+		t.Errorf("status leasekeys after the rotation:\n%s", s)
+	}
 	time.Sleep(3 * time.Second) // load after the retirement, too
 	stop()
 	wg.Wait()
