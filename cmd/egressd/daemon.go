@@ -218,13 +218,14 @@ func (d *daemon) openLeaseMaster(ctx context.Context) (err error) {
 	} else {
 		ring, err = readLeaseMaster(ctx, d.store)
 	}
-	if err == nil {
+	if err == nil || errors.Is(err, errNoLeaseMaster) {
+		// Re-read every leaseMasterPoll (buildLeaseMasters): a rotation reaches the roles so.
 		d.leaseKeys = leaseauth.NewLive(ring)
 	}
 	if errors.Is(err, errNoLeaseMaster) {
 		// An installation set up before lease-bound credentials: everything else works,
 		// and a proxy with auth.mode "lease" says why it does not (its create fails, its
-		// probes get 407) until setup runs again.
+		// probes get 407) until setup runs again, which the re-read then picks up.
 		d.log.Warn("proxies with auth.mode lease will not work", "err", err)
 		return nil
 	}

@@ -230,9 +230,5 @@ func leaseKeyLine(ctx context.Context, natsURL, proxy string) (string, error) {
 	}
 	// One line per master the installation accepts: during a rotation, the current one and
 	// the next or previous one (decision 88), so a Squid given them accepts both.
-	var keys []leaseauth.Key
-	for _, m := range ring.Accepted() {
-		keys = append(keys, m.ProxyKey(proxy))
-	}
-	return leaseauth.FileLines(keys...), nil
+	return leaseauth.FileLines(leaseauth.InstanceKeys(ring, proxy, "")...), nil
 }

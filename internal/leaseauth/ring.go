@@ -195,6 +195,20 @@ func SigningOf(s Source) Master {
 	return s.Signing()
 }
 
+// InstanceKeys are the keys of a proxy instance under every master src accepts (during a
+// rotation, the current one and the next or previous one), none without a source: what the
+// proxy's key file holds.
+func InstanceKeys(src Source, proxy, instance string) []Key {
+	if src == nil {
+		return nil
+	}
+	var keys []Key
+	for _, m := range src.Accepted() {
+		keys = append(keys, m.InstanceKey(proxy, instance))
+	}
+	return keys
+}
+
 // Live is a Ring shared by the goroutines that sign and the one that re-reads it. The zero
 // value holds no master.
 type Live struct{ p atomic.Pointer[Ring] }

@@ -9,19 +9,6 @@ import (
 	"github.com/egressd/egressd/schemas"
 )
 
-// instanceKeys are the keys of a proxy instance under every master src accepts (during a
-// rotation, the current one and the next or previous one: decision 88), none without a source.
-func instanceKeys(src leaseauth.Source, proxy, instance string) []leaseauth.Key {
-	if src == nil {
-		return nil
-	}
-	var keys []leaseauth.Key
-	for _, m := range src.Accepted() {
-		keys = append(keys, m.InstanceKey(proxy, instance))
-	}
-	return keys
-}
-
 // credentials is what the provider delivers to proxy's instance for a spec's auth: a static
 // password, or, for auth.mode "lease", the proxy's own key, derived from the lease master, as
 // the line of its auth file. Nothing here is logged; both travel as providers.Secret.
@@ -30,7 +17,7 @@ func (p *Provisioner) credentials(op events.Op, a *schemas.Auth) (*providers.Aut
 	case a == nil:
 		return nil, nil
 	case a.Lease():
-		keys := instanceKeys(p.cfg.LeaseMaster, op.Proxy, op.Generation)
+		keys := leaseauth.InstanceKeys(p.cfg.LeaseMaster, op.Proxy, op.Generation)
 		if len(keys) == 0 {
 			return nil, providers.Wrap(providers.ErrPermanent, "create", p.cfg.Provider, op.InstanceName,
 				errors.New("auth.mode lease needs the lease master, and this provisioner has none (`egressd setup` creates it)"))

@@ -93,7 +93,7 @@ func (k LeaseKeys) pass(ctx context.Context) ([]events.ProxyLeaseKeys, error) {
 	for _, name := range slices.Sorted(maps.Keys(sets)) {
 		set := sets[name]
 		if want := idsOf(masters); len(masters) > 0 && !slices.Equal(set.IDs(), want) {
-			next, err := leaseauth.NewKeySet(instanceKeys(k.Source, set.Proxy(), set.Instance())...)
+			next, err := leaseauth.NewKeySet(leaseauth.InstanceKeys(k.Source, set.Proxy(), set.Instance())...)
 			if err == nil {
 				err = k.Writer.WriteLeaseKeys(ctx, name, next)
 			}
