@@ -56,6 +56,20 @@ type Cooldown struct {
 	Result ReportResult `json:"result"`           // blocked or failed
 	Holder string       `json:"holder,omitempty"`
 	Until  time.Time    `json:"until"`
+	// Strikes is, for a blocked cooldown with escalation on, how many blocks in a row on the
+	// target this one is (1: the first); its length grew with it (docs/leases.md).
+	Strikes int `json:"strikes,omitempty"`
+}
+
+// Strikes is the record of a (proxy, target)'s blocks in a row, in proxy_cooldowns under
+// the cooldown's key plus ".strikes", with a TTL of the strike memory after the last block:
+// it outlives the cooldowns it escalates. A success on the target takes one off.
+type Strikes struct {
+	V      int       `json:"v"`
+	Proxy  string    `json:"proxy"`
+	Target string    `json:"target"`
+	Count  int       `json:"count"`
+	LastAt time.Time `json:"lastAt"`
 }
 
 // AcquireRequest asks for a lease on a Ready proxy matching Selector.
@@ -175,7 +189,9 @@ type ReportRequest struct {
 // ReportReply answers report.
 type ReportReply struct {
 	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
-	Released      bool      `json:"released,omitempty"`
+	// Strikes is, when blocks escalate, how many blocks in a row on the target this one is.
+	Strikes  int  `json:"strikes,omitempty"`
+	Released bool `json:"released,omitempty"`
 }
 
 // ErrorCode is a lease service error code, in the Nats-Service-Error-Code header and in
