@@ -195,6 +195,9 @@ func goldenCases() map[string]any {
 			Message: `sticky session "session-42" is bound to proxy crawl-1 until 2026-11-30T12:10:00Z, and it is Unhealthy; stickyMode strict does not move it to another proxy`,
 			Session: &SessionDetail{Proxy: "crawl-1", Cause: SessionProxyNotReady, Phase: PhaseUnhealthy, Until: at.Add(10 * time.Minute)}}},
 		// Acquires that wait (docs/leases.md#waiting).
+		"lease_acquire_paced_request.v1.json": AcquireRequest{Target: "example.com", PaceSeconds: 12, WaitSeconds: 30},
+		"lease_error_paced.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
+			Availability: &Availability{Matched: 2, Ready: 2, CoolingTarget: 2, NextAllowedAt: at.Add(12 * time.Second)}}},
 		"lease_acquire_wait_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Target: "example.com", WaitSeconds: 30},
 		"lease_error_wait_timed_out.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable,
 			Message:      "no proxy available after waiting 30.0s (place 2 of 5 waiting): 3 match the selector, 3 of them Ready, 3 at capacity, 0 cooling down for this target, 0 cooling down for every target",

@@ -94,6 +94,10 @@ type AcquireRequest struct {
 	// by the leaser's leases.maxWaitSeconds); 0 answers at once, as without it. The caller's
 	// own timeout, sent as ReplyTimeoutHeader, shortens the wait so the answer comes in time.
 	WaitSeconds int `json:"waitSeconds,omitempty"`
+	// PaceSeconds is the least time between two grants of one proxy for Target (pacing, so
+	// a site does not see one address come back at once); it needs Target. 0: the leaser's
+	// leases.paceSeconds (none by default).
+	PaceSeconds int `json:"paceSeconds,omitempty"`
 }
 
 // ReplyTimeoutHeader carries, on an acquire request, how long the caller waits for the reply,
@@ -168,6 +172,10 @@ type ReleaseReply struct {
 
 // ReportResult is how a leased proxy did, as a crawler reports it.
 type ReportResult string
+
+// CooldownPaced is the result of a cooldown the lease service wrote itself at a grant that
+// asked for pacing (AcquireRequest.PaceSeconds): no report sets it.
+const CooldownPaced ReportResult = "paced"
 
 // Report results.
 const (
@@ -292,4 +300,8 @@ type Availability struct {
 	// BelowAnonymity: of those Ready, less anonymous than the request's minAnonymity (or
 	// not judged yet).
 	BelowAnonymity int `json:"belowAnonymity,omitempty"`
+	// NextAllowedAt is, when some of them cool down for this target (a block, or pacing),
+	// when the first of those with a free slot may be granted again, where the leaser
+	// knows it; a waiting acquire is woken then.
+	NextAllowedAt time.Time `json:"nextAllowedAt,omitzero"`
 }

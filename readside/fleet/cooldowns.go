@@ -40,7 +40,9 @@ func Cooldowns(ctx context.Context, kv jetstream.KeyValue, now time.Time) ([]Coo
 	}
 	out := []CooldownRow{}
 	for _, c := range recs {
-		if c.Proxy == "" || !c.Until.After(now) {
+		// A pacing mark (a grant's own short cooldown for its target) is routine, not a
+		// verdict on the proxy: the views of cooldowns leave it out.
+		if c.Proxy == "" || !c.Until.After(now) || c.Result == events.CooldownPaced {
 			continue
 		}
 		out = append(out, CooldownRow{Proxy: c.Proxy, Target: c.Target, Result: c.Result, Holder: c.Holder, Until: c.Until, Strikes: c.Strikes})

@@ -43,6 +43,9 @@ type Config struct {
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
 	// Escalation lengthens the cooldowns of repeated blocks on one target (strikes.go).
 	Escalation Escalation
+	// Pace is the least time between two grants of one proxy for one target when an acquire
+	// names none (pace.go); 0: no pacing. Whole seconds, at most MaxPace.
+	Pace time.Duration
 
 	// MaxPerHolder caps the leases one holder may hold at once on the proxies of one pool
 	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder

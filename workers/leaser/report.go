@@ -46,7 +46,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("write cooldown %s: %w", key, err)
 		}
-		l.view.noteCooldown(key, rev, true)
+		l.view.noteCooldown(key, rev, true, cd.Until)
 		reply.CooldownUntil, reply.Strikes = cd.Until, cd.Strikes
 	}
 	if r.Result == events.ReportFailed {

@@ -161,5 +161,8 @@ func (cfg *Config) checkCooldowns() error {
 	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
 		return fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
 	}
+	if cfg.Pace < 0 || cfg.Pace > MaxPace || cfg.Pace%time.Second != 0 {
+		return fmt.Errorf("leaser: the pace must be whole seconds between 0 and %v, got %v", MaxPace, cfg.Pace)
+	}
 	return cfg.Escalation.check(cfg.MaxCooldown)
 }

@@ -123,15 +123,22 @@ func (f *Fleet) SetHealth(name string, h events.ProxyHealth) {
 }
 
 // SetCooling records that proxy is (on) or is no longer cooling down for target ("" for
-// every target).
-func (f *Fleet) SetCooling(proxy, target string, on bool) {
+// every target), until end when it is known (zero: unknown), for a refusal's nextAllowedAt.
+func (f *Fleet) SetCooling(proxy, target string, on bool, end time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(proxy)
 	if on {
 		p.cooling[target] = true
+		if target != "" && !end.IsZero() {
+			if p.coolEnd == nil {
+				p.coolEnd = map[string]time.Time{}
+			}
+			p.coolEnd[target] = end
+		}
 	} else {
 		delete(p.cooling, target)
+		delete(p.coolEnd, target)
 	}
 	if target != "" {
 		f.noteTargetCooling(p, target, on)

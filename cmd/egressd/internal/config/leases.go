@@ -22,6 +22,9 @@ type leasesConfig struct {
 	// Cooldowns makes repeated blocks of a proxy on one target cool it down longer
 	// (docs/leases.md#escalating-cooldowns); unset: every block the same.
 	Cooldowns *cooldownsConfig `yaml:"cooldowns"`
+	// PaceSeconds is the least time between two grants of one proxy for one target when an
+	// acquire names none (docs/leases.md#pacing); 0 (the default): no pacing.
+	PaceSeconds int `yaml:"paceSeconds"`
 }
 
 // cooldownsConfig is `leases.cooldowns:`, the escalation of blocked cooldowns.
@@ -29,6 +32,14 @@ type cooldownsConfig struct {
 	Factor float64        `yaml:"factor"` // each block in a row multiplies the cooldown; 1: off
 	Max    configDuration `yaml:"max"`    // the longest escalated cooldown; default 24h
 	Memory configDuration `yaml:"memory"` // how long blocks count after the last; default 24h
+}
+
+// Pace is the configured default pacing (0: none).
+func (c File) Pace() time.Duration {
+	if c.Leases == nil {
+		return 0
+	}
+	return time.Duration(c.Leases.PaceSeconds) * time.Second
 }
 
 // Escalation is the configured escalation of blocked cooldowns (zero: none).
@@ -79,6 +90,9 @@ func (c File) validateLeases() error {
 	}
 	if err := c.validateEscalation(); err != nil {
 		return err
+	}
+	if p := c.Pace(); p < 0 || p > leaser.MaxPace {
+		return fmt.Errorf("leases.paceSeconds: must be between 0 (no pacing) and %d, got %d", int(leaser.MaxPace/time.Second), int(p/time.Second))
 	}
 	if w := c.DemandWindow(); w != 0 && (w < time.Second || w%time.Second != 0 || w > time.Hour) {
 		return fmt.Errorf("leases.demandWindow: must be whole seconds between 1s and 1h, got %s", w)
