@@ -59,6 +59,11 @@ type Cooldown struct {
 	// Strikes is, for a blocked cooldown with escalation on, how many blocks in a row on the
 	// target this one is (1: the first); its length grew with it (docs/leases.md).
 	Strikes int `json:"strikes,omitempty"`
+	// Because and Neighbourhood are, for a neighbour's cooldown (CooldownNeighbour), the
+	// proxy whose block caused it and the neighbourhood they share (a prefix, or
+	// target:<provider>/<target>).
+	Because       string `json:"because,omitempty"`
+	Neighbourhood string `json:"neighbourhood,omitempty"`
 }
 
 // Strikes is the record of a (proxy, target)'s blocks in a row, in proxy_cooldowns under
@@ -177,6 +182,10 @@ type ReportResult string
 // asked for pacing (AcquireRequest.PaceSeconds): no report sets it.
 const CooldownPaced ReportResult = "paced"
 
+// CooldownNeighbour is the result of a cooldown the lease service wrote for a neighbour of a
+// proxy reported blocked (neighbour-aware cooldowns): no report sets it.
+const CooldownNeighbour ReportResult = "neighbour"
+
 // Report results.
 const (
 	ReportOK      ReportResult = "ok"
@@ -198,8 +207,11 @@ type ReportRequest struct {
 type ReportReply struct {
 	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
 	// Strikes is, when blocks escalate, how many blocks in a row on the target this one is.
-	Strikes  int  `json:"strikes,omitempty"`
-	Released bool `json:"released,omitempty"`
+	Strikes int `json:"strikes,omitempty"`
+	// NeighboursCooled is, with neighbour-aware cooldowns, how many of the proxy's neighbours
+	// this block cooled down for the target too.
+	NeighboursCooled int  `json:"neighboursCooled,omitempty"`
+	Released         bool `json:"released,omitempty"`
 }
 
 // ErrorCode is a lease service error code, in the Nats-Service-Error-Code header and in

@@ -43,6 +43,8 @@ type Config struct {
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
 	// Escalation lengthens the cooldowns of repeated blocks on one target (strikes.go).
 	Escalation Escalation
+	// Neighbours cools a blocked proxy's neighbours for the target too (neighbours.go).
+	Neighbours Neighbours
 	// Pace is the least time between two grants of one proxy for one target when an acquire
 	// names none (pace.go); 0: no pacing. Whole seconds, at most MaxPace.
 	Pace time.Duration

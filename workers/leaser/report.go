@@ -48,6 +48,11 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		}
 		l.view.noteCooldown(key, rev, true, cd.Until)
 		reply.CooldownUntil, reply.Strikes = cd.Until, cd.Strikes
+		if r.Result == events.ReportBlocked {
+			if reply.NeighboursCooled, err = l.coolNeighbours(ctx, id.Proxy, r.Target, rec.Holder, cooldown); err != nil {
+				l.log.Warn("cool the blocked proxy's neighbours", "proxy", id.Proxy, "err", err)
+			}
+		}
 	}
 	if r.Result == events.ReportFailed {
 		l.probeNow(id.Proxy, now)

@@ -1,10 +1,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/egressd/egressd/workers/leaser"
+	"github.com/egressd/egressd/workers/leaser/selection"
 )
 
 // leasesConfig is the `leases:` block: defaults of the lease service (docs/leases.md).
@@ -25,6 +27,47 @@ type leasesConfig struct {
 	// PaceSeconds is the least time between two grants of one proxy for one target when an
 	// acquire names none (docs/leases.md#pacing); 0 (the default): no pacing.
 	PaceSeconds int `yaml:"paceSeconds"`
+	// Neighbours cools a blocked proxy's neighbours for the site too
+	// (docs/leases.md#neighbours); unset: a block cools only its proxy.
+	Neighbours *neighboursConfig `yaml:"neighbours"`
+}
+
+// neighboursConfig is `leases.neighbours:`.
+type neighboursConfig struct {
+	IPv4Prefix      int  `yaml:"ipv4Prefix"`      // egress addresses sharing this IPv4 prefix are neighbours
+	IPv6Prefix      int  `yaml:"ipv6Prefix"`      // and this IPv6 one
+	ByTarget        bool `yaml:"byTarget"`        // or: proxies on one provider target are
+	CooldownSeconds int  `yaml:"cooldownSeconds"` // neighbours' cooldown; 0: a quarter of the block's
+}
+
+// Neighbours is the configured neighbour-aware cooldown (zero: off).
+func (c File) Neighbours() leaser.Neighbours {
+	if c.Leases == nil || c.Leases.Neighbours == nil {
+		return leaser.Neighbours{}
+	}
+	n := c.Leases.Neighbours
+	return leaser.Neighbours{Neighbourhood: selection.Neighbourhood{V4Bits: n.IPv4Prefix, V6Bits: n.IPv6Prefix, ByTarget: n.ByTarget},
+		Cooldown: time.Duration(n.CooldownSeconds) * time.Second}
+}
+
+func (c File) validateNeighbours() error {
+	if c.Leases == nil || c.Leases.Neighbours == nil {
+		return nil
+	}
+	n := c.Leases.Neighbours
+	switch {
+	case n.IPv4Prefix < 0 || n.IPv4Prefix > 32:
+		return fmt.Errorf("leases.neighbours.ipv4Prefix: must be between 0 (none) and 32, got %d", n.IPv4Prefix)
+	case n.IPv6Prefix < 0 || n.IPv6Prefix > 128:
+		return fmt.Errorf("leases.neighbours.ipv6Prefix: must be between 0 (none) and 128, got %d", n.IPv6Prefix)
+	case n.ByTarget && (n.IPv4Prefix > 0 || n.IPv6Prefix > 0):
+		return errors.New("leases.neighbours.byTarget: a neighbourhood is either the provider target or address prefixes, not both")
+	case !n.ByTarget && n.IPv4Prefix == 0 && n.IPv6Prefix == 0:
+		return errors.New("leases.neighbours: set ipv4Prefix, ipv6Prefix or byTarget (or leave the block out)")
+	case n.CooldownSeconds < 0 || n.CooldownSeconds > int(leaser.DefaultMaxCooldown/time.Second):
+		return fmt.Errorf("leases.neighbours.cooldownSeconds: must be between 0 (a quarter of the block's) and %d, got %d", int(leaser.DefaultMaxCooldown/time.Second), n.CooldownSeconds)
+	}
+	return nil
 }
 
 // cooldownsConfig is `leases.cooldowns:`, the escalation of blocked cooldowns.
@@ -89,6 +132,9 @@ func (c File) validateLeases() error {
 		}
 	}
 	if err := c.validateEscalation(); err != nil {
+		return err
+	}
+	if err := c.validateNeighbours(); err != nil {
 		return err
 	}
 	if p := c.Pace(); p < 0 || p > leaser.MaxPace {
