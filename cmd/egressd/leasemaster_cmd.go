@@ -121,6 +121,7 @@ func leaseMasterStep(ctx context.Context, js jetstream.JetStream, sub string, f 
 func rotateLeaseMaster(ctx context.Context, js jetstream.JetStream, f leaseMasterFlags, out io.Writer) error {
 	begun := false
 	var said string
+	reannounce(ctx, js, out)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		st, _, ring, err := loadLeaseMasterState(rctx, js)
@@ -174,24 +175,19 @@ func advanceLeaseMaster(ctx context.Context, js jetstream.JetStream, step string
 	}
 	now := time.Now()
 	var next leaseauth.Ring
-	var reason events.Reason
-	var msg string
 	switch step {
 	case "begin":
 		next, err = ring.Begin(leaseauth.NewMaster(), now)
-		reason, msg = events.ReasonRotationBegun, "master "+next.Next.ID()+" spreads to the lease-mode proxies beside "+ring.Current.ID()
 	case "switch":
 		if ring.Phase() == leaseauth.PhaseSpreading && len(st.Waiting) > 0 && !f.force {
 			return false, fmt.Errorf("%w: %s", errNotYet, waitingFor(st))
 		}
 		next, err = ring.Switch(now, f.maxTTL, leaseMasterMargin)
-		reason, msg = events.ReasonKeySwitched, "new lease tokens are signed with master "+next.Current.ID()+"; "+ring.Current.ID()+" is accepted until "+next.RetireAfter.Format(time.RFC3339)
 	case "retire":
 		if ring.Phase() == leaseauth.PhaseRetiring && now.Before(ring.RetireAfter) && !f.force {
 			return false, fmt.Errorf("%w: %s", errNotYet, waitingFor(st))
 		}
 		next, err = ring.Retire(now)
-		reason, msg = events.ReasonKeyRetired, "master "+ring.Previous.ID()+" is retired: tokens it signed are refused"
 	default:
 		return false, fmt.Errorf("unknown step %q", step)
 	}
@@ -205,15 +201,49 @@ func advanceLeaseMaster(ctx context.Context, js jetstream.JetStream, step string
 	if _, err := locks.Update(ctx, events.KeyLeaseMaster, next.Encode(), rev); err != nil {
 		return false, fmt.Errorf("%w: %w", errRaced, err)
 	}
-	fmt.Fprintln(out, msg)
-	ev := events.Event{V: 1, ID: fmt.Sprintf("leasemaster:installation:%d", now.UnixNano()), Kind: events.KindLeaseMaster,
-		Proxy: "installation", At: now.UTC(), Reason: reason, Message: msg}
-	if b, err := json.Marshal(ev); err == nil {
-		if _, err := js.Publish(ctx, events.EventSubject(events.KindLeaseMaster, "installation"), b, jetstream.WithMsgID(ev.ID)); err != nil {
-			fmt.Fprintln(out, "(the event was not published:", err.Error()+")")
-		}
-	}
+	announceStep(ctx, js, ring, next, out)
 	return true, nil
+}
+
+// reannounce, continuing a rotation, announces its phase again, in case a kill came between
+// the step's write and its event (the event's ID makes it one event).
+func reannounce(ctx context.Context, js jetstream.JetStream, out io.Writer) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	locks, err := js.KeyValue(ctx, events.BucketLocks)
+	if err != nil {
+		return // the loop's own read says why
+	}
+	if ring, _, err := readLeaseRing(ctx, locks); err == nil && ring.Phase() != leaseauth.PhaseSteady {
+		announceStep(ctx, js, leaseauth.Ring{}, ring, out)
+	}
+}
+
+// announceStep publishes the event of the step that took before to after, then prints it.
+// The event's ID is the step's (its reason and the master it concerns), so that a rotate
+// continuing after a kill between the write and the event announces the step again
+// (rotateLeaseMaster) without a second event within the stream's duplicate window.
+func announceStep(ctx context.Context, js jetstream.JetStream, before, after leaseauth.Ring, out io.Writer) {
+	var reason events.Reason
+	var msg, master string
+	switch after.Phase() {
+	case leaseauth.PhaseSpreading:
+		reason, master = events.ReasonRotationBegun, after.Next.ID()
+		msg = "master " + master + " spreads to the lease-mode proxies beside " + after.Current.ID()
+	case leaseauth.PhaseRetiring:
+		reason, master = events.ReasonKeySwitched, after.Current.ID()
+		msg = "new lease tokens are signed with master " + master + "; " + after.Previous.ID() + " is accepted until " + after.RetireAfter.Format(time.RFC3339)
+	default:
+		reason, master = events.ReasonKeyRetired, before.Previous.ID()
+		msg = "master " + master + " is retired: tokens it signed are refused"
+	}
+	ev := events.Event{V: 1, ID: "leasemaster:installation:" + string(reason) + ":" + master, Kind: events.KindLeaseMaster,
+		Proxy: "installation", At: after.Since.UTC(), Reason: reason, Message: msg}
+	b, _ := json.Marshal(ev)
+	if _, err := js.Publish(ctx, events.EventSubject(events.KindLeaseMaster, "installation"), b, jetstream.WithMsgID(ev.ID)); err != nil {
+		fmt.Fprintln(out, "(the event was not published:", err.Error()+")")
+	}
+	fmt.Fprintln(out, msg)
 }
 
 func printLeaseMaster(out io.Writer, st leaseMasterState, asJSON bool) {
