@@ -25,6 +25,17 @@ type LeaseKeysReport struct {
 	Proxies []ProxyLeaseKeys `json:"proxies"`
 }
 
+// Holding counts, for each master, the instances whose keys derive from it.
+func (r LeaseKeysReport) Holding() map[string]int {
+	n := map[string]int{}
+	for _, p := range r.Proxies {
+		for _, id := range p.KeyIDs {
+			n[id]++
+		}
+	}
+	return n
+}
+
 // ProxyLeaseKeys is what one lease-mode instance holds.
 type ProxyLeaseKeys struct {
 	Proxy string `json:"proxy"`

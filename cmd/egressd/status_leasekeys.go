@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/readside/fleet"
 )
 
@@ -51,19 +49,11 @@ func readLeaseKeys(ctx context.Context, url string) ([]events.LeaseKeysReport, e
 	if err != nil {
 		return nil, err
 	}
-	var out []events.LeaseKeysReport
-	for _, c := range catalogs {
-		var rep events.LeaseKeysReport
-		_, err := kvstore.GetJSON(ctx, locks, events.LeaseKeysKey(c.Provider), &rep)
-		switch {
-		case errors.Is(err, kvstore.ErrNotFound):
-			continue
-		case err != nil:
-			return nil, fmt.Errorf("read the lease keys of %s: %w", c.Provider, err)
-		}
-		out = append(out, rep)
+	names := make([]string, len(catalogs))
+	for i, c := range catalogs {
+		names[i] = c.Provider
 	}
-	return out, nil
+	return fleet.LeaseKeys(ctx, locks, names)
 }
 
 func printLeaseKeys(w io.Writer, reports []events.LeaseKeysReport, now time.Time) {

@@ -42,6 +42,10 @@ type Snapshot struct {
 	Problems []Problem `json:"problems"`
 	// Cooldowns is every running cooldown of proxy_cooldowns, by proxy and target.
 	Cooldowns []fleet.CooldownRow `json:"cooldowns"`
+	// LeaseKeys is, for each provider whose provisioner delivers lease keys to running
+	// proxies, which lease masters each of its proxies holds and the master rotation as it
+	// sees it (decision 88): master IDs, never a master.
+	LeaseKeys []events.LeaseKeysReport `json:"leaseKeys"`
 	// Stats is the lease statistics of the chart and the top blocked targets, which
 	// /api/stats.json serves on its own; nil when they could not be read.
 	Stats *fleet.Stats `json:"-"`
@@ -188,6 +192,15 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Providers, s.Limits = guardRows(fleet.Guards(fl.Rows, cats, targets, now))
 	s.failed("events", eErr)
 	s.failed("cooldowns", cErr)
+	if tErr == nil {
+		names := make([]string, len(cats))
+		for i, c := range cats {
+			names[i] = c.Provider
+		}
+		var err error
+		s.LeaseKeys, err = fleet.LeaseKeys(ctx, cfg.Store.Locks, names)
+		s.failed("leasekeys", err)
+	}
 	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
 		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]

@@ -249,6 +249,27 @@ func (v view) CooldownRows() []cooldownView {
 // CooldownsMore is how many cooldowns the table leaves out.
 func (v view) CooldownsMore() int { return max(len(v.Cooldowns)-maxCooldownRows, 0) }
 
+// leaseKeysView is one provider's lease keys report as the page prints it.
+type leaseKeysView struct {
+	Provider, Phase, Masters, Holding, Reported string
+}
+
+// LeaseKeyRows are the providers' lease keys reports: the rotation phase, the masters (the
+// signing one first) and how many of the provider's lease-mode proxies hold each.
+func (v view) LeaseKeyRows() []leaseKeysView {
+	out := []leaseKeysView{}
+	for _, r := range v.LeaseKeys {
+		held := r.Holding()
+		var parts []string
+		for _, id := range r.Masters {
+			parts = append(parts, fmt.Sprintf("%s: %d of %d", id, held[id], len(r.Proxies)))
+		}
+		out = append(out, leaseKeysView{Provider: r.Provider, Phase: r.Phase, Masters: strings.Join(r.Masters, ", "),
+			Holding: strings.Join(parts, "; "), Reported: events.Age(v.GeneratedAt, r.At) + " ago"})
+	}
+	return out
+}
+
 // totalText sums a window of lease statistics up, every rate with what it is of: a block
 // rate is of reports, not of leases, and a window with one report has a rate of 0 or 100 %.
 func totalText(t fleet.StatsRow, window string) string {

@@ -62,7 +62,7 @@ func (k LeaseKeys) Run(ctx context.Context) error {
 			k.Log.Warn("deliver lease keys; proxies keep the keys they hold; retrying", "err", err)
 		}
 		if held != nil && k.Observe != nil {
-			k.Observe(phaseOf(k.Source), countHolders(held))
+			k.Observe(phaseOf(k.Source), events.LeaseKeysReport{Proxies: held}.Holding())
 		}
 		// What the proxies hold is reported even after a pass that failed in part: it is true.
 		ring := phaseOf(k.Source) + " " + strings.Join(idsOf(k.Source.Accepted()), ",")
@@ -126,16 +126,6 @@ func phaseOf(src leaseauth.Source) string {
 		return r.Ring().Phase()
 	}
 	return leaseauth.PhaseSteady
-}
-
-func countHolders(held []events.ProxyLeaseKeys) map[string]int {
-	n := map[string]int{}
-	for _, h := range held {
-		for _, id := range h.KeyIDs {
-			n[id]++
-		}
-	}
-	return n
 }
 
 func idsOf(masters []leaseauth.Master) []string {
