@@ -184,6 +184,12 @@ func TestLeaseMasterRotationUnderLoad(t *testing.T) {
 	if r := readRing(t, n); r.Phase() != leaseauth.PhaseRetiring || r.Current.ID() != next.ID() {
 		t.Fatalf("after the switch: %s", r)
 	}
+	// Retiring by hand before the old master's tokens have expired is refused.
+	early := exec.Command(egressdBin, "lease-master", "retire", "--nats-url", n.url)
+	early.Env = n.environ()
+	if out, err := early.CombinedOutput(); err == nil || !strings.Contains(string(out), "not yet") {
+		t.Errorf("lease-master retire right after the switch: %v\n%s", err, out)
+	}
 	// Run again at once: it continues, and retires the old master once its tokens have all
 	// expired, not while the leases taken before the switch are still in use.
 	cmd, lines = startRotate(t, n, "--max-ttl", "20s", "--poll", "500ms")
