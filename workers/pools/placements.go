@@ -67,6 +67,7 @@ func (p *planner) holdPlacements() {
 			p.holds[ps.Index] = &h
 		}
 	}
+	var fresh []int
 	for _, m := range p.members {
 		s, ok := p.in.Stuck[m.Name]
 		if !ok || !active(m) || m.Placement >= n || p.ready(m.Name) {
@@ -85,21 +86,25 @@ func (p *planner) holdPlacements() {
 			}
 			continue
 		}
-		h := &events.PlacementHold{Reason: s.reason, Message: s.message, Member: m.Name, Since: p.in.Now, Until: until}
-		p.holds[m.Placement] = h
+		p.holds[m.Placement] = &events.PlacementHold{Reason: s.reason, Message: s.message, Member: m.Name, Since: p.in.Now, Until: until}
+		fresh = append(fresh, m.Placement)
+	}
+	// Said once all holds are known, so that each event names where new members go now.
+	for _, i := range fresh {
+		h := p.holds[i]
 		to := p.spread("")
-		if p.avoid(to) || to == m.Placement {
+		if p.avoid(to) || to == i {
 			to = -1
 		}
-		msg := fmt.Sprintf("placement %s answered %s (%s): ", p.where(m.Placement), s.reason, s.message)
+		msg := fmt.Sprintf("placement %s answered %s (%s): ", p.where(i), h.Reason, h.Message)
 		if to < 0 {
 			msg += "every placement is held; members wait where they are"
 		} else {
-			msg += fmt.Sprintf("new members go to placement %s until %s", p.where(to), until.UTC().Format(time.RFC3339))
+			msg += fmt.Sprintf("new members go to placement %s until %s", p.where(to), h.Until.UTC().Format(time.RFC3339))
 		}
 		p.out.Events = append(p.out.Events, events.Event{Kind: events.KindPool, Proxy: p.in.Name, At: p.in.Now,
 			Reason: events.ReasonPlacementFallback, Message: msg,
-			Pool: &events.PoolEvent{Pool: p.in.Name, Member: m.Name, Fallback: &events.PlacementFallback{From: m.Placement, To: to, Hold: *h}}})
+			Pool: &events.PoolEvent{Pool: p.in.Name, Member: h.Member, Fallback: &events.PlacementFallback{From: i, To: to, Hold: *h}}})
 	}
 }
 
