@@ -106,7 +106,7 @@ func goldenCases() map[string]any {
 			UpdatedAt: at},
 		// Autoscale with spares from boot times, and a placement held for quota.
 		"pool_status_spares.v1.json": PoolStatus{V: 1, Phase: PoolProgressing, Reason: ReasonPlacementFallback,
-			Message: "placement 0 (gcp europe-west1-b) is held (QuotaExceeded): new members go to placement 1 (gcp europe-west4-a)",
+			Message:      "placement 0 (gcp europe-west1-b) is held (QuotaExceeded): new members go to placement 1 (gcp europe-west4-a)",
 			SpecRevision: 4, Replicas: 3, MaxMembers: 4,
 			Members: []PoolMember{{Name: "web-a1b2c", Placement: 1, CreatedAt: at.Add(-time.Hour), Rev: 5, Booted: true}},
 			Autoscale: &PoolAutoscale{Desired: 3, Inputs: ScaleInputs{Held: 2, GrantsPerSecond: 0.5, Members: 1, Ready: 1, Capacity: 2,
