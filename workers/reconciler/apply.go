@@ -67,7 +67,7 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 type step struct {
 	name  string
 	d     Decision
-	boot  *bootSeen // the proxy's first Ready, decided in this step
+	boot  *bootSeen        // the proxy's first Ready, decided in this step
 	write *kvstore.Pending // its status write in flight, if it has one
 	err   error
 	trace decisionTrace
