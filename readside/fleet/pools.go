@@ -243,18 +243,7 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 			p.Phase = PoolPending
 		}
 		if spec.valid {
-			n := spec.replicas
-			if a := spec.autoscale; a != nil {
-				p.Autoscale = &AutoscaleRow{Min: *a.Min, Max: *a.Max, WaitTargetSeconds: a.WaitTargetSeconds}
-				if !a.Spares.IsZero() {
-					p.Autoscale.Spares = a.Spares.String()
-				}
-				if st != nil && st.Autoscale != nil {
-					p.Autoscale.State = st.Autoscale
-					n = st.Autoscale.Desired
-				}
-			}
-			p.Desired = &n
+			p.Desired, p.Autoscale = desiredOf(spec, st)
 		}
 		if d, ok := in.demand[name]; ok {
 			p.Demand = &d
@@ -285,6 +274,25 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 		out = append(out, p)
 	}
 	return out
+}
+
+// desiredOf is a valid spec's member count (the autoscaler's, with autoscale) and its
+// autoscale row.
+func desiredOf(spec poolFields, st *events.PoolStatus) (*int, *AutoscaleRow) {
+	n := spec.replicas
+	a := spec.autoscale
+	if a == nil {
+		return &n, nil
+	}
+	row := &AutoscaleRow{Min: *a.Min, Max: *a.Max, WaitTargetSeconds: a.WaitTargetSeconds}
+	if !a.Spares.IsZero() {
+		row.Spares = a.Spares.String()
+	}
+	if st != nil && st.Autoscale != nil {
+		row.State = st.Autoscale
+		n = st.Autoscale.Desired
+	}
+	return &n, row
 }
 
 func ledgerCreated(st *events.PoolStatus) map[string]time.Time {
