@@ -101,13 +101,7 @@ func TestScaleDecide(t *testing.T) {
 func TestPlanAutoscale(t *testing.T) {
 	w := newWorld(t, `{"template":{"provider":"local","maxLeases":1},"autoscale":{"min":0,"max":3,"scaleDownAfterSeconds":60,"targetUtilization":1}}`)
 	demand := events.DemandSum{}
-	pass := func() outcome {
-		in := w.input()
-		in.Demand = demand
-		out := plan(in)
-		w.apply(out)
-		return out
-	}
+	pass := func() outcome { return w.stepWith(demand) }
 	out := pass()
 	if n := len(w.owned); n != 0 || out.Ledger.Autoscale == nil || out.Ledger.Replicas != 0 {
 		t.Fatalf("idle pool: %d members, record %+v", n, out.Ledger)
@@ -209,4 +203,13 @@ func countDraining(l *events.PoolStatus) int {
 		}
 	}
 	return n
+}
+
+// stepWith plans once with the leasers' demand and applies the outcome.
+func (w *world) stepWith(demand events.DemandSum) outcome {
+	in := w.input()
+	in.Demand = demand
+	out := plan(in)
+	w.apply(out)
+	return out
 }

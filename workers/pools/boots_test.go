@@ -41,13 +41,7 @@ func TestPlanRecordsBootsAndSizesSpares(t *testing.T) {
 	w := newWorld(t, `{"template":{"provider":"local","maxLeases":1},"autoscale":{"min":0,"max":20,"targetUtilization":1,"spares":"auto"}}`)
 	w.boot = map[string]time.Duration{}
 	demand := events.DemandSum{Refused: 2, Leasers: 1}
-	pass := func() outcome {
-		in := w.input()
-		in.Demand = demand
-		out := plan(in)
-		w.apply(out)
-		return out
-	}
+	pass := func() outcome { return w.stepWith(demand) }
 	pass()
 	if len(w.owned) != 2 || w.ledger.Boot != nil || w.ledger.Autoscale.Inputs.Spares != 0 {
 		t.Fatalf("no boot measured: %d members, %+v", len(w.owned), w.ledger)

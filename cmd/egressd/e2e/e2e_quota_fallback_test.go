@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,22 +77,10 @@ func TestPoolQuotaFallback(t *testing.T) {
 		t.Fatal("no metrics address in the log")
 	}
 	waitUntil(t, "boots in egress_proxy_boot_seconds", 30*time.Second, func() (bool, string) {
-		body := get(t, m[1]+"/metrics")
+		body := httpGet(t, m[1]+"/metrics")
 		return strings.Contains(body, `egress_proxy_boot_seconds_count{image="",provider="roomy",zone="`) &&
 			strings.Contains(body, `egress_proxy_boot_seconds_count{image="",provider="tight",zone="`), grepLines(body, "egress_proxy_boot")
 	})
-}
-
-func get(t *testing.T, url string) string {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	res, err := c.Get(url)
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	b, _ := io.ReadAll(res.Body)
-	return string(b)
 }
 
 func grepLines(s, sub string) string {
