@@ -50,7 +50,11 @@ func scaleDecide(in scaleIn) scaleOut {
 	a := in.Spec
 	lo, hi := *a.Min, *a.Max
 	per := max(in.MaxLeases, 1)
-	demand := in.Held + in.Demand.Unmet()
+	// The leasers' records are up to one interval old: slots granted since (held now above
+	// what the records say) answered some of their waiting or refused acquires, which must
+	// not count twice, or every grant to a waiter would start a member for nothing.
+	unmet := max(in.Demand.Unmet()-max(in.Held-in.Demand.Held, 0), 0)
+	demand := in.Held + unmet
 	need := int(math.Ceil(float64(demand) / (float64(per) * a.TargetUtilization)))
 	if demand > 0 && need == 0 {
 		need = 1

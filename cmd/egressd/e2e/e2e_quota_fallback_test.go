@@ -27,7 +27,7 @@ func TestPoolQuotaFallback(t *testing.T) {
 	cfg := filepath.Join(dir, "egressd.yaml")
 	if err := os.WriteFile(cfg, []byte("providers:\n"+
 		"  - name: tight\n    type: local\n    local:\n      addresses: [127.0.50.2-127.0.50.2]\n      bindSource: true\n"+
-		"  - name: roomy\n    type: local\n    local:\n      addresses: [127.0.50.10-127.0.50.250]\n      bindSource: true\n"), 0o644); err != nil {
+		"  - name: roomy\n    type: local\n    local:\n      addresses: [127.0.50.10-127.0.50.99]\n      bindSource: true\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	n := startNode(t, dir, "--config", cfg)
