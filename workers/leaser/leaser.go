@@ -208,6 +208,7 @@ func New(cfg Config) (*Leaser, error) {
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
+	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}
