@@ -137,8 +137,7 @@ func New(cfg Config) (*Leaser, error) {
 	if !cfg.Buckets.complete() || cfg.NC == nil {
 		return nil, errors.New("leaser: buckets and NATS connection are required")
 	}
-	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
-	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
+	cfg.MinTTL, cfg.DefaultTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL), cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
 	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
 	cfg.BlockedCooldown = cmp.Or(cfg.BlockedCooldown, DefaultBlockedCooldown)
 	cfg.FailedCooldown = cmp.Or(cfg.FailedCooldown, DefaultFailedCooldown)
