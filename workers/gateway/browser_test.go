@@ -1,0 +1,52 @@
+package gateway_test
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/egressd/egressd/internal/chromium"
+)
+
+// A browser uses the gateway as Playwright and Puppeteer drive it: headless chromium with
+// --proxy-server at the gateway, the crawler's username (a pool, an attribute and a session)
+// and token given when the gateway asks (407), as their proxy options do. A plain page and an
+// HTTPS page (CONNECT, the origin's own certificate) load, each through a fleet proxy, and
+// both on the session's one proxy.
+func TestGatewayInAHeadlessBrowser(t *testing.T) {
+	bin := chromium.Path(t)
+	r := newRig(t, 3)
+	gw, _ := r.gateway(nil)
+	spki := originSPKI(t, r)
+	var seen []string
+	for _, o := range []*origin{r.origin, r.tlsOrig} {
+		page := chromium.ThroughProxy(t, bin, o.url+"/browser", gw, "crawler-7-pool-web-geo-de-session-b1", testToken, spki)
+		if page.Status != http.StatusOK || !strings.HasPrefix(page.Text, "hello "+rigNet) {
+			t.Fatalf("chromium through the gateway to %s: %d %q", o.url, page.Status, page.Text)
+		}
+		src := o.sources()
+		if len(src) == 0 || r.sources[src[len(src)-1]] == "" {
+			t.Fatalf("%s saw %v, no fleet proxy", o.url, src)
+		}
+		seen = append(seen, src[len(src)-1])
+	}
+	if seen[0] != seen[1] {
+		t.Errorf("the session's pages left through two proxies: %v", seen)
+	}
+}
+
+// originSPKI is the base64 SHA-256 of the TLS origin's public key, which chromium is told to
+// trust (the test's own CA is not in its store).
+func originSPKI(t *testing.T, r *rig) string {
+	t.Helper()
+	conn, err := tls.Dial("tcp", strings.TrimPrefix(r.tlsOrig.url, "https://"), &tls.Config{RootCAs: r.caPool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sum := sha256.Sum256(conn.ConnectionState().PeerCertificates[0].RawSubjectPublicKeyInfo)
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
