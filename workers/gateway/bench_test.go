@@ -25,18 +25,29 @@ import (
 // BenchmarkGatewayVsDirect measures a request through the gateway against the same request
 // sent directly through the same leased proxy (the baseline, in the same run), to the same
 // origin: plain HTTP and CONNECT+TLS (a new tunnel and handshake per request) with 64
-// concurrent clients, p50 latency and throughput; and a 100 MB download through CONNECT.
-// The ratios are in docs/performance.md. Run the plain case with enough requests to pass the
-// warm-up (-benchtime 10000x); each case opens fresh connections, so keep it to one run at a
-// time.
+// concurrent clients, p50 latency, throughput and CPU per request; the same with one client
+// (the latency the extra hop adds when the CPUs are not saturated); and a 100 MB download
+// through CONNECT. The ratios are in docs/performance.md. Run the plain case with enough
+// requests to pass the warm-up (-benchtime 10000x); each case opens fresh connections, so
+// keep it to one run at a time.
 func BenchmarkGatewayVsDirect(b *testing.B) {
 	r, direct, gateway := benchPaths(b)
 	via := map[string]*url.URL{"direct": direct, "gateway": gateway}
-	for _, path := range []string{"direct", "gateway"} {
-		b.Run("plain/"+path, func(b *testing.B) { benchConcurrent(b, r, via[path], r.origin.url+"/", true) })
+	cases := []struct {
+		name      string
+		url       string
+		keepAlive bool
+		clients   int
+	}{
+		{"plain", r.origin.url + "/", true, 64},
+		{"connect-tls", r.tlsOrig.url + "/", false, 64},
+		{"plain-1client", r.origin.url + "/", true, 1},
+		{"connect-tls-1client", r.tlsOrig.url + "/", false, 1},
 	}
-	for _, path := range []string{"direct", "gateway"} {
-		b.Run("connect-tls/"+path, func(b *testing.B) { benchConcurrent(b, r, via[path], r.tlsOrig.url+"/", false) })
+	for _, c := range cases {
+		for _, path := range []string{"direct", "gateway"} {
+			b.Run(c.name+"/"+path, func(b *testing.B) { benchClients(b, r, via[path], c.url, c.keepAlive, c.clients) })
+		}
 	}
 	for _, path := range []string{"direct", "gateway"} {
 		b.Run("bulk-100MB/"+path, func(b *testing.B) {
@@ -89,21 +100,18 @@ func fetch(b *testing.B, c *http.Client, u string) {
 	}
 }
 
-// benchConcurrent runs 64 clients (32 per CPU on 2 CPUs: SetParallelism(64/GOMAXPROCS)) and
-// reports the p50 latency beside ns/op (the inverse of throughput), and the CPU time the
-// process spent per request (clients, gateway, proxy, origin and leaser together: the
-// gateway's own share is the difference from direct; on a machine shared with other work it
-// varies far less than the wall times).
-func benchConcurrent(b *testing.B, r *rig, proxy *url.URL, u string, keepAlive bool) {
-	b.SetParallelism(max(64/runtimeProcs(), 1))
+// benchClients runs clients concurrent clients (64 is 32 per CPU on 2 CPUs:
+// SetParallelism(64/GOMAXPROCS)) and reports the p50 latency beside ns/op (the inverse of
+// throughput), and the CPU time the process spent per request (clients, gateway, proxy,
+// origin and leaser together: the gateway's own share is the difference from direct; on a
+// machine shared with other work it varies far less than the wall times).
+func benchClients(b *testing.B, r *rig, proxy *url.URL, u string, keepAlive bool, clients int) {
 	var mu sync.Mutex
 	var lat []time.Duration
-	cpu0 := cpuTime(b)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
+	run := func(next func() bool) {
 		c := benchClient(r, proxy, keepAlive)
 		var mine []time.Duration
-		for pb.Next() {
+		for next() {
 			start := time.Now()
 			fetch(b, c, u)
 			mine = append(mine, time.Since(start))
@@ -111,7 +119,15 @@ func benchConcurrent(b *testing.B, r *rig, proxy *url.URL, u string, keepAlive b
 		mu.Lock()
 		lat = append(lat, mine...)
 		mu.Unlock()
-	})
+	}
+	cpu0 := cpuTime(b)
+	b.ResetTimer()
+	if clients == 1 {
+		run(b.Loop)
+	} else {
+		b.SetParallelism(max(clients/runtimeProcs(), 1))
+		b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
+	}
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 	slices.Sort(lat)
