@@ -1,12 +1,17 @@
 package gateway_test
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/egressd/egressd/internal/chromium"
 )
@@ -36,6 +41,60 @@ func TestGatewayInAHeadlessBrowser(t *testing.T) {
 	if seen[0] != seen[1] {
 		t.Errorf("the session's pages left through two proxies: %v", seen)
 	}
+}
+
+// Playwright itself (playwright-core, pinned in testdata/playwright, driving Debian's chromium)
+// loads a plain and an HTTPS page through the gateway with its proxy option: server,
+// username and password, the session's one fleet proxy carrying both.
+func TestGatewayWithPlaywright(t *testing.T) {
+	bin := chromium.Path(t)
+	dir := playwrightDir(t)
+	if dir == "" {
+		return
+	}
+	r := newRig(t, 3)
+	gw, _ := r.gateway(nil)
+	spki := originSPKI(t, r)
+	var seen []string
+	for _, o := range []*origin{r.origin, r.tlsOrig} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, "fetch.mjs"), o.url+"/playwright", gw, "crawler-7-pool-web-session-pw1", testToken, spki)
+		cmd.Env = append(os.Environ(), "CHROMIUM="+bin)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err != nil || !strings.HasPrefix(string(out), "200 hello "+rigNet) {
+			t.Fatalf("Playwright through the gateway to %s: %v\n%s", o.url, err, out)
+		}
+		src := o.sources()
+		if len(src) == 0 || r.sources[src[len(src)-1]] == "" {
+			t.Fatalf("%s saw %v, no fleet proxy", o.url, src)
+		}
+		seen = append(seen, src[len(src)-1])
+	}
+	if seen[0] != seen[1] {
+		t.Errorf("the session's pages left through two proxies: %v", seen)
+	}
+}
+
+// playwrightDir is testdata/playwright with its package installed (npm ci there; .ci/run
+// does), or "" when it is not: then the test says so, and fails where the integrations are
+// required (EGRESSD_INTEGRATIONS=required, as CI sets).
+func playwrightDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.Abs("testdata/playwright")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "node_modules/playwright-core")); err == nil {
+		if _, err := exec.LookPath("node"); err == nil {
+			return d
+		}
+	}
+	if os.Getenv("EGRESSD_INTEGRATIONS") == "required" {
+		t.Fatal("EGRESSD_INTEGRATIONS=required, and playwright-core is missing: npm ci in workers/gateway/testdata/playwright (.ci/run does)")
+	}
+	t.Log("SKIPPED Playwright: npm ci in workers/gateway/testdata/playwright")
+	return ""
 }
 
 // originSPKI is the base64 SHA-256 of the TLS origin's public key, which chromium is told to
