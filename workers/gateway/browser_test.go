@@ -5,10 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/base64"
-	"net/http"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,9 @@ import (
 	"github.com/egressd/egressd/internal/chromium"
 )
 
-// A browser uses the gateway as Playwright and Puppeteer drive it: headless chromium with
-// --proxy-server at the gateway, the crawler's username (a pool, an attribute and a session)
-// and token given when the gateway asks (407), as their proxy options do. A plain page and an
+// A browser uses the gateway as Puppeteer drives it: headless chromium with --proxy-server at
+// the gateway, the crawler's username (a pool, an attribute and a session) and token given
+// over DevTools when the gateway asks (407), as page.authenticate does. A plain page and an
 // HTTPS page (CONNECT, the origin's own certificate) load, each through a fleet proxy, and
 // both on the session's one proxy.
 func TestGatewayInAHeadlessBrowser(t *testing.T) {
@@ -26,21 +27,10 @@ func TestGatewayInAHeadlessBrowser(t *testing.T) {
 	r := newRig(t, 3)
 	gw, _ := r.gateway(nil)
 	spki := originSPKI(t, r)
-	var seen []string
-	for _, o := range []*origin{r.origin, r.tlsOrig} {
-		page := chromium.ThroughProxy(t, bin, o.url+"/browser", gw, "crawler-7-pool-web-geo-de-session-b1", testToken, spki)
-		if page.Status != http.StatusOK || !strings.HasPrefix(page.Text, "hello "+rigNet) {
-			t.Fatalf("chromium through the gateway to %s: %d %q", o.url, page.Status, page.Text)
-		}
-		src := o.sources()
-		if len(src) == 0 || r.sources[src[len(src)-1]] == "" {
-			t.Fatalf("%s saw %v, no fleet proxy", o.url, src)
-		}
-		seen = append(seen, src[len(src)-1])
-	}
-	if seen[0] != seen[1] {
-		t.Errorf("the session's pages left through two proxies: %v", seen)
-	}
+	pagesOnOneProxy(t, r, "chromium", func(u string) string {
+		page := chromium.ThroughProxy(t, bin, u, gw, "crawler-7-pool-web-geo-de-session-b1", testToken, spki)
+		return strconv.Itoa(page.Status) + " " + page.Text
+	})
 }
 
 // Playwright itself (playwright-core, pinned in testdata/playwright, driving Debian's chromium)
@@ -55,15 +45,28 @@ func TestGatewayWithPlaywright(t *testing.T) {
 	r := newRig(t, 3)
 	gw, _ := r.gateway(nil)
 	spki := originSPKI(t, r)
-	var seen []string
-	for _, o := range []*origin{r.origin, r.tlsOrig} {
+	pagesOnOneProxy(t, r, "playwright", func(u string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, "fetch.mjs"), o.url+"/playwright", gw, "crawler-7-pool-web-session-pw1", testToken, spki)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "node", filepath.Join(dir, "fetch.mjs"), u, gw, "crawler-7-pool-web-session-pw1", testToken, spki)
 		cmd.Env = append(os.Environ(), "CHROMIUM="+bin)
 		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil || !strings.HasPrefix(string(out), "200 hello "+rigNet) {
-			t.Fatalf("Playwright through the gateway to %s: %v\n%s", o.url, err, out)
+		if err != nil {
+			return fmt.Sprintf("%v: %s", err, out)
+		}
+		return string(out)
+	})
+}
+
+// pagesOnOneProxy loads the plain and the HTTPS page with load, which returns what the
+// browser showed ("STATUS TEXT"), and checks that each reached the origin from a fleet proxy,
+// both from the same one (the session's).
+func pagesOnOneProxy(t *testing.T, r *rig, client string, load func(u string) string) {
+	t.Helper()
+	var seen []string
+	for _, o := range []*origin{r.origin, r.tlsOrig} {
+		if got := load(o.url + "/" + client); !strings.HasPrefix(got, "200 hello "+rigNet) {
+			t.Fatalf("%s through the gateway to %s: %s", client, o.url, got)
 		}
 		src := o.sources()
 		if len(src) == 0 || r.sources[src[len(src)-1]] == "" {
