@@ -53,9 +53,11 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		b.Run("bulk-100MB/"+path, func(b *testing.B) {
 			c := benchClient(r, via[path], true)
 			b.SetBytes(bulkBytes)
+			cpu0 := cpuTime(b)
 			for b.Loop() {
 				fetch(b, c, r.tlsOrig.url+"/bulk")
 			}
+			b.ReportMetric(float64((cpuTime(b)-cpu0).Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
