@@ -41,6 +41,11 @@ type Config struct {
 	BlockedCooldown time.Duration // default 10m
 	FailedCooldown  time.Duration // default 5m
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
+	// Escalation lengthens the cooldowns of repeated blocks on one target (strikes.go).
+	Escalation Escalation
+	// Pace is the least time between two grants of one proxy for one target when an acquire
+	// names none (pace.go); 0: no pacing. Whole seconds, at most MaxPace.
+	Pace time.Duration
 
 	// MaxPerHolder caps the leases one holder may hold at once on the proxies of one pool
 	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder
@@ -147,8 +152,8 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.MinTTL > cfg.DefaultTTL || cfg.DefaultTTL > cfg.MaxTTL {
 		return nil, fmt.Errorf("leaser: need MinTTL ≤ DefaultTTL ≤ MaxTTL, got %v, %v, %v", cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL)
 	}
-	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
-		return nil, fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
+	if err := cfg.checkCooldowns(); err != nil {
+		return nil, err
 	}
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = DefaultStatsInterval

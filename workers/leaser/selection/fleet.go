@@ -78,8 +78,10 @@ func (f *Fleet) SetSpec(name string, rev uint64, gone bool, spec *schemas.ProxyS
 	p.specRev, p.specGone = rev, gone
 	p.hasSpec = spec != nil
 	p.attrs, p.auth, p.maxLeases, p.external, p.drain = nil, nil, 0, false, false
+	p.placement = schemas.Placement{}
 	if spec != nil {
 		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
+		p.placement = spec.Placement
 		p.external, p.drain = spec.Mode == schemas.ModeExternal, spec.Drain
 		p.origin = Origin{Provider: spec.Provider, Pool: spec.Pool}
 		if p.external {
@@ -104,7 +106,7 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt
-	p.gen = st.Generation
+	p.gen, p.expected = st.Generation, st.ExpectedEgress
 	f.changed(p)
 }
 
@@ -116,20 +118,27 @@ func (f *Fleet) SetHealth(name string, h events.ProxyHealth) {
 	defer f.mu.Unlock()
 	p := f.proxy(name)
 	p.latencyMs = h.LatencyMs
-	p.health = events.ProxyHealth{Address: h.Address, LastProbeAt: h.LastProbeAt, Anonymity: h.Anonymity}
+	p.health = events.ProxyHealth{Address: h.Address, LastProbeAt: h.LastProbeAt, Anonymity: h.Anonymity, EgressIP: h.EgressIP}
 	f.changed(p)
 }
 
 // SetCooling records that proxy is (on) or is no longer cooling down for target ("" for
-// every target).
-func (f *Fleet) SetCooling(proxy, target string, on bool) {
+// every target), until end when it is known (zero: unknown), for a refusal's nextAllowedAt.
+func (f *Fleet) SetCooling(proxy, target string, on bool, end time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(proxy)
 	if on {
 		p.cooling[target] = true
+		if target != "" && !end.IsZero() {
+			if p.coolEnd == nil {
+				p.coolEnd = map[string]time.Time{}
+			}
+			p.coolEnd[target] = end
+		}
 	} else {
 		delete(p.cooling, target)
+		delete(p.coolEnd, target)
 	}
 	if target != "" {
 		f.noteTargetCooling(p, target, on)

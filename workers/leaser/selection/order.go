@@ -360,6 +360,10 @@ func (f *Fleet) Availability(q Query, a Learned) events.Availability {
 		for p := range f.coolTarget[q.target] {
 			if s.member(p) && p.ix.st.ready {
 				av.CoolingTarget++
+				// The first of them free again: when a waiting acquire may get one.
+				if end := p.coolEnd[q.target]; !end.IsZero() && !p.ix.st.full && (av.NextAllowedAt.IsZero() || end.Before(av.NextAllowedAt)) {
+					av.NextAllowedAt = end
+				}
 			}
 		}
 		for name := range a.CoolingTarget {
