@@ -59,6 +59,11 @@ type Cooldown struct {
 	// Strikes is, for a blocked cooldown with escalation on, how many blocks in a row on the
 	// target this one is (1: the first); its length grew with it (docs/leases.md).
 	Strikes int `json:"strikes,omitempty"`
+	// Because and Neighbourhood are, for a neighbour's cooldown (CooldownNeighbour), the
+	// proxy whose block caused it and the neighbourhood they share (a prefix, or
+	// target:<provider>/<target>).
+	Because       string `json:"because,omitempty"`
+	Neighbourhood string `json:"neighbourhood,omitempty"`
 }
 
 // Strikes is the record of a (proxy, target)'s blocks in a row, in proxy_cooldowns under
@@ -94,6 +99,10 @@ type AcquireRequest struct {
 	// by the leaser's leases.maxWaitSeconds); 0 answers at once, as without it. The caller's
 	// own timeout, sent as ReplyTimeoutHeader, shortens the wait so the answer comes in time.
 	WaitSeconds int `json:"waitSeconds,omitempty"`
+	// PaceSeconds is the least time between two grants of one proxy for Target (pacing, so
+	// a site does not see one address come back at once); it needs Target. 0: the leaser's
+	// leases.paceSeconds (none by default).
+	PaceSeconds int `json:"paceSeconds,omitempty"`
 }
 
 // ReplyTimeoutHeader carries, on an acquire request, how long the caller waits for the reply,
@@ -169,6 +178,14 @@ type ReleaseReply struct {
 // ReportResult is how a leased proxy did, as a crawler reports it.
 type ReportResult string
 
+// CooldownPaced is the result of a cooldown the lease service wrote itself at a grant that
+// asked for pacing (AcquireRequest.PaceSeconds): no report sets it.
+const CooldownPaced ReportResult = "paced"
+
+// CooldownNeighbour is the result of a cooldown the lease service wrote for a neighbour of a
+// proxy reported blocked (neighbour-aware cooldowns): no report sets it.
+const CooldownNeighbour ReportResult = "neighbour"
+
 // Report results.
 const (
 	ReportOK      ReportResult = "ok"
@@ -190,8 +207,11 @@ type ReportRequest struct {
 type ReportReply struct {
 	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
 	// Strikes is, when blocks escalate, how many blocks in a row on the target this one is.
-	Strikes  int  `json:"strikes,omitempty"`
-	Released bool `json:"released,omitempty"`
+	Strikes int `json:"strikes,omitempty"`
+	// NeighboursCooled is, with neighbour-aware cooldowns, how many of the proxy's neighbours
+	// this block cooled down for the target too.
+	NeighboursCooled int  `json:"neighboursCooled,omitempty"`
+	Released         bool `json:"released,omitempty"`
 }
 
 // ErrorCode is a lease service error code, in the Nats-Service-Error-Code header and in
@@ -292,4 +312,8 @@ type Availability struct {
 	// BelowAnonymity: of those Ready, less anonymous than the request's minAnonymity (or
 	// not judged yet).
 	BelowAnonymity int `json:"belowAnonymity,omitempty"`
+	// NextAllowedAt is, when some of them cool down for this target (a block, or pacing),
+	// when the first of those with a free slot may be granted again, where the leaser
+	// knows it; a waiting acquire is woken then.
+	NextAllowedAt time.Time `json:"nextAllowedAt,omitzero"`
 }

@@ -46,8 +46,13 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("write cooldown %s: %w", key, err)
 		}
-		l.view.noteCooldown(key, rev, true)
+		l.view.noteCooldown(key, rev, true, cd.Until)
 		reply.CooldownUntil, reply.Strikes = cd.Until, cd.Strikes
+		if r.Result == events.ReportBlocked {
+			if reply.NeighboursCooled, err = l.coolNeighbours(ctx, id.Proxy, r.Target, rec.Holder, cooldown); err != nil {
+				l.log.Warn("cool the blocked proxy's neighbours", "proxy", id.Proxy, "err", err)
+			}
+		}
 	}
 	if r.Result == events.ReportFailed {
 		l.probeNow(id.Proxy, now)

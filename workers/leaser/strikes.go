@@ -161,5 +161,12 @@ func (cfg *Config) checkCooldowns() error {
 	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
 		return fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
 	}
+	if cfg.Pace < 0 || cfg.Pace > MaxPace || cfg.Pace%time.Second != 0 {
+		return fmt.Errorf("leaser: the pace must be whole seconds between 0 and %v, got %v", MaxPace, cfg.Pace)
+	}
+	n := cfg.Neighbours
+	if n.V4Bits < 0 || n.V4Bits > 32 || n.V6Bits < 0 || n.V6Bits > 128 || n.Cooldown < 0 || n.Cooldown > cfg.MaxCooldown || n.Cooldown%time.Second != 0 {
+		return fmt.Errorf("leaser: neighbourhood prefixes must be 0–32 (IPv4) and 0–128 (IPv6) bits and its cooldown whole seconds up to MaxCooldown, got %+v", n)
+	}
 	return cfg.Escalation.check(cfg.MaxCooldown)
 }

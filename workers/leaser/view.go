@@ -175,7 +175,19 @@ func (v *view) applyCooldown(e jetstream.KeyValueEntry) {
 		v.noteStrikes(e.Key(), isPut(e))
 		return
 	}
-	v.noteCooldown(e.Key(), e.Revision(), isPut(e))
+	v.noteCooldown(e.Key(), e.Revision(), isPut(e), cooldownEnd(e.Value()))
+}
+
+// cooldownEnd is a cooldown record's Until (zero when it does not decode: the cooldown
+// still holds, only its end is unknown).
+func cooldownEnd(b []byte) time.Time {
+	var c struct {
+		Until time.Time `json:"until"`
+	}
+	if len(b) == 0 || json.Unmarshal(b, &c) != nil {
+		return time.Time{}
+	}
+	return c.Until
 }
 
 // noteStrikes records whether the strike record key is present. An echo that comes late
@@ -197,8 +209,9 @@ func (v *view) struck(key string) bool {
 	return v.strikes[key]
 }
 
-// noteCooldown records that key is (on) or is no longer (!on) cooling down as of rev.
-func (v *view) noteCooldown(key string, rev uint64, on bool) {
+// noteCooldown records that key is (on) or is no longer (!on) cooling down as of rev, until
+// end where known (zero: unknown).
+func (v *view) noteCooldown(key string, rev uint64, on bool, end time.Time) {
 	proxy, target, ok := parseCooldownKey(key)
 	if !ok {
 		return
@@ -209,5 +222,5 @@ func (v *view) noteCooldown(key string, rev uint64, on bool) {
 		return
 	}
 	v.coolRev[key] = rev
-	v.fleet.SetCooling(proxy, target, on)
+	v.fleet.SetCooling(proxy, target, on, end)
 }
