@@ -24,12 +24,7 @@ func TestPoolQuotaFallback(t *testing.T) {
 	needNats(t)
 	dir := t.TempDir()
 	defer killProcs(t, dir)
-	cfg := filepath.Join(dir, "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("providers:\n"+
-		"  - name: tight\n    type: local\n    local:\n      addresses: [127.0.50.2-127.0.50.2]\n      bindSource: true\n"+
-		"  - name: roomy\n    type: local\n    local:\n      addresses: [127.0.50.10-127.0.50.99]\n      bindSource: true\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeLocalProviders(t, dir, "tight", "127.0.50.2-127.0.50.2", "roomy", "127.0.50.10-127.0.50.99")
 	n := startNode(t, dir, "--config", cfg)
 	w := watchPool(t, n, "spill")
 	n.nats("kv", "put", "pools", "spill", `{"template":{"provider":"tight",`+poolHealth+`},"replicas":3,`+
@@ -81,6 +76,21 @@ func TestPoolQuotaFallback(t *testing.T) {
 		return strings.Contains(body, `egress_proxy_boot_seconds_count{image="",provider="roomy",zone="`) &&
 			strings.Contains(body, `egress_proxy_boot_seconds_count{image="",provider="tight",zone="`), grepLines(body, "egress_proxy_boot")
 	})
+}
+
+// writeLocalProviders writes a config of local providers, given as name, address range pairs.
+func writeLocalProviders(t *testing.T, dir string, nameRange ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("providers:\n")
+	for i := 0; i+1 < len(nameRange); i += 2 {
+		fmt.Fprintf(&b, "  - name: %s\n    type: local\n    local:\n      addresses: [%s]\n      bindSource: true\n", nameRange[i], nameRange[i+1])
+	}
+	p := filepath.Join(dir, "egressd.yaml")
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func grepLines(s, sub string) string {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +21,7 @@ func TestPoolKeepsSpares(t *testing.T) {
 	needNats(t)
 	dir := t.TempDir()
 	defer killProcs(t, dir)
-	cfg := filepath.Join(dir, "egressd.yaml")
-	if err := os.WriteFile(cfg, []byte("providers:\n  - name: local\n    type: local\n    local:\n"+
-		"      addresses: [127.0.50.100-127.0.50.250]\n      bindSource: true\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeLocalProviders(t, dir, "local", "127.0.50.100-127.0.50.250")
 	n := startNode(t, dir, "--config", cfg)
 	w := watchPool(t, n, "warm")
 	n.nats("kv", "put", "pools", "warm", `{"template":{"provider":"local","maxLeases":1,`+poolHealth+`},`+
