@@ -22,14 +22,17 @@ func printCooldowns(w io.Writer, rows []fleet.CooldownRow) {
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "PROXY	TARGET	REPORT	STRIKES	BY	UNTIL")
 	for _, c := range rows {
-		target, strikes := c.Target, "-"
+		target, strikes, report := c.Target, "-", string(c.Result)
 		if target == "" {
 			target = "(every target)"
+		}
+		if c.Because != "" {
+			report += " of " + c.Because
 		}
 		if c.Strikes > 0 {
 			strikes = strconv.Itoa(c.Strikes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (in %s)\n", c.Proxy, target, c.Result, strikes, dash(c.Holder),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s (in %s)\n", c.Proxy, target, report, strikes, dash(c.Holder),
 			c.Until.Local().Format(time.TimeOnly), events.Age(c.Until, now))
 	}
 	tw.Flush()

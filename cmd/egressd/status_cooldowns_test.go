@@ -21,7 +21,8 @@ func TestPrintCooldowns(t *testing.T) {
 		{"escalated block and a failure", []fleet.CooldownRow{
 			{Proxy: "px-1", Target: "shop.example", Result: events.ReportBlocked, Holder: "crawler-7", Until: until, Strikes: 3},
 			{Proxy: "px-2", Result: events.ReportFailed, Until: until},
-		}, []string{"PROXY", "STRIKES", "px-1", "shop.example", "blocked", " 3 ", "crawler-7", "px-2", "(every target)", "failed", "(in 1m"}},
+			{Proxy: "px-3", Target: "shop.example", Result: events.CooldownNeighbour, Until: until, Because: "px-1"},
+		}, []string{"neighbour of px-1", "PROXY", "STRIKES", "px-1", "shop.example", "blocked", " 3 ", "crawler-7", "px-2", "(every target)", "failed", "(in 1m"}},
 	} {
 		var b bytes.Buffer
 		printCooldowns(&b, c.rows)

@@ -23,6 +23,8 @@ type CooldownRow struct {
 	// Strikes is, with escalating cooldowns, how many blocks in a row on the target this
 	// cooldown is (its length grew with it); 0 otherwise.
 	Strikes int `json:"strikes,omitempty"`
+	// Because is, for a neighbour's cooldown, the proxy whose block caused it.
+	Because string `json:"because,omitempty"`
 }
 
 // Cooldowns reads proxy_cooldowns: every cooldown still running at now, by proxy, the
@@ -45,7 +47,7 @@ func Cooldowns(ctx context.Context, kv jetstream.KeyValue, now time.Time) ([]Coo
 		if c.Proxy == "" || !c.Until.After(now) || c.Result == events.CooldownPaced {
 			continue
 		}
-		out = append(out, CooldownRow{Proxy: c.Proxy, Target: c.Target, Result: c.Result, Holder: c.Holder, Until: c.Until, Strikes: c.Strikes})
+		out = append(out, CooldownRow{Proxy: c.Proxy, Target: c.Target, Result: c.Result, Holder: c.Holder, Until: c.Until, Strikes: c.Strikes, Because: c.Because})
 	}
 	return slices.Clip(out), nil
 }

@@ -76,7 +76,9 @@ func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, tt
 
 // acquireAny leases the first candidate of q that has a free slot.
 func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q selection.Query, at *attempt) (any, error) {
-	var cur selection.Cursor
+	// With neighbourhoods, the proxies near one the holder already holds for the target go
+	// after all the others (a second pass): the holder's leases spread over neighbourhoods.
+	q.Avoid = l.crowded(r)
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
 	// Candidates in a shard that stalled lately go last, and a shard that stalls now moves
@@ -93,8 +95,12 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 		lost = lost || conflicts > 0
 		return g, err != nil || g != nil, err
 	}
-	for {
+	for cur := (selection.Cursor{}); ; {
 		batch := l.view.fleet.Next(q, &cur, tried, candidateBatch)
+		if len(batch) == 0 && len(q.Avoid) > 0 {
+			q.Avoid, cur = nil, selection.Cursor{}
+			continue
+		}
 		if len(batch) == 0 {
 			break
 		}

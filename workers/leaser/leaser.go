@@ -137,8 +137,7 @@ func New(cfg Config) (*Leaser, error) {
 	if !cfg.Buckets.complete() || cfg.NC == nil {
 		return nil, errors.New("leaser: buckets and NATS connection are required")
 	}
-	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
-	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
+	cfg.MinTTL, cfg.DefaultTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL), cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
 	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
 	cfg.BlockedCooldown = cmp.Or(cfg.BlockedCooldown, DefaultBlockedCooldown)
 	cfg.FailedCooldown = cmp.Or(cfg.FailedCooldown, DefaultFailedCooldown)
@@ -208,6 +207,7 @@ func New(cfg Config) (*Leaser, error) {
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
+	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}

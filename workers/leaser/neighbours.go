@@ -42,7 +42,7 @@ func (l *Leaser) coolNeighbours(ctx context.Context, proxy, target, holder strin
 	if !n.On() {
 		return 0, nil
 	}
-	hood, names := l.view.fleet.Neighbours(proxy, n.Neighbourhood, maxNeighbours)
+	hood, names := l.view.fleet.Neighbours(proxy, maxNeighbours)
 	d := n.neighbourCooldown(block)
 	until := l.now().Add(d)
 	cooled := 0
@@ -64,4 +64,13 @@ func (l *Leaser) coolNeighbours(ctx context.Context, proxy, target, holder strin
 		cooled++
 	}
 	return cooled, nil
+}
+
+// crowded are, when neighbourhoods are on and r names its holder and target, the
+// neighbourhoods where the holder already holds a lease for the target; else none.
+func (l *Leaser) crowded(r events.AcquireRequest) map[string]bool {
+	if !l.cfg.Neighbours.On() || r.Holder == "" || r.Target == "" {
+		return nil
+	}
+	return l.view.fleet.Crowded(r.Holder, r.Target)
 }

@@ -72,3 +72,42 @@ func TestNeighbourCooldowns(t *testing.T) {
 		r.release(g.ID)
 	}
 }
+
+// With neighbourhoods, a holder's leases for one site spread over them before one is reused:
+// its second lease goes to the other /24 although the least loaded proxy is a neighbour of
+// its first; a third, with every neighbourhood taken, goes wherever the strategy says.
+func TestLeasesSpreadOverNeighbourhoods(t *testing.T) {
+	r := newRig(t, func(c *leaser.Config) {
+		c.Neighbours = leaser.Neighbours{Neighbourhood: selection.Neighbourhood{V4Bits: 24}}
+	})
+	ips := map[string]string{"px-a": "127.0.5.10", "px-b": "127.0.5.11", "px-c": "127.0.6.10", "px-d": "127.0.6.11"}
+	r.seed(proxy{name: "px-a", maxLeases: 5, attrs: map[string]string{"id": "a"}}, proxy{name: "px-b", maxLeases: 5, attrs: map[string]string{"id": "b"}},
+		proxy{name: "px-c", maxLeases: 5, attrs: map[string]string{"id": "c"}}, proxy{name: "px-d", maxLeases: 5, attrs: map[string]string{"id": "d"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for name, ip := range ips {
+		st := events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local", Host: "local", IP: ip, Port: 3128}
+		if _, err := kvstore.PutJSON(ctx, r.store.Status, name, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.startLeasers(1)
+	// Another holder loads the 127.0.6.0/24 proxies, so balancing alone prefers 127.0.5.x.
+	for _, id := range []string{"c", "c", "d", "d"} {
+		r.mustAcquire(events.AcquireRequest{Holder: "other", Selector: map[string]string{"id": id}})
+	}
+	first := r.mustAcquire(events.AcquireRequest{Holder: "h", Target: "shop.example"})
+	second := r.mustAcquire(events.AcquireRequest{Holder: "h", Target: "shop.example"})
+	hood := func(p string) string { return ips[p][:len("127.0.5")] }
+	if hood(first.Proxy) != "127.0.5" || hood(second.Proxy) != "127.0.6" {
+		t.Fatalf("first lease on %s, second on %s: want the second in the other /24", first.Proxy, second.Proxy)
+	}
+	// Another site, or another holder, is not spread against h's leases.
+	if g := r.mustAcquire(events.AcquireRequest{Holder: "h", Target: "news.example"}); hood(g.Proxy) != "127.0.5" {
+		t.Fatalf("a lease for another site went to %s", g.Proxy)
+	}
+	third := r.mustAcquire(events.AcquireRequest{Holder: "h", Target: "shop.example"})
+	if third.Proxy == "" {
+		t.Fatal("no third lease with every neighbourhood taken")
+	}
+}

@@ -31,6 +31,12 @@ type Fleet struct {
 	sets       map[string]*selSet                   // by selectorKey
 	coolTarget map[string]map[*proxyView]struct{}   // proxies cooling down, by target
 	clock      atomic.Uint64                        // orders the sets' last use
+
+	// Neighbourhoods (neighbours.go), when set: the proxies of each, and per holder and
+	// target the proxies where it holds leases, so that spreading costs what it touches.
+	hood  Neighbourhood
+	hoods map[string]map[*proxyView]struct{}
+	held  map[holderTarget]map[*proxyView]int
 }
 
 type stickyRef struct {
@@ -46,7 +52,8 @@ const maxSticky = 100_000
 func NewFleet(defaultCap int) *Fleet {
 	return &Fleet{proxies: map[string]*proxyView{}, sticky: map[string]stickyRef{}, poolCaps: map[string]int{},
 		defaultCap: defaultCap, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
-		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{}}
+		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
+		hoods: map[string]map[*proxyView]struct{}{}, held: map[holderTarget]map[*proxyView]int{}}
 }
 
 // proxy returns the entry of name, creating it. Callers hold mu.
@@ -65,6 +72,11 @@ func (f *Fleet) changed(p *proxyView) {
 	f.reindex(p)
 	if !p.hasSpec && !p.hasStatus && p.latencyMs == 0 && p.health.Address == "" && len(p.slots) == 0 && len(p.cooling) == 0 {
 		delete(f.proxies, p.name)
+		f.rehood(p, "")
+		return
+	}
+	if f.hood.On() {
+		f.rehood(p, f.hood.key(p))
 	}
 }
 
@@ -152,7 +164,11 @@ func (f *Fleet) SlotHeld(proxy string, slot int, s Slot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(proxy)
+	if old, was := p.slots[slot]; was {
+		f.noteHeld(p, old.Lease, -1)
+	}
 	p.setSlot(slot, s)
+	f.noteHeld(p, s.Lease, 1)
 	l := s.Lease
 	if l.AcquiredAt.After(p.lastLeased) {
 		p.lastLeased = l.AcquiredAt
@@ -175,6 +191,9 @@ func (f *Fleet) SlotFreed(proxy string, slot int) (Slot, bool) {
 		return Slot{}, false
 	}
 	old, held := p.dropSlot(slot)
+	if held {
+		f.noteHeld(p, old.Lease, -1)
+	}
 	f.changed(p)
 	return old, held
 }
@@ -191,6 +210,7 @@ func (f *Fleet) SlotFreedAt(proxy string, slot int, rev uint64) (known bool) {
 	}
 	if s, held := p.slots[slot]; held && s.Rev == rev {
 		p.dropSlot(slot)
+		f.noteHeld(p, s.Lease, -1)
 		f.changed(p)
 	}
 	return true

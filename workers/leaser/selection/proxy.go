@@ -48,6 +48,7 @@ type proxyView struct {
 	// proxy_cooldowns: targets cooling down, "" for every target
 	cooling map[string]bool
 	coolEnd map[string]time.Time // when a target's cooldown ends, where known (nextAllowedAt)
+	hood    string               // its neighbourhood, when the fleet has one set ("": none)
 
 	ix indexed // how the selection index accounts for it
 }
