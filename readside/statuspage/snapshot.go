@@ -144,12 +144,11 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		hidden  int
 		stats   *fleet.Stats
 		cools   []fleet.CooldownRow
-		tErr    error
 		cats    []events.CatalogRecord
-		eErr    error
-		sErr    error
-		cErr    error
-		wg      sync.WaitGroup
+		keys    []events.LeaseKeysReport
+
+		tErr, eErr, sErr, cErr error
+		wg                     sync.WaitGroup
 	)
 	// The page's holders come from the fleet's own read of the lease shards.
 	wg.Go(func() {
@@ -157,7 +156,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		b.LeaseDetail = withStats
 		fl = fleet.Load(ctx, b, now)
 	})
-	wg.Go(func() { targets, cats, tErr = readProviders(ctx, cfg.Store) })
+	wg.Go(func() { targets, cats, keys, tErr = readProviders(ctx, cfg.Store) })
 	wg.Go(func() { evs, hidden, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
 	wg.Go(func() { cools, cErr = fleet.Cooldowns(ctx, cfg.Store.Cooldowns, now) })
 	if withStats {
@@ -175,6 +174,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		Events:        evs,
 		RoutineHidden: hidden,
 		Cooldowns:     cools,
+		LeaseKeys:     keys,
 		Stats:         stats,
 		Since:         q.since,
 		incomplete:    map[string]bool{},
@@ -192,15 +192,6 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Providers, s.Limits = guardRows(fleet.Guards(fl.Rows, cats, targets, now))
 	s.failed("events", eErr)
 	s.failed("cooldowns", cErr)
-	if tErr == nil {
-		names := make([]string, len(cats))
-		for i, c := range cats {
-			names[i] = c.Provider
-		}
-		var err error
-		s.LeaseKeys, err = fleet.LeaseKeys(ctx, cfg.Store.Locks, names)
-		s.failed("leasekeys", err)
-	}
 	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
 		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]
@@ -301,11 +292,17 @@ func count(t fleet.Totals, targets []TargetRow) Counts {
 	return c
 }
 
-// readProviders reads the targets' checks and the providers' catalogs.
-func readProviders(ctx context.Context, st *kvstore.Store) ([]events.TargetHealth, []events.CatalogRecord, error) {
+// readProviders reads the targets' checks, the providers' catalogs and the lease keys reports
+// of the providers whose provisioners deliver keys to running proxies.
+func readProviders(ctx context.Context, st *kvstore.Store) ([]events.TargetHealth, []events.CatalogRecord, []events.LeaseKeysReport, error) {
 	targets, tErr := fleet.Targets(ctx, st.Providers)
 	cats, cErr := fleet.Catalogs(ctx, st.Catalog)
-	return targets, cats, errors.Join(tErr, cErr)
+	names := make([]string, len(cats))
+	for i, c := range cats {
+		names[i] = c.Provider
+	}
+	keys, kErr := fleet.LeaseKeys(ctx, st.Locks, names)
+	return targets, cats, keys, errors.Join(tErr, cErr, kErr)
 }
 
 // guardRows splits the providers' guard rails into the page's two tables. The targets keep the
