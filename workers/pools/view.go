@@ -28,9 +28,11 @@ type view struct {
 	phases  map[string]events.Phase
 	limited map[string]string // statuses that wait for their provider's instance limit
 	expiry  map[string]expiry // statuses whose instance has a lifetime
-	dirty   map[string]bool
-	wake    chan struct{}
-	demand  map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
+	// outdated: statuses whose instance the reconciler found outdated (status.rollout)
+	outdated map[string]events.Reason
+	dirty    map[string]bool
+	wake     chan struct{}
+	demand   map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -51,7 +53,7 @@ type proxyEntry struct {
 
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
-		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, outdated: map[string]events.Reason{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
 		demand:  map[string]map[string]events.PoolDemand{},
 		catalog: schemas.Catalog{}}
 }
@@ -236,11 +238,12 @@ func (v *view) noteDelete(name string, rev uint64) {
 }
 
 type phaseOnly struct {
-	Phase       events.Phase  `json:"phase"`
-	Reason      events.Reason `json:"reason"`
-	Message     string        `json:"message"`
-	ProvisionAt time.Time     `json:"provisionAt"`
-	ExpiresAt   time.Time     `json:"expiresAt"`
+	Phase       events.Phase    `json:"phase"`
+	Reason      events.Reason   `json:"reason"`
+	Message     string          `json:"message"`
+	ProvisionAt time.Time       `json:"provisionAt"`
+	ExpiresAt   time.Time       `json:"expiresAt"`
+	Rollout     *events.Rollout `json:"rollout"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -250,6 +253,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	var st phaseOnly
 	delete(v.limited, name)
 	delete(v.expiry, name)
+	delete(v.outdated, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
@@ -259,6 +263,9 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 		}
 		if !st.ExpiresAt.IsZero() {
 			v.expiry[name] = expiry{from: st.ProvisionAt, until: st.ExpiresAt}
+		}
+		if st.Rollout != nil {
+			v.outdated[name] = st.Rollout.Reason
 		}
 	}
 	if pe, ok := v.proxies[name]; ok {
@@ -298,6 +305,8 @@ type snapshot struct {
 	phases  map[string]events.Phase
 	limited map[string]string
 	expiry  map[string]expiry
+	// outdated: members whose instance the reconciler found outdated (status.rollout), by why
+	outdated map[string]events.Reason
 }
 
 // snapshot costs what the pool's members do, not what the fleet does: the specs come from the
@@ -305,7 +314,8 @@ type snapshot struct {
 func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}}
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{},
+		outdated: map[string]events.Reason{}}
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
@@ -315,6 +325,9 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 		}
 		if e, ok := v.expiry[name]; ok {
 			s.expiry[name] = e
+		}
+		if why, ok := v.outdated[name]; ok {
+			s.outdated[name] = why
 		}
 	}
 	if ledger != nil {
