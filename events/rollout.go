@@ -2,6 +2,8 @@ package events
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -134,4 +136,42 @@ func (p RolloutPause) Paused(scope string) bool {
 	_, one := p.Scopes[scope]
 	_, all := p.Scopes["*"]
 	return one || all
+}
+
+// RolloutsOf is the progress of every rollout under way in statuses (a scope with an outdated
+// proxy), sorted by scope. A scope counts every proxy in it: a pool's members, or a
+// provider's proxies of their own.
+func RolloutsOf(statuses []ProxyStatus) []RolloutProgress {
+	by := map[string]*RolloutProgress{}
+	scopeOf := func(st ProxyStatus) string {
+		switch {
+		case st.Rollout != nil:
+			return st.Rollout.Scope
+		case st.Pool != "":
+			return PoolScope(st.Pool)
+		case st.Provider != "":
+			return ProviderScope(st.Provider)
+		}
+		return ""
+	}
+	for _, st := range statuses {
+		s := scopeOf(st)
+		if s == "" {
+			continue
+		}
+		p := by[s]
+		if p == nil {
+			p = &RolloutProgress{Scope: s}
+			by[s] = p
+		}
+		p.Add(st)
+	}
+	out := []RolloutProgress{}
+	for _, p := range by {
+		if p.Outdated > 0 {
+			out = append(out, *p)
+		}
+	}
+	slices.SortFunc(out, func(a, b RolloutProgress) int { return strings.Compare(a.Scope, b.Scope) })
+	return out
 }
