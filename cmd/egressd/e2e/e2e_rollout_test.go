@@ -110,7 +110,10 @@ func watchRollout(t *testing.T, js jetstream.JetStream, set map[string]bool) *ro
 			ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) == nil
 			w.mu.Lock()
 			delete(w.notReady, e.Key())
-			if ok && st.Phase != events.PhaseReady && st.Rollout != nil {
+			// Not Ready because of the change: being drained, replaced, created or started
+			// (Unhealthy alone is the probes' verdict on a running instance, unless its
+			// rollout is under way).
+			if ok && st.Phase != events.PhaseReady && (st.Phase != events.PhaseUnhealthy || st.Rollout != nil) {
 				w.notReady[e.Key()] = true
 			}
 			w.worst = max(w.worst, len(w.notReady))
