@@ -45,6 +45,9 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	if err := readSpec(rctx, s.Pools, v, name, &in); err != nil {
 		return err
 	}
+	if len(in.Outdated) > 0 {
+		in.RolloutPaused = c.rolloutPaused(rctx, name)
+	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
 		if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
@@ -265,4 +268,20 @@ func memberNames(ledger *events.PoolStatus, own map[string]owned) []string {
 		set[n] = true
 	}
 	return sortedKeys(set)
+}
+
+// rolloutPaused reads whether the pool's rollout is paused (egress_locks, rollout-pause;
+// `egressd rollout pause pool <name>`). A record that cannot be read or decoded holds the
+// rollout (fail closed): an outdated member keeps serving.
+func (c *Controller) rolloutPaused(ctx context.Context, pool string) bool {
+	var p events.RolloutPause
+	_, err := kvstore.GetJSON(ctx, c.cfg.Buckets.Locks, events.RolloutPauseKey, &p)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+		return false
+	case err != nil:
+		c.cfg.Log.Warn("read rollout pauses: the pool's rollout is held", "pool", pool, "err", err)
+		return true
+	}
+	return p.Paused(events.PoolScope(pool))
 }

@@ -47,13 +47,15 @@ type input struct {
 	// Outdated are members whose instance the reconciler found outdated (the cloud_init
 	// document their spec references was edited; credentials their provider cannot update
 	// in place), by why: rolled like a template change (decision 86).
-	Outdated  map[string]events.Reason
-	Leases    map[string]int
-	Blocked   map[string]int   // distinct targets the member was reported blocked on in the window
-	Demand    events.DemandSum // what the leasers measured of the pool (autoscale)
-	Load      func(provider, zone string) int
-	Now       time.Time
-	NewSuffix func() string
+	Outdated map[string]events.Reason
+	// RolloutPaused: the pool's rollout is paused, so no outdated member is retired for it.
+	RolloutPaused bool
+	Leases        map[string]int
+	Blocked       map[string]int   // distinct targets the member was reported blocked on in the window
+	Demand        events.DemandSum // what the leasers measured of the pool (autoscale)
+	Load          func(provider, zone string) int
+	Now           time.Time
+	NewSuffix     func() string
 }
 
 // write is a change to proxies, made after the ledger that allows it is recorded.
@@ -254,6 +256,11 @@ func (p *planner) retire() {
 			why, msg = events.ReasonTemplateChanged, "its placement was removed from the pool"
 		case identityOf(*o.spec) != identityOf(render(spec, p.in.Name, m.Placement, false)):
 			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
+		case p.in.Outdated[m.Name] != "" && p.in.RolloutPaused:
+			if p.held == "" {
+				p.held = fmt.Sprintf("%s is outdated (%s); the pool's rollout is paused", m.Name, p.in.Outdated[m.Name])
+			}
+			continue
 		case p.in.Outdated[m.Name] == events.ReasonCredentialsChanged:
 			why, msg = events.ReasonCredentialsChanged, "its credentials changed and its provider cannot update them in place"
 		case p.in.Outdated[m.Name] != "":

@@ -2,6 +2,7 @@ package pools
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/egressd/egressd/events"
@@ -58,5 +59,24 @@ func TestCredentialsOutdatedSaySo(t *testing.T) {
 	out := w.step()
 	if !slices.Contains(reasons(out), events.ReasonCredentialsChanged) {
 		t.Fatalf("events %v, want CredentialsChanged", reasons(out))
+	}
+}
+
+func TestPausedRolloutRetiresNoOutdatedMember(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	first := w.members()
+	w.stale = map[string]events.Reason{first[0]: events.ReasonSpecChanged, first[1]: events.ReasonSpecChanged}
+	w.paused = true
+	out := w.step()
+	if len(out.Writes) != 0 || out.Ledger.Reason != events.ReasonRotationHeld || !strings.Contains(out.Ledger.Message, "paused") {
+		t.Fatalf("paused: writes %d, ledger %s %q", len(out.Writes), out.Ledger.Reason, out.Ledger.Message)
+	}
+	w.paused = false
+	w.settle()
+	for _, n := range first {
+		if _, ok := w.owned[n]; ok {
+			t.Fatalf("outdated member %s still there after resume", n)
+		}
 	}
 }

@@ -37,6 +37,7 @@ type world struct {
 	blocked map[string]int
 	expiry  map[string]expiry
 	stale   map[string]events.Reason // outdated members, as the reconciler marks them
+	paused  bool                     // the pool's rollout is paused
 	now     time.Time
 	next    int
 }
@@ -49,7 +50,7 @@ func newWorld(t *testing.T, doc string) *world {
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
-		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Outdated: w.stale, Now: w.now,
+		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Outdated: w.stale, RolloutPaused: w.paused, Now: w.now,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

@@ -45,9 +45,7 @@ func (l *loop) input(ctx context.Context, name string, result *events.OpResult) 
 		declared = in.Status.CreatedAt
 	}
 	in.Limit = l.tally.limit(l.caps, l.r.cfg.MaxInstances, spec.Provider, name, declared)
-	if spec.Pool == "" {
-		in.Rollout = l.rolloutBudget(ctx, name, spec.Provider, in.Status)
-	}
+	in.Rollout = l.rolloutBudget(ctx, name, spec, in.Status)
 	if in.Status != nil {
 		in.Suspect = l.brakes.held(in.Status.Provider, in.Status.Host, spec.Pool)
 		in.BrakeReleasedAt = l.brakes.releasedAt(in.Status.Provider, in.Status.Host, spec.Pool)

@@ -76,6 +76,11 @@ func rolloutCases(p Policy) []decideCase {
 				t.Errorf("rollout %+v teardown %q", d.Status.Rollout, d.Status.Teardown)
 			}
 		}}},
+		{"rollout: a pool member of a paused pool says so", func(t *testing.T) Input {
+			in := input(t, spec(t, `{"provider":"local","port":8080,"pool":"web"}`), running(spec(t, base)), t0)
+			in.Rollout = RolloutBudget{Paused: true}
+			return in
+		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutPaused, check: stage(events.RolloutPaused)}},
 		{"rollout: a change undone before its turn ends the rollout", func(t *testing.T) Input {
 			st := running(spec(t, base))
 			st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutWaiting, Scope: "provider local", Since: t0}

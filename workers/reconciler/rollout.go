@@ -72,6 +72,12 @@ func (d *decider) roll(why events.Reason) bool {
 	if pool := d.in.Spec.Pool; pool != "" {
 		// The pool rotates it successor first (workers/pools); it serves until then.
 		r.Scope, r.Stage = events.PoolScope(pool), events.RolloutWaiting
+		if d.in.Rollout.Paused {
+			r.Stage = events.RolloutPaused
+			d.setRolloutReason(events.ReasonRolloutPaused, fmt.Sprintf("its instance is outdated (%s); the rollout of pool %s is paused", why, pool))
+			d.wakeAt(d.now.Add(d.p.RolloutPoll))
+			return false
+		}
 		d.setRolloutReason(events.ReasonRolloutWaiting, fmt.Sprintf("its instance is outdated (%s); pool %s replaces it, successor first", why, pool))
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/schemas"
 )
 
 // rolloutTally counts, per rollout scope, the proxies that take a place in its budget
@@ -52,9 +53,13 @@ func (t *rolloutTally) others(scope, name string) int {
 // rolloutBudget is the budget Decide sees for a proxy of its own on provider, with its
 // leases read fresh while it drains (the leasers stop granting it as soon as its status says
 // Draining; the leases it holds run on).
-func (l *loop) rolloutBudget(ctx context.Context, name, provider string, st *events.ProxyStatus) RolloutBudget {
-	scope := events.ProviderScope(provider)
-	b := RolloutBudget{MaxUnavailable: l.catalog[provider].MaxUnavailable, Active: l.rollouts.others(scope, name),
+func (l *loop) rolloutBudget(ctx context.Context, name string, spec schemas.ProxySpec, st *events.ProxyStatus) RolloutBudget {
+	if spec.Pool != "" {
+		// The pool's rotation is its budget; only the pause is shown on the member.
+		return RolloutBudget{Paused: l.paused.Paused(events.PoolScope(spec.Pool)), Leases: -1}
+	}
+	scope := events.ProviderScope(spec.Provider)
+	b := RolloutBudget{MaxUnavailable: l.catalog[spec.Provider].MaxUnavailable, Active: l.rollouts.others(scope, name),
 		Paused: l.paused.Paused(scope), Leases: -1}
 	if b.MaxUnavailable <= 0 {
 		b.MaxUnavailable = DefaultMaxUnavailable
