@@ -89,36 +89,22 @@ type rolloutWatch struct {
 func watchRollout(t *testing.T, js jetstream.JetStream, set map[string]bool) *rolloutWatch {
 	t.Helper()
 	w := &rolloutWatch{set: set, notReady: map[string]bool{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	kv, err := js.KeyValue(ctx, events.BucketStatus)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kw, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Go(func() {
-		defer func() { _ = kw.Stop() }()
-		for e := range kw.Updates() {
-			if e == nil || !w.set[e.Key()] {
-				continue
-			}
-			var st events.ProxyStatus
-			ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) == nil
-			w.mu.Lock()
-			delete(w.notReady, e.Key())
-			// Not Ready because of the change: being drained, replaced, created or started
-			// (Unhealthy alone is the probes' verdict on a running instance, unless its
-			// rollout is under way).
-			if ok && st.Phase != events.PhaseReady && (st.Phase != events.PhaseUnhealthy || st.Rollout != nil) {
-				w.notReady[e.Key()] = true
-			}
-			w.worst = max(w.worst, len(w.notReady))
-			w.mu.Unlock()
+	followBucket(t, js, events.BucketStatus, func(e jetstream.KeyValueEntry) {
+		if !w.set[e.Key()] {
+			return
 		}
+		var st events.ProxyStatus
+		ok := e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &st) == nil
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.notReady, e.Key())
+		// Not Ready because of the change: being drained, replaced, created or started
+		// (Unhealthy alone is the probes' verdict on a running instance, unless its
+		// rollout is under way).
+		if ok && st.Phase != events.PhaseReady && (st.Phase != events.PhaseUnhealthy || st.Rollout != nil) {
+			w.notReady[e.Key()] = true
+		}
+		w.worst = max(w.worst, len(w.notReady))
 	})
 	return w
 }

@@ -1,22 +1,17 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/events"
-	"github.com/egressd/egressd/providers/local/forwardproxy"
 	"github.com/egressd/egressd/providers/proxmox/pvetest"
 	"github.com/egressd/egressd/readside/fleet"
 )
@@ -46,39 +41,8 @@ func pwSpec(password string) string {
 // password reaches a status, an event or a log line.
 func TestVMPasswordChangeRollsANewInstance(t *testing.T) {
 	needNats(t)
-	var addrs []netip.Addr
-	for i := 100; i <= 140; i++ {
-		addrs = append(addrs, netip.AddrFrom4([4]byte{127, 0, 54, byte(i)}))
-	}
-	sim, err := pvetest.New(pvetest.Options{
-		Addresses: addrs,
-		Serve: func(ctx context.Context, ln net.Listener, p pvetest.Proxy) error {
-			return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String(), Source: p.Addr.Addr().String(), AuthFile: p.AuthFile})
-		},
-		Timing: pvetest.Timing{Clone: time.Second, Boot: 500 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sim.Close)
 	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "pve-token")
-	writeFile(t, tokenFile, sim.Token()+"\n")
-	cfg := filepath.Join(dir, "egressd.yaml")
-	writeFile(t, cfg, fmt.Sprintf(`providers:
-  - name: pve
-    type: proxmox
-    proxmox:
-      url: %s
-      tokenFile: %s
-      nodes:
-        - {name: %s, maxConcurrentOps: 2}
-      templates:
-        debian: {vmid: 9001}
-      machineTypes:
-        small: {cores: 1, memoryMiB: 512}
-      installGuestAgent: false
-`, sim.URL(), tokenFile, proxmoxNode))
+	sim, cfg := proxmoxSim(t, dir, 54, 100, 140, pvetest.Timing{Clone: time.Second, Boot: 500 * time.Millisecond})
 	webURL := serveOn(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })) + "/"
 
 	const oldPass, newPass = "sentinel-old-Pw-7f3a", "sentinel-new-Pw-91c2"
