@@ -87,7 +87,8 @@ var roleTable = []role{
 			h := d.cfg.HealthPolicy()
 			r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(d.store), Installation: d.installation, Holder: d.holder,
 				LeaderTTL: d.f.leaderTTL, LeaseSpreadInterval: spreadInterval(d.f.spread), MaxInstances: d.cfg.MaxInstances(),
-				Brake: reconciler.Brake{Share: h.BrakeShare, Minimum: h.BrakeMinimum}, ReplaceUnhealthyAfter: h.ReplaceAfter, Log: d.log})
+				Brake: reconciler.Brake{Share: h.BrakeShare, Minimum: h.BrakeMinimum}, ReplaceUnhealthyAfter: h.ReplaceAfter, Log: d.log,
+				Boots: d.obs})
 			if err != nil {
 				return nil, err
 			}
@@ -203,7 +204,8 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
 		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
-		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow()})
+		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow(), Escalation: d.cfg.Escalation(), Pace: d.cfg.Pace(),
+		Neighbours: d.cfg.Neighbours()})
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,8 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	if err != nil {
 		return err
 	}
-	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Limited: snap.limited, Expiry: snap.expiry, Outdated: snap.outdated, Now: now,
+	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Limited: snap.limited, Expiry: snap.expiry, Now: now,
+		Stuck: snap.stuck, Boot: snap.boots, Outdated: snap.outdated,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
 		NewSuffix: newSuffix, Load: v.loadAt, Demand: v.demandOf(name)}
 	if err := readSpec(rctx, s.Pools, v, name, &in); err != nil {
