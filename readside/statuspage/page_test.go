@@ -1,7 +1,6 @@
 package statuspage
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -205,13 +204,7 @@ func TestRecentEventsAreTheLastN(t *testing.T) {
 		}
 	}
 	// Each request deletes its consumer, so a page refreshed all day leaves none behind.
-	info, err := r.store.JS.Stream(context.Background(), events.StreamEvents)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := info.CachedInfo().State.Consumers; n != 0 {
-		t.Errorf("%d consumers left on %s", n, events.StreamEvents)
-	}
+	noConsumersLeft(t, r.store.JS, events.StreamEvents)
 	// Fewer events than asked for: all of them.
 	_, body = get(t, r.handler(t, Config{RecentEvents: 100}), "/api/status.json")
 	s = Snapshot{}
