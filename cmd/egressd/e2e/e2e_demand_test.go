@@ -3,6 +3,8 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -16,28 +18,80 @@ import (
 )
 
 // crowd is a number of crawlers that acquire with waits, hold each lease a moment and
-// release it, in a loop, until stopped; it counts what they saw.
+// release it, in a loop, until stopped; it counts what they saw. Every request has an inbox of
+// its own, and every answer to it is counted, so a request answered twice is seen.
 type crowd struct {
 	t       *testing.T
 	nc      *nats.Conn
 	body    func(i int) string
 	hold    time.Duration
+	wait    time.Duration // how long a crawler listens for an answer
+	lossy   bool          // a request may go unanswered (its leaser was killed): try again
+	prefix  string
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	held    atomic.Int64 // leases the crawlers hold now, by their own count
 	peak    atomic.Int64
 	granted atomic.Int64
 	timeout atomic.Int64 // 503s at a wait's deadline
+	lost    atomic.Int64 // requests nobody answered
+	seq     atomic.Int64
 	mu      sync.Mutex
-	errs    []string // anything else: a lease cut (released:false), an error, no answer
+	answers map[string]int
+	waiting map[string]chan *nats.Msg
+	errs    []string // anything else: a lease cut (released:false), an error
 }
 
-func startCrowd(t *testing.T, nc *nats.Conn, n int, hold time.Duration, body func(i int) string) *crowd {
-	c := &crowd{t: t, nc: nc, body: body, hold: hold, stop: make(chan struct{})}
+func startCrowd(t *testing.T, nc *nats.Conn, hold time.Duration, body func(i int) string) *crowd {
+	c := &crowd{t: t, nc: nc, body: body, hold: hold, wait: 90 * time.Second, prefix: nats.NewInbox(), stop: make(chan struct{}),
+		answers: map[string]int{}, waiting: map[string]chan *nats.Msg{}}
+	sub, err := nc.Subscribe(c.prefix+".>", func(m *nats.Msg) {
+		c.mu.Lock()
+		c.answers[m.Subject]++
+		ch := c.waiting[m.Subject]
+		delete(c.waiting, m.Subject)
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- m
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// run starts n crawlers.
+func (c *crowd) run(n int) *crowd {
 	for i := range n {
 		c.wg.Go(func() { c.crawl(i) })
 	}
 	return c
+}
+
+// request sends data to subject and waits c.wait for the first answer.
+func (c *crowd) request(subject string, data []byte) (*nats.Msg, error) {
+	inbox := fmt.Sprintf("%s.%d", c.prefix, c.seq.Add(1))
+	ch := make(chan *nats.Msg, 1)
+	c.mu.Lock()
+	c.waiting[inbox] = ch
+	c.mu.Unlock()
+	if err := c.nc.PublishRequest(subject, inbox, data); err != nil {
+		return nil, err
+	}
+	select {
+	case m := <-ch:
+		return m, nil
+	case <-time.After(c.wait):
+		c.mu.Lock()
+		delete(c.waiting, inbox)
+		c.mu.Unlock()
+		return nil, nats.ErrTimeout
+	}
 }
 
 func (c *crowd) fail(format string, args ...any) {
@@ -53,7 +107,11 @@ func (c *crowd) crawl(i int) {
 			return
 		default:
 		}
-		m, err := c.nc.Request(events.LeaseAcquireSubject, []byte(c.body(i)), 90*time.Second)
+		m, err := c.request(events.LeaseAcquireSubject, []byte(c.body(i)))
+		if err != nil && c.lossy {
+			c.lost.Add(1)
+			continue
+		}
 		if err != nil {
 			c.fail("crawler %d: acquire: %v", i, err)
 			return
@@ -61,6 +119,9 @@ func (c *crowd) crawl(i int) {
 		if m.Header.Get("Nats-Service-Error-Code") != "" {
 			var er events.ErrorReply
 			if json.Unmarshal(m.Data, &er) != nil || er.Error.Wait == nil || er.Error.Wait.Cause != events.WaitTimedOut {
+				if c.lossy && er.Error.Wait != nil && er.Error.Wait.Cause == events.WaitStopped {
+					continue
+				}
 				c.fail("crawler %d: %s", i, m.Data)
 				return
 			}
@@ -78,14 +139,44 @@ func (c *crowd) crawl(i int) {
 		}
 		time.Sleep(c.hold) // the crawler's work, not a synchronisation
 		c.held.Add(-1)
-		rm, err := c.nc.Request(events.LeaseReleaseSubject, fmt.Appendf(nil, `{"id":%q}`, lr.Lease.ID), 30*time.Second)
-		var rr events.ReleaseReply
-		if err != nil || json.Unmarshal(rm.Data, &rr) != nil || !rr.Released {
-			// released:false: the service ended the lease before its holder gave it back.
-			c.fail("crawler %d: release %s: %v %s", i, lr.Lease.ID, err, msgData(rm))
+		if !c.release(i, lr.Lease.ID) {
 			return
 		}
 	}
+}
+
+// release gives id back; with lossy, a release nobody answered is sent again.
+func (c *crowd) release(i int, id string) bool {
+	for retried := false; ; retried = true {
+		rm, err := c.request(events.LeaseReleaseSubject, fmt.Appendf(nil, `{"id":%q}`, id))
+		if err != nil && c.lossy {
+			c.lost.Add(1)
+			continue
+		}
+		var rr events.ReleaseReply
+		if err == nil && json.Unmarshal(rm.Data, &rr) == nil && !rr.Released && retried {
+			return true // the release nobody answered was done before its leaser died
+		}
+		if err != nil || json.Unmarshal(rm.Data, &rr) != nil || !rr.Released {
+			// released:false: the service ended the lease before its holder gave it back.
+			c.fail("crawler %d: release %s: %v %s", i, id, err, msgData(rm))
+			return false
+		}
+		return true
+	}
+}
+
+// answeredTwice lists the requests that had more than one answer.
+func (c *crowd) answeredTwice() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for inbox, n := range c.answers {
+		if n > 1 {
+			out = append(out, fmt.Sprintf("%s: %d answers", inbox, n))
+		}
+	}
+	return out
 }
 
 func msgData(m *nats.Msg) string {
@@ -124,7 +215,8 @@ func appendConfig(t *testing.T, cfg, text string) {
 // its max at the first passes that see them waiting (the members are then as fast as their
 // boot), never above it, with never more than 10 leases held; every crawler's answer is a
 // lease or the 503 of a wait at its deadline; every lease is given back by its crawler
-// (released:true), none cut by a scale-down; after the step the pool drains to zero once
+// (released:true), none cut by a scale-down (one held through the ramp down keeps its member
+// and works); after the step the pool drains to zero once
 // scaleDownAfterSeconds pass without demand; the decisions are pool events with their inputs.
 func TestPoolDemandStep(t *testing.T) {
 	needNats(t)
@@ -143,9 +235,9 @@ func TestPoolDemandStep(t *testing.T) {
 		return strings.Contains(out, "step: autoscale 0 to 5, wants 0"), out
 	})
 
-	c := startCrowd(t, nc, 40, 500*time.Millisecond, func(i int) string {
+	c := startCrowd(t, nc, 500*time.Millisecond, func(i int) string {
 		return fmt.Sprintf(`{"selector":{"pool":"step"},"ttlSeconds":60,"waitSeconds":30,"holder":"crawler-%d"}`, i)
-	})
+	}).run(40)
 	n.waitRows("5 Ready members", 120*time.Second, poolReady("step", 5, nil))
 	waitUntil(t, "crawlers served by the grown pool", 60*time.Second, func() (bool, string) {
 		return c.granted.Load() >= 40, fmt.Sprint(c.granted.Load(), " granted")
@@ -159,8 +251,25 @@ func TestPoolDemandStep(t *testing.T) {
 	if len(up) > 2 {
 		t.Errorf("%d scale-ups to reach 5, want at most 2: %+v", len(up), up)
 	}
+	// One crawler keeps its lease through the ramp down: the pool drains around it, and its
+	// lease still works and is its own to give back.
+	last, raw := n.acquire(`{"selector":{"pool":"step"},"ttlSeconds":120,"waitSeconds":3,"holder":"last"}`)
+	if last.Lease.ID == "" {
+		t.Fatalf("the last crawler's acquire: %s", raw)
+	}
 	c.halt()
-
+	n.waitRows("down to the leased member", 120*time.Second, func(rows map[string]fleet.Row) bool {
+		ms := members(rows, "step")
+		return len(ms) == 1 && ms[0].Name == last.Lease.Proxy && ms[0].Phase == events.PhaseReady
+	})
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
+	defer web.Close()
+	if code := curlVia(t, last.Lease.URL, web.URL); code != "200" {
+		t.Fatalf("curl through the lease kept through the scale-down: HTTP %s", code)
+	}
+	if out := n.nats("req", "--raw", events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, last.Lease.ID)); !strings.Contains(out, `"released":true`) {
+		t.Fatalf("the lease kept through the scale-down was cut: %s", out)
+	}
 	n.waitRows("no member left after scaleDownAfterSeconds without demand", 120*time.Second, func(rows map[string]fleet.Row) bool {
 		return len(members(rows, "step")) == 0
 	})
@@ -178,6 +287,9 @@ func TestPoolDemandStep(t *testing.T) {
 	}
 	if highest, _ := w.stats(); highest > 5 {
 		t.Errorf("the pool had %d members at one point; autoscale max is 5", highest)
+	}
+	for _, twice := range c.answeredTwice() {
+		t.Errorf("a request answered twice: %s", twice)
 	}
 	if p := c.peak.Load(); p > 10 {
 		t.Errorf("the crawlers held %d leases at once; 5 members of maxLeases 2 hold 10", p)
