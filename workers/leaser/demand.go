@@ -40,6 +40,11 @@ type demandBook struct {
 	mu     sync.Mutex
 	pools  map[string]map[string]string // pool → its members' attributes (template + pool=name)
 	scopes map[string]*scopeDemand
+
+	// first is signalled when a scope gets its first waiter: the writer writes at once
+	// rather than at its next interval, so that a pool at zero members starts to grow as soon
+	// as an acquire waits for it (an interval is most of the wait when members boot fast).
+	first chan struct{}
 }
 
 type scopeDemand struct {
@@ -55,7 +60,7 @@ type scopeDemand struct {
 }
 
 func newDemandBook(window time.Duration, now func() time.Time) *demandBook {
-	return &demandBook{window: window, now: now, pools: map[string]map[string]string{}, scopes: map[string]*scopeDemand{}}
+	return &demandBook{window: window, now: now, pools: map[string]map[string]string{}, scopes: map[string]*scopeDemand{}, first: make(chan struct{}, 1)}
 }
 
 // setPool records pool's member attributes (nil: the pool is gone or invalid).
@@ -164,10 +169,18 @@ func (s *scopeDemand) answerAnon() {
 func (b *demandBook) wait(sel map[string]string) func() {
 	b.mu.Lock()
 	scopes := b.scopesOf(sel)
+	first := false
 	for _, s := range scopes {
+		first = first || s.waiting == 0
 		s.waiting++
 	}
 	b.mu.Unlock()
+	if first {
+		select {
+		case b.first <- struct{}{}:
+		default: // a write is already due
+		}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -259,19 +272,27 @@ type demandWriter struct {
 	held     func(map[string]map[string]string) (map[string]int, map[string]int)
 }
 
-// run writes the records every interval until ctx ends, each write within budget.
+// run writes the records every interval until ctx ends, each write within budget, and at
+// once when a scope gets its first waiter, unless it wrote less than a quarter interval ago
+// (then the next tick is soon).
 func (w *demandWriter) run(ctx context.Context, budget time.Duration) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.book.first:
+			if time.Since(last) < w.interval/4 {
+				continue
+			}
 		case <-t.C:
-			wctx, cancel := context.WithTimeout(ctx, budget)
-			w.flush(wctx)
-			cancel()
 		}
+		last = time.Now()
+		wctx, cancel := context.WithTimeout(ctx, budget)
+		w.flush(wctx)
+		cancel()
 	}
 }
 
