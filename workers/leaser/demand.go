@@ -32,6 +32,10 @@ const (
 // demandTTLIntervals is how many publish intervals a record outlives its write.
 const demandTTLIntervals = 3
 
+// firstSpacing is the least time between two writes of the records that a first waiter
+// brings forward (demandWriter.run).
+const firstSpacing = 100 * time.Millisecond
+
 // demandBook is the counting, without I/O: safe for concurrent use.
 type demandBook struct {
 	window time.Duration
@@ -272,21 +276,30 @@ type demandWriter struct {
 	held     func(map[string]map[string]string) (map[string]int, map[string]int)
 }
 
-// run writes the records every interval until ctx ends, each write within budget, and at
-// once when a scope gets its first waiter, unless it wrote less than a quarter interval ago
-// (then the next tick is soon).
+// run writes the records every interval until ctx ends, each write within budget, and soon
+// after a scope gets its first waiter: at once, or firstSpacing after the last write if that
+// was less (a pool waking from zero should not wait for the next tick, and waiters coming and
+// going often should not write at their rate).
 func (w *demandWriter) run(ctx context.Context, budget time.Duration) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
-	var last time.Time
+	var (
+		last time.Time
+		soon <-chan time.Time
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.book.first:
-			if time.Since(last) < w.interval/4 {
+			if wait := min(firstSpacing, w.interval/4) - time.Since(last); wait > 0 {
+				if soon == nil {
+					soon = time.After(wait)
+				}
 				continue
 			}
+		case <-soon:
+			soon = nil
 		case <-t.C:
 		}
 		last = time.Now()
