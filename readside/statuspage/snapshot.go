@@ -149,7 +149,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		sErr    error
 		cErr    error
 		hist    map[string][]PoolPoint
-		hErr    error
+		hErr    error // the pools' decisions, for their demand charts
 		wg      sync.WaitGroup
 	)
 	// The page's holders come from the fleet's own read of the lease shards.
@@ -211,7 +211,12 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Problems = problems(fl.Rows, s.Cooldowns, now)
 	s.Verdict = judge(s.Counts, s.Problems, s.incomplete["proxies"])
 	s.Pools = poolRows(fl.Pools)
-	// Empty lists rather than null, so JSON consumers need no special case.
+	s.fillEmpty()
+	return s
+}
+
+// fillEmpty puts empty lists rather than null, so JSON consumers need no special case.
+func (s *Snapshot) fillEmpty() {
 	if s.Events == nil {
 		s.Events = []EventRow{}
 	}
@@ -221,7 +226,6 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	if s.Cooldowns == nil {
 		s.Cooldowns = []fleet.CooldownRow{}
 	}
-	return s
 }
 
 // poolRows are the pools without the controller's full records.
