@@ -61,12 +61,18 @@ type AcquireOptions struct {
 	// request's timeout grows by Wait, and the service answers before it runs out: ErrNoProxy
 	// with Error.Wait when the wait was in vain. No retry loop of one's own is needed.
 	Wait time.Duration
+	// Pace is the least time between two grants of one proxy for Target, whoever asks
+	// (pacing; it needs Target; whole seconds, at most 1h); 0: the service's default, none
+	// unless leases.paceSeconds sets one. A refusal's Availability.NextAllowedAt says when
+	// the first paced proxy frees; with Wait the acquire is answered then.
+	Pace time.Duration
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
 		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
-		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait)}
+		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait),
+		PaceSeconds: seconds(o.Pace)}
 }
 
 // seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".

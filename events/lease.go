@@ -56,6 +56,25 @@ type Cooldown struct {
 	Result ReportResult `json:"result"`           // blocked or failed
 	Holder string       `json:"holder,omitempty"`
 	Until  time.Time    `json:"until"`
+	// Strikes is, for a blocked cooldown with escalation on, how many blocks in a row on the
+	// target this one is (1: the first); its length grew with it (docs/leases.md).
+	Strikes int `json:"strikes,omitempty"`
+	// Because and Neighbourhood are, for a neighbour's cooldown (CooldownNeighbour), the
+	// proxy whose block caused it and the neighbourhood they share (a prefix, or
+	// target:<provider>/<target>).
+	Because       string `json:"because,omitempty"`
+	Neighbourhood string `json:"neighbourhood,omitempty"`
+}
+
+// Strikes is the record of a (proxy, target)'s blocks in a row, in proxy_cooldowns under
+// the cooldown's key plus ".strikes", with a TTL of the strike memory after the last block:
+// it outlives the cooldowns it escalates. A success on the target takes one off.
+type Strikes struct {
+	V      int       `json:"v"`
+	Proxy  string    `json:"proxy"`
+	Target string    `json:"target"`
+	Count  int       `json:"count"`
+	LastAt time.Time `json:"lastAt"`
 }
 
 // AcquireRequest asks for a lease on a Ready proxy matching Selector.
@@ -80,6 +99,10 @@ type AcquireRequest struct {
 	// by the leaser's leases.maxWaitSeconds); 0 answers at once, as without it. The caller's
 	// own timeout, sent as ReplyTimeoutHeader, shortens the wait so the answer comes in time.
 	WaitSeconds int `json:"waitSeconds,omitempty"`
+	// PaceSeconds is the least time between two grants of one proxy for Target (pacing, so
+	// a site does not see one address come back at once); it needs Target. 0: the leaser's
+	// leases.paceSeconds (none by default).
+	PaceSeconds int `json:"paceSeconds,omitempty"`
 }
 
 // ReplyTimeoutHeader carries, on an acquire request, how long the caller waits for the reply,
@@ -90,14 +113,42 @@ const ReplyTimeoutHeader = "Egress-Reply-Timeout-Ms"
 // LeaseGrant is a granted (or renewed) lease. URL is http://[user:pass@]host:port, ready
 // for curl -x. TTLSeconds is the TTL the service applied, so a client can schedule renewals
 // without comparing its clock with ExpiresAt.
+//
+// Username and Password are the URL's credentials as fields, for clients that take them apart
+// (Playwright's proxy option, Puppeteer's page.authenticate); absent on a proxy without auth.
+// Like the URL, they are secrets: never log them. Egress says where the proxy's traffic
+// leaves from, so that a crawler can match its locale and timezone to it.
 type LeaseGrant struct {
-	ID         string    `json:"id"`
-	Proxy      string    `json:"proxy"`
-	Host       string    `json:"host"`
-	Port       int       `json:"port"`
-	URL        string    `json:"url"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	TTLSeconds int       `json:"ttlSeconds"`
+	ID         string       `json:"id"`
+	Proxy      string       `json:"proxy"`
+	Host       string       `json:"host"`
+	Port       int          `json:"port"`
+	URL        string       `json:"url"`
+	Username   string       `json:"username,omitempty"`
+	Password   string       `json:"password,omitempty"`
+	ExpiresAt  time.Time    `json:"expiresAt"`
+	TTLSeconds int          `json:"ttlSeconds"`
+	Egress     *LeaseEgress `json:"egress,omitempty"`
+}
+
+// LeaseEgress is where a leased proxy's traffic leaves from, as the fleet knows it at the grant.
+type LeaseEgress struct {
+	// Address is the source address sites saw at the proxy's last probe (the prober's echo
+	// endpoint recorded it); before its first probe, the address the proxy's traffic is
+	// expected to leave from, when that is known (ProxyStatus.ExpectedEgress); else empty.
+	Address string `json:"address,omitempty"`
+	// Observed is true when Address is what a probe saw, false when it is only expected.
+	Observed bool `json:"observed,omitempty"`
+	// Provider and Target are the provider and its target (host, project, node) the instance
+	// runs on; "external" for an external endpoint.
+	Provider string `json:"provider,omitempty"`
+	Target   string `json:"target,omitempty"`
+	// Region and Zone are the spec's placement, as the provider reads them.
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+	Pool   string `json:"pool,omitempty"`
+	// Attributes are the proxy's selector attributes (geo, tier, ...).
+	Attributes map[string]string `json:"attributes,omitempty"`
 }
 
 // LeaseReply answers acquire and renew.
@@ -127,6 +178,14 @@ type ReleaseReply struct {
 // ReportResult is how a leased proxy did, as a crawler reports it.
 type ReportResult string
 
+// CooldownPaced is the result of a cooldown the lease service wrote itself at a grant that
+// asked for pacing (AcquireRequest.PaceSeconds): no report sets it.
+const CooldownPaced ReportResult = "paced"
+
+// CooldownNeighbour is the result of a cooldown the lease service wrote for a neighbour of a
+// proxy reported blocked (neighbour-aware cooldowns): no report sets it.
+const CooldownNeighbour ReportResult = "neighbour"
+
 // Report results.
 const (
 	ReportOK      ReportResult = "ok"
@@ -147,7 +206,12 @@ type ReportRequest struct {
 // ReportReply answers report.
 type ReportReply struct {
 	CooldownUntil time.Time `json:"cooldownUntil,omitzero"`
-	Released      bool      `json:"released,omitempty"`
+	// Strikes is, when blocks escalate, how many blocks in a row on the target this one is.
+	Strikes int `json:"strikes,omitempty"`
+	// NeighboursCooled is, with neighbour-aware cooldowns, how many of the proxy's neighbours
+	// this block cooled down for the target too.
+	NeighboursCooled int  `json:"neighboursCooled,omitempty"`
+	Released         bool `json:"released,omitempty"`
 }
 
 // ErrorCode is a lease service error code, in the Nats-Service-Error-Code header and in
@@ -248,4 +312,8 @@ type Availability struct {
 	// BelowAnonymity: of those Ready, less anonymous than the request's minAnonymity (or
 	// not judged yet).
 	BelowAnonymity int `json:"belowAnonymity,omitempty"`
+	// NextAllowedAt is, when some of them cool down for this target (a block, or pacing),
+	// when the first of those with a free slot may be granted again, where the leaser
+	// knows it; a waiting acquire is woken then.
+	NextAllowedAt time.Time `json:"nextAllowedAt,omitzero"`
 }
