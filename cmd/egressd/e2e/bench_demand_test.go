@@ -30,12 +30,7 @@ func benchNode(b *testing.B) (*node, *nats.Conn, jetstream.JetStream) {
 	dir := b.TempDir()
 	b.Cleanup(func() { killProcs(b, dir) })
 	cfg := writeConfig(b, dir, 51)
-	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, _ = f.WriteString("leases:\n  demandWindow: 5s\n")
-	f.Close()
+	appendConfig(b, cfg, "leases:\n  demandWindow: 5s\n")
 	n := startNode(b, dir, "--config", cfg, "--log-level", "info")
 	nc, err := nats.Connect(n.url)
 	if err != nil {

@@ -38,12 +38,7 @@ func TestPoolDemandStepSurvivesKills(t *testing.T) {
 	startRole(t, dir, n.url, "--config", cfg, "--roles", "leaser")
 	nc, _ := n.client()
 
-	n.nats("kv", "put", "pools", "kill", `{"template":{"provider":"local","maxLeases":2,`+poolHealth+`},`+
-		`"autoscale":{"min":0,"max":5,"scaleDownAfterSeconds":5,"targetUtilization":1}}`)
-	waitUntil(t, "the idle pool recorded at zero members", 60*time.Second, func() (bool, string) {
-		out := n.egressd("status", "pools")
-		return strings.Contains(out, "kill: autoscale 0 to 5, wants 0"), out
-	})
+	putDemandPool(t, n, "kill")
 	c := startCrowd(t, nc, 500*time.Millisecond, func(i int) string {
 		return fmt.Sprintf(`{"selector":{"pool":"kill"},"ttlSeconds":30,"waitSeconds":10,"holder":"crawler-%d"}`, i)
 	})

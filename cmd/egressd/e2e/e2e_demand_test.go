@@ -197,8 +197,20 @@ func (c *crowd) halt() {
 	}
 }
 
+// putDemandPool puts the demand tests' pool, autoscale 0 to 5 members of maxLeases 2 that go
+// after 5 s without demand, and waits until its controller has recorded it idle.
+func putDemandPool(t *testing.T, n *node, name string) {
+	t.Helper()
+	n.nats("kv", "put", "pools", name, `{"template":{"provider":"local","maxLeases":2,`+poolHealth+`},`+
+		`"autoscale":{"min":0,"max":5,"scaleDownAfterSeconds":5,"targetUtilization":1}}`)
+	waitUntil(t, "the idle pool recorded at zero members", 60*time.Second, func() (bool, string) {
+		out := n.egressd("status", "pools")
+		return strings.Contains(out, name+": autoscale 0 to 5, wants 0"), out
+	})
+}
+
 // appendConfig adds text to the node's config file.
-func appendConfig(t *testing.T, cfg, text string) {
+func appendConfig(t testing.TB, cfg, text string) {
 	t.Helper()
 	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -228,12 +240,7 @@ func TestPoolDemandStep(t *testing.T) {
 	w := watchPool(t, n, "step")
 	nc, _ := n.client()
 
-	n.nats("kv", "put", "pools", "step", `{"template":{"provider":"local","maxLeases":2,`+poolHealth+`},`+
-		`"autoscale":{"min":0,"max":5,"scaleDownAfterSeconds":5,"targetUtilization":1}}`)
-	waitUntil(t, "the idle pool recorded at zero members", 30*time.Second, func() (bool, string) {
-		out := n.egressd("status", "pools")
-		return strings.Contains(out, "step: autoscale 0 to 5, wants 0"), out
-	})
+	putDemandPool(t, n, "step")
 
 	c := startCrowd(t, nc, 500*time.Millisecond, func(i int) string {
 		return fmt.Sprintf(`{"selector":{"pool":"step"},"ttlSeconds":60,"waitSeconds":30,"holder":"crawler-%d"}`, i)
