@@ -276,30 +276,34 @@ type demandWriter struct {
 	held     func(map[string]map[string]string) (map[string]int, map[string]int)
 }
 
-// run writes the records every interval until ctx ends, each write within budget, and soon
-// after a scope gets its first waiter: at once, or firstSpacing after the last write if that
-// was less (a pool waking from zero should not wait for the next tick, and waiters coming and
-// going often should not write at their rate).
+// run writes the records every interval until ctx ends, each write within budget. A scope's
+// first waiter brings a write forward, and one more firstSpacing later: the first starts a
+// pool at zero members growing at once, the second counts the rest of a crowd that came at the
+// same moment, so that the controller's next decision is for all of it (writes are at least
+// firstSpacing apart, so waiters coming and going do not write at their rate).
 func (w *demandWriter) run(ctx context.Context, budget time.Duration) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
+	spacing := min(firstSpacing, w.interval/4)
 	var (
-		last time.Time
-		soon <-chan time.Time
+		last   time.Time
+		soon   <-chan time.Time
+		follow bool
 	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.book.first:
-			if wait := min(firstSpacing, w.interval/4) - time.Since(last); wait > 0 {
-				if soon == nil {
-					soon = time.After(wait)
-				}
-				continue
+			if soon == nil {
+				soon, follow = time.After(max(spacing-time.Since(last), 0)), true
 			}
+			continue
 		case <-soon:
 			soon = nil
+			if follow {
+				soon, follow = time.After(spacing), false
+			}
 		case <-t.C:
 		}
 		last = time.Now()
