@@ -25,12 +25,11 @@ func TestCrowdOfWaitersOnThreeLeasers(t *testing.T) { crowdOfWaiters(t, 3, time.
 // crowdLog is what a watch of lease_state and of the lease shards saw.
 type crowdLog struct {
 	mu       sync.Mutex
-	arrived  map[string]time.Time      // holder → its wait record written
-	deadline map[string]time.Time      // holder → its wait record's deadline
-	granted  map[string]time.Time      // holder → its slot created
-	live     map[string]bool           // slot keys held now
-	peak     int                       // the most slots held at once
-	members  map[string]map[string]int // proxy → its slots held now (more than maxLeases?)
+	arrived  map[string]time.Time // holder → its wait record written
+	deadline map[string]time.Time // holder → its wait record's deadline
+	granted  map[string]time.Time // holder → its slot created
+	live     map[string]bool      // slot keys held now
+	peak     int                  // the most slots held at once
 	over     []string
 }
 
