@@ -57,6 +57,61 @@ func TestStatusJSONPoolDemand(t *testing.T) {
 	}
 }
 
+// An autoscaled pool has a demand chart: its members as the autoscaler's decisions (pool
+// events) stepped them, and the leases asked (held + waiting) at each decision and now; a pool
+// without autoscale has none. /api/status.json carries the decisions.
+func TestPoolDemandChart(t *testing.T) {
+	r := newLiveRig(t)
+	ctx := context.Background()
+	for name, spec := range map[string]string{
+		"web":   `{"template":{"provider":"local"},"autoscale":{"min":0,"max":5}}`,
+		"fixed": `{"template":{"provider":"local"},"replicas":1}`,
+	} {
+		if _, err := r.store.Pools.Put(ctx, name, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, _ := json.Marshal(events.PoolDemand{V: 1, Leaser: "l1", Pool: "web", WindowSeconds: 30, Held: 2, Waiting: 3, At: r.now})
+	if _, err := kvstore.PutTTL(ctx, r.store.JS, r.store.PoolDemand, events.DemandKey("web", "l1"), b, 0, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []struct {
+		pool     string
+		ago      time.Duration
+		from, to int
+		in       events.ScaleInputs
+	}{
+		{"web", 30 * time.Minute, 0, 3, events.ScaleInputs{Waiting: 6}},
+		{"web", 15 * time.Minute, 3, 1, events.ScaleInputs{Held: 2}},
+		{"fixed", 15 * time.Minute, 0, 1, events.ScaleInputs{}},
+	} {
+		r.publish(t, events.Event{Kind: events.KindPool, Proxy: d.pool, At: r.now.Add(-d.ago), Reason: events.ReasonScaledUp,
+			Pool: &events.PoolEvent{Pool: d.pool, Scale: &events.PoolScale{From: d.from, To: d.to, Inputs: d.in}}})
+	}
+	h := r.handler(t, Config{Now: func() time.Time { return r.now }})
+	_, page := get(t, h, "/")
+	// The scale is 10 (the smallest round number over 6 asked); 30 min ago is the plot's middle.
+	for _, want := range []string{`<svg id="demand-web"`,
+		`points="40.0,120.0 314.0,120.0 314.0,87.0 451.0,87.0 451.0,109.0 588.0,109.0 588.0,120.0"`, // members: 0, 3, 1, none now
+		`points="314.0,54.0 451.0,98.0 588.0,65.0"`,                                                 // asked: 6, 2, and 5 now
+		"web: members and leases asked over the last 1h0m0s, 2 autoscale decisions"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	if strings.Contains(page, `id="demand-fixed"`) {
+		t.Error("a pool without autoscale has a demand chart")
+	}
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if w := s.PoolHistory["web"]; len(w) != 2 || w[0].Members != 3 || w[0].Waiting != 6 || w[1].Members != 1 || w[1].Held != 2 {
+		t.Errorf("poolHistory %+v", s.PoolHistory)
+	}
+}
+
 // The page and /api/status.json show a pool's spares (spec and computed), boot times and
 // members per placement with a hold.
 func TestStatusJSONPoolSparesAndPlacements(t *testing.T) {

@@ -9,7 +9,9 @@
 // the stream); and the same data as JSON at /api/status.json.
 // From the leasers' sums on EGRESS_LEASE_STATS it charts the lease traffic (leases granted and
 // blocked reports per provider, as SVG the server draws, so the page stays script-free) and
-// lists the most blocked targets, every rate naming what it is of (reports); /api/stats.json serves those sums as `egressd stats --json`
+// lists the most blocked targets; each autoscaled pool has a demand chart, its members and the
+// leases asked of it over the last hour, from its autoscale decisions on EGRESS_EVENTS and
+// pool_demand now (demandchart.go); every rate naming what it is of (reports); /api/stats.json serves those sums as `egressd stats --json`
 // does, through the same read model (fleet.LoadStats).
 //
 // Proxies come from the read model (readside/fleet) that `egressd status` and the metrics

@@ -27,8 +27,11 @@ type Snapshot struct {
 	Proxies []fleet.Row `json:"proxies"`
 	// Pools is every pool, by name, without the controller's full record (its members'
 	// ledger), which `egressd status pools -o json` has; the filter does not apply to them.
-	Pools     []fleet.PoolRow `json:"pools"`
-	Providers []TargetRow     `json:"providers"`
+	Pools []fleet.PoolRow `json:"pools"`
+	// PoolHistory is each autoscaled pool's decisions over the last hour, oldest first: the
+	// history its demand chart draws (demandchart.go).
+	PoolHistory map[string][]PoolPoint `json:"poolHistory"`
+	Providers   []TargetRow            `json:"providers"`
 	// Limits is each provider's guard rails: instances against maxInstances, creates in the
 	// last minute against the rate, and the proxies each rail holds back.
 	Limits []LimitRow `json:"limits"`
@@ -146,8 +149,10 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		cools   []fleet.CooldownRow
 		cats    []events.CatalogRecord
 		keys    []events.LeaseKeysReport
+		hist    map[string][]PoolPoint
 
 		tErr, eErr, sErr, cErr error
+		hErr                   error // the pools' decisions, for their demand charts
 		wg                     sync.WaitGroup
 	)
 	// The page's holders come from the fleet's own read of the lease shards.
@@ -159,6 +164,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	wg.Go(func() { targets, cats, keys, tErr = readProviders(ctx, cfg.Store) })
 	wg.Go(func() { evs, hidden, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
 	wg.Go(func() { cools, cErr = fleet.Cooldowns(ctx, cfg.Store.Cooldowns, now) })
+	wg.Go(func() { hist, hErr = readScaleHistory(ctx, cfg.Store.JS, now.Add(-demandWindow)) })
 	if withStats {
 		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
 	}
@@ -175,6 +181,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		RoutineHidden: hidden,
 		Cooldowns:     cools,
 		LeaseKeys:     keys,
+		PoolHistory:   hist,
 		Stats:         stats,
 		Since:         q.since,
 		incomplete:    map[string]bool{},
@@ -192,6 +199,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Providers, s.Limits = guardRows(fleet.Guards(fl.Rows, cats, targets, now))
 	s.failed("events", eErr)
 	s.failed("cooldowns", cErr)
+	s.failed("pools", hErr)
 	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
 		s.Holders = l.Holders[:min(len(l.Holders), pageHolders)]
@@ -207,14 +215,21 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	s.Problems = problems(fl.Rows, s.Cooldowns, now)
 	s.Verdict = judge(s.Counts, s.Problems, s.incomplete["proxies"])
 	s.Pools = poolRows(fl.Pools)
-	// Empty lists rather than null, so JSON consumers need no special case.
+	s.fillEmpty()
+	return s
+}
+
+// fillEmpty puts empty lists rather than null, so JSON consumers need no special case.
+func (s *Snapshot) fillEmpty() {
 	if s.Events == nil {
 		s.Events = []EventRow{}
+	}
+	if s.PoolHistory == nil {
+		s.PoolHistory = map[string][]PoolPoint{}
 	}
 	if s.Cooldowns == nil {
 		s.Cooldowns = []fleet.CooldownRow{}
 	}
-	return s
 }
 
 // poolRows are the pools without the controller's full records.

@@ -32,6 +32,10 @@ const (
 // demandTTLIntervals is how many publish intervals a record outlives its write.
 const demandTTLIntervals = 3
 
+// firstSpacing is the least time between two writes of the records that a first waiter
+// brings forward (demandWriter.run).
+const firstSpacing = 100 * time.Millisecond
+
 // demandBook is the counting, without I/O: safe for concurrent use.
 type demandBook struct {
 	window time.Duration
@@ -40,6 +44,11 @@ type demandBook struct {
 	mu     sync.Mutex
 	pools  map[string]map[string]string // pool → its members' attributes (template + pool=name)
 	scopes map[string]*scopeDemand
+
+	// first is signalled when a scope gets its first waiter: the writer writes at once
+	// rather than at its next interval, so that a pool at zero members starts to grow as soon
+	// as an acquire waits for it (an interval is most of the wait when members boot fast).
+	first chan struct{}
 }
 
 type scopeDemand struct {
@@ -55,7 +64,7 @@ type scopeDemand struct {
 }
 
 func newDemandBook(window time.Duration, now func() time.Time) *demandBook {
-	return &demandBook{window: window, now: now, pools: map[string]map[string]string{}, scopes: map[string]*scopeDemand{}}
+	return &demandBook{window: window, now: now, pools: map[string]map[string]string{}, scopes: map[string]*scopeDemand{}, first: make(chan struct{}, 1)}
 }
 
 // setPool records pool's member attributes (nil: the pool is gone or invalid).
@@ -164,10 +173,18 @@ func (s *scopeDemand) answerAnon() {
 func (b *demandBook) wait(sel map[string]string) func() {
 	b.mu.Lock()
 	scopes := b.scopesOf(sel)
+	first := false
 	for _, s := range scopes {
+		first = first || s.waiting == 0
 		s.waiting++
 	}
 	b.mu.Unlock()
+	if first {
+		select {
+		case b.first <- struct{}{}:
+		default: // a write is already due
+		}
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -259,19 +276,40 @@ type demandWriter struct {
 	held     func(map[string]map[string]string) (map[string]int, map[string]int)
 }
 
-// run writes the records every interval until ctx ends, each write within budget.
+// run writes the records every interval until ctx ends, each write within budget. A scope's
+// first waiter brings a write forward, and one more firstSpacing later: the first starts a
+// pool at zero members growing at once, the second counts the rest of a crowd that came at the
+// same moment, so that the controller's next decision is for all of it (writes are at least
+// firstSpacing apart, so waiters coming and going do not write at their rate).
 func (w *demandWriter) run(ctx context.Context, budget time.Duration) {
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
+	spacing := min(firstSpacing, w.interval/4)
+	var (
+		last   time.Time
+		soon   <-chan time.Time
+		follow bool
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.book.first:
+			if soon == nil {
+				soon, follow = time.After(max(spacing-time.Since(last), 0)), true
+			}
+			continue
+		case <-soon:
+			soon = nil
+			if follow {
+				soon, follow = time.After(spacing), false
+			}
 		case <-t.C:
-			wctx, cancel := context.WithTimeout(ctx, budget)
-			w.flush(wctx)
-			cancel()
 		}
+		last = time.Now()
+		wctx, cancel := context.WithTimeout(ctx, budget)
+		w.flush(wctx)
+		cancel()
 	}
 }
 

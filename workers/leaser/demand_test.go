@@ -91,3 +91,23 @@ func TestDemandRecordedPerPool(t *testing.T) {
 	r.stopLeasers()
 	eventually(t, 20*time.Second, "the records expired", func() bool { return r.keys(r.store.PoolDemand) == 0 })
 }
+
+// The first acquire waiting on a pool is written to pool_demand at once, not at the writer's
+// next interval: the pool controller grows a pool at zero members as soon as someone waits
+// (with fast-booting members the interval was most of the wait: docs/performance.md).
+func TestFirstWaiterWrittenAtOnce(t *testing.T) {
+	r := newRig(t, func(c *leaser.Config) { c.DemandInterval = 10 * time.Minute })
+	if _, err := r.store.Pools.Put(context.Background(), "web", []byte(`{"template":{"provider":"local"},"autoscale":{"min":0,"max":1}}`)); err != nil {
+		t.Fatal(err)
+	}
+	r.startLeasers(1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	defer func() { cancel(); <-done }()
+	go func() {
+		defer close(done)
+		data, _ := json.Marshal(events.AcquireRequest{Selector: map[string]string{"pool": "web"}, WaitSeconds: 30})
+		_, _ = r.nc.RequestWithContext(ctx, events.LeaseAcquireSubject, data)
+	}()
+	eventually(t, 30*time.Second, "the waiter in pool_demand long before the 10 min interval", func() bool { return r.demandOf("web").Waiting == 1 })
+}

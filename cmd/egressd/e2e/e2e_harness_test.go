@@ -290,7 +290,7 @@ func waitUntil(t testing.TB, what string, budget time.Duration, cond func() (boo
 
 // proxyProcs lists the live forward-proxy processes whose files are under dir, from /proc
 // and independently of the provider's own bookkeeping.
-func proxyProcs(t *testing.T, dir string) []int {
+func proxyProcs(t testing.TB, dir string) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -320,7 +320,7 @@ func proxyProcs(t *testing.T, dir string) []int {
 }
 
 // killProcs removes whatever a failed test left running.
-func killProcs(t *testing.T, dir string) {
+func killProcs(t testing.TB, dir string) {
 	for _, pid := range proxyProcs(t, dir) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
