@@ -1,0 +1,187 @@
+package leaser
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// Idempotent acquires (docs/leases.md#retries, decision 85). An acquire with a requestId is
+// answered, on every try and any replica, with at most one live lease. The mapping lives in
+// lease_state as request.<hash of holder and request ID>, an events.LeaseRequest naming the
+// lease, written after the grant with a Create (or, over a record whose lease has ended, a
+// write at that record's revision): that compare-and-set is the one exact step, as the slot
+// Create is for capacity. So:
+//
+//   - a retry that finds the record and its lease still held is answered with that lease
+//     (renewed expiry and fresh credentials, the same ID) and grants nothing;
+//   - a retry that arrives while the first try is still being granted grants too, but only
+//     one of the two records its grant: the other gives its slot back and answers with the
+//     winner's lease, so both callers see the same ID;
+//   - a retry after the lease ended (released, expired, revoked, its proxy gone) is a new
+//     acquire: the caller never got that lease or is done with it, and the record is
+//     overwritten with the new grant;
+//   - the record's TTL is the lease's first TTL: retries come within a client's retry
+//     budget, long before, and a renewal need not touch it.
+//
+// Keyed by holder as well, so one crawler's request ID never answers another's acquire.
+
+// requestKey is the lease_state key of holder's request id: a hash, so that its length
+// and alphabet are the key's whatever the request ID holds.
+func requestKey(holder, id string) string {
+	h := sha256.New()
+	h.Write([]byte(holder))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	return "request." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18])
+}
+
+// checkRequestID accepts "" (no request ID) or 1 to MaxRequestIDLen bytes of printable
+// ASCII without spaces: what clients generate (UUIDs, hex), and safe to echo.
+func checkRequestID(id string) error {
+	if len(id) > events.MaxRequestIDLen {
+		return badRequest("requestId", "requestId must be at most %d bytes, has %d", events.MaxRequestIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return badRequest("requestId", "requestId must be printable ASCII without spaces (a UUID or random hex); byte %d is 0x%02x", i, id[i])
+		}
+	}
+	return nil
+}
+
+// idem is an acquire's request record, as far as this try knows it.
+type idem struct {
+	key string
+	rev uint64 // of a record whose lease has ended: the grant overwrites it there; 0 creates
+}
+
+// priorGrant looks up r's request record: the lease it names if that lease is still held,
+// else the idem a grant records itself with. Without a request ID both are nil.
+func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*events.LeaseReply, *idem, error) {
+	if r.RequestID == "" {
+		return nil, nil, nil
+	}
+	key := requestKey(r.Holder, r.RequestID)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+		return nil, &idem{key: key}, nil
+	case err != nil:
+		return nil, nil, fmt.Errorf("read request record: %w", err)
+	}
+	var rec events.LeaseRequest
+	if json.Unmarshal(raw, &rec) != nil || rec.RequestID != r.RequestID || rec.Holder != r.Holder {
+		return nil, &idem{key: key, rev: rev}, nil // unreadable (or another's): the grant overwrites it
+	}
+	g, held, err := l.heldGrant(ctx, rec)
+	if err != nil || !held {
+		return nil, &idem{key: key, rev: rev}, err
+	}
+	l.log.Info("acquire retried: answered with the lease of an earlier try", "id", g.ID, "holder", r.Holder)
+	return &events.LeaseReply{Lease: g}, nil, nil
+}
+
+// heldGrant is the grant of the lease rec names, if that lease is still held.
+func (l *Leaser) heldGrant(ctx context.Context, rec events.LeaseRequest) (events.LeaseGrant, bool, error) {
+	id, err := parseLeaseID(rec.Lease)
+	if err != nil {
+		return events.LeaseGrant{}, false, nil
+	}
+	lease, rev, known := l.view.heldLease(events.SlotKey(id.Proxy, id.Slot), id.Token)
+	if !known { // this replica's view may not have heard of the grant yet
+		lease, rev, err = l.readLease(ctx, id)
+		if _, ended := errors.AsType[*apiError](err); ended {
+			return events.LeaseGrant{}, false, nil
+		}
+		if err != nil {
+			return events.LeaseGrant{}, false, err
+		}
+	}
+	if l.view.staleLease(events.SlotKey(id.Proxy, id.Slot), rev, lease) != "" {
+		return events.LeaseGrant{}, false, nil // its proxy was deleted or replaced
+	}
+	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
+	if !known || !inRange {
+		return events.LeaseGrant{}, false, nil
+	}
+	return l.grant(id.String(), lease, t), true, nil
+}
+
+// grantOnce grants r and records the grant under its request ID (ri; nil without one). Of
+// two tries of one request that grant at once, the second to record gives its lease back
+// and answers with the first's.
+func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl time.Duration, ri *idem) (any, error) {
+	g, err := l.acquireDecoded(ctx, r, ttl)
+	if err != nil || ri == nil {
+		return g, err
+	}
+	lr, ok := g.(events.LeaseReply)
+	if !ok {
+		return g, nil
+	}
+	b, err := json.Marshal(events.LeaseRequest{V: 1, Holder: r.Holder, RequestID: r.RequestID, Lease: lr.Lease.ID, At: l.now()})
+	if err != nil {
+		return nil, err
+	}
+	recTTL := max(time.Duration(lr.Lease.TTLSeconds)*time.Second, time.Second)
+	for range casRetries + 1 {
+		if ri.rev == 0 {
+			_, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, ri.key, b, recTTL)
+		} else {
+			_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
+		}
+		if !errors.Is(err, kvstore.ErrConflict) {
+			break
+		}
+		// Another try of this request recorded a grant first: that one is the answer, if
+		// its lease is still held.
+		prior, next, perr := l.priorGrant(ctx, r)
+		if perr != nil {
+			err = perr
+			break
+		}
+		if prior != nil {
+			l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try won")
+			return *prior, nil
+		}
+		*ri = *next
+	}
+	if err != nil {
+		// Unrecorded, a retry would be granted a second lease: this one goes back and the
+		// caller, told to retry, gets the next.
+		l.releaseGrant(ctx, lr, "give back a lease whose request could not be recorded")
+		return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+	}
+	return g, nil
+}
+
+// releaseGrant deletes the slot of a grant nobody will hold; if that fails the slot frees
+// itself at its TTL.
+func (l *Leaser) releaseGrant(ctx context.Context, lr events.LeaseReply, what string) {
+	// Not with the request's context alone: its deadline may be what just failed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	defer cancel()
+	id, err := parseLeaseID(lr.Lease.ID)
+	if err == nil {
+		_, _, err = l.deleteLease(ctx, id)
+	}
+	if err != nil {
+		l.log.Warn(what+"; it ends at its TTL", "id", lr.Lease.ID, "err", err)
+	}
+}
+
+// orNil is p's reply, or an untyped nil: a typed nil pointer in an any is not nil.
+func orNil(p *events.LeaseReply) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

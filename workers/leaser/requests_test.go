@@ -1,0 +1,152 @@
+package leaser_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+)
+
+// requestHost is where the HTTP faces of these tests listen.
+const requestHost = "127.0.53.1"
+
+// grantOf decodes a successful HTTP answer, or fails the test.
+func grantOf(t *testing.T, rep reply, what string) events.LeaseGrant {
+	t.Helper()
+	if rep.code != 0 {
+		t.Fatalf("%s: %d %s", what, rep.code, rep.err.Message)
+	}
+	var lr events.LeaseReply
+	if err := json.Unmarshal(rep.body, &lr); err != nil {
+		t.Fatal(err)
+	}
+	return lr.Lease
+}
+
+// Issue 31 item 2: an acquire sent again with its requestId, to any replica, over HTTP or
+// NATS, is answered with the lease of its first try and grants nothing more. The ID is the
+// holder's own (another crawler's equal ID is another request), and once the lease ended
+// (released) the ID acquires afresh.
+func TestRetriedAcquireGetsTheSameLeaseAcrossReplicas(t *testing.T) {
+	hr := newHTTPRigAt(t, nil, requestHost)
+	hr.seed(proxy{name: "px-a", maxLeases: 2}, proxy{name: "px-b", maxLeases: 2})
+	hr.startLeasers(2)
+	body := []byte(`{"requestId":"req-1","ttlSeconds":60}`)
+	auth := "Bearer " + httpToken
+	rep, _ := hr.post(http.DefaultClient, "http", 0, "acquire", auth, body)
+	first := grantOf(t, rep, "first try")
+	for i, to := range []int{1, 0, 1} {
+		rep, _ := hr.post(http.DefaultClient, "http", to, "acquire", auth, body)
+		if g := grantOf(t, rep, fmt.Sprintf("retry %d", i)); g.ID != first.ID || g.Host != first.Host || g.Port != first.Port {
+			t.Fatalf("retry %d on replica %d: lease %s, the first try got %s", i, to, g.ID, first.ID)
+		}
+	}
+	// Over NATS, with the holder the bearer token gave: the same request.
+	if g := hr.mustAcquire(events.AcquireRequest{Holder: "crawler-a", RequestID: "req-1", TTLSeconds: 60}); g.ID != first.ID {
+		t.Fatalf("retry over NATS: lease %s, want %s", g.ID, first.ID)
+	}
+	if n := hr.slots(); n != 1 {
+		t.Fatalf("%d slots held after four tries of one acquire, want 1", n)
+	}
+	// Another crawler's request with an equal ID is its own.
+	rep, _ = hr.post(http.DefaultClient, "http", 1, "acquire", "Bearer another-token-of-crawler-b-0000000000", body)
+	if g := grantOf(t, rep, "crawler-b"); g.ID == first.ID {
+		t.Fatal("crawler-b was answered with crawler-a's lease")
+	}
+	// Released, the lease no longer answers its request: the ID acquires afresh.
+	rep, _ = hr.post(http.DefaultClient, "http", 1, "release", auth, []byte(`{"id":"`+first.ID+`"}`))
+	if rep.code != 0 {
+		t.Fatalf("release: %d %s", rep.code, rep.err.Message)
+	}
+	rep, _ = hr.post(http.DefaultClient, "http", 0, "acquire", auth, body)
+	again := grantOf(t, rep, "after release")
+	rep, _ = hr.post(http.DefaultClient, "http", 1, "acquire", auth, body)
+	if g := grantOf(t, rep, "retry after release"); again.ID == first.ID || g.ID != again.ID {
+		t.Fatalf("after release: %s then %s, the released one was %s", again.ID, g.ID, first.ID)
+	}
+	if n := hr.slots(); n != 2 {
+		t.Fatalf("%d slots held, want 2 (crawler-b's and the new grant)", n)
+	}
+}
+
+// Tries of one acquire that race each other on three replicas (a retry sent while the first
+// is still being granted) all get one lease, and only it stays held.
+func TestConcurrentTriesOfOneAcquireHoldOneLease(t *testing.T) {
+	r := newRig(t, nil)
+	r.seed(proxy{name: "px-a", maxLeases: 3}, proxy{name: "px-b", maxLeases: 3}, proxy{name: "px-c", maxLeases: 3})
+	r.startLeasers(3)
+	const rounds, tries = 4, 8
+	for round := range rounds {
+		req, _ := json.Marshal(events.AcquireRequest{Holder: "c1", RequestID: fmt.Sprintf("race-%d", round), TTLSeconds: 60})
+		ids := make([]string, tries)
+		var wg sync.WaitGroup
+		for i := range tries {
+			wg.Go(func() {
+				m, err := r.nc.Request(events.LeaseAcquireSubject, req, 10*time.Second)
+				if err != nil {
+					t.Errorf("try %d: %v", i, err)
+					return
+				}
+				rep := decodeReply(t, m)
+				var lr events.LeaseReply
+				if rep.code != 0 || json.Unmarshal(rep.body, &lr) != nil {
+					t.Errorf("try %d: %d %s", i, rep.code, rep.err.Message)
+				}
+				ids[i] = lr.Lease.ID
+			})
+		}
+		wg.Wait()
+		for i, id := range ids {
+			if id != ids[0] {
+				t.Fatalf("round %d: try %d got %s, try 0 %s", round, i, id, ids[0])
+			}
+		}
+		eventually(t, 10*time.Second, fmt.Sprintf("one slot per request after round %d", round), func() bool {
+			return r.slots() == round+1
+		})
+	}
+}
+
+// A waiting acquire sent again (its caller timed out, or its HTTP connection broke) takes
+// over the first try's place in the queue instead of queueing twice; the first try stops
+// waiting, and one lease is granted for both when a slot frees.
+func TestRetriedWaitingAcquireQueuesOnce(t *testing.T) {
+	hr := newHTTPRigAt(t, nil, requestHost)
+	hr.seed(proxy{name: "px-a", maxLeases: 1})
+	hr.startLeasers(2)
+	held := hr.mustAcquire(events.AcquireRequest{Holder: "other", TTLSeconds: 60})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := make(chan numbered, 2)
+	body := `{"requestId":"wait-1","waitSeconds":60,"ttlSeconds":60}`
+	hr.postAsync(ctx, 0, body, out)
+	eventually(t, 10*time.Second, "the first try queued", func() bool { return hr.waitRecords() == 1 })
+	hr.postAsync(ctx, 1, body, out)
+	first := next(t, out, "the first try, taken over")
+	if first.i != 0 || first.rep.code != events.CodeUnavailable || !strings.Contains(first.rep.err.Message, "took its place") {
+		t.Fatalf("answer %d: %d %s", first.i, first.rep.code, first.rep.err.Message)
+	}
+	if n := hr.waitRecords(); n != 1 {
+		t.Fatalf("%d waiting records for one acquire tried twice, want 1", n)
+	}
+	hr.release(held.ID)
+	second := next(t, out, "the retry")
+	if second.rep.code != 0 || second.grant.Proxy != "px-a" {
+		t.Fatalf("retry: %d %s", second.rep.code, second.rep.err.Message)
+	}
+	// The retry asked again finds its lease.
+	if g := hr.mustAcquire(events.AcquireRequest{Holder: "crawler-a", RequestID: "wait-1"}); g.ID != second.grant.ID {
+		t.Fatalf("asked again: %s, granted %s", g.ID, second.grant.ID)
+	}
+	eventually(t, 10*time.Second, "no waiting record left", func() bool { return hr.waitRecords() == 0 })
+	if n := hr.slots(); n != 1 {
+		t.Fatalf("%d slots held, want 1", n)
+	}
+}
