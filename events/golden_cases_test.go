@@ -191,6 +191,8 @@ func goldenCases() map[string]any {
 		// Idempotent acquires (docs/leases.md#retries).
 		"lease_acquire_retry_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Holder: "crawler-7",
 			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		"lease_error_internal.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeInternal, Message: "internal error in the lease service; retry",
+			Retry: true}},
 		"lease_request.v1.json": LeaseRequest{V: 1, Holder: "crawler-7", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48",
 			Lease: "crawl-1.1.0123456789abcdef", At: at},
 		"lease_error_wait_timed_out.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable,

@@ -211,6 +211,11 @@ type ErrorDetail struct {
 	// Wait tells a waiting acquire that found nothing before its deadline how long it waited,
 	// its place in the queue at the end, and why it stopped.
 	Wait *WaitDetail `json:"wait,omitempty"`
+	// Retry says that the failure was on the service's side (an internal error, a replica
+	// that stopped): the same request sent again shortly may succeed, and clients retry it
+	// with backoff within their budget. An acquire is safe to send again only with a
+	// requestId.
+	Retry bool `json:"retry,omitempty"`
 }
 
 // WaitDetail is what an acquire that waited in vain learns of its wait.

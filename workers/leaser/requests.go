@@ -73,7 +73,7 @@ func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*even
 	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
 	switch {
 	case errors.Is(err, kvstore.ErrNotFound):
-		return nil, &idem{key: key}, nil
+		return l.unrecordedGrant(ctx, r, key)
 	case err != nil:
 		return nil, nil, fmt.Errorf("read request record: %w", err)
 	}
@@ -95,15 +95,14 @@ func (l *Leaser) heldGrant(ctx context.Context, rec events.LeaseRequest) (events
 	if err != nil {
 		return events.LeaseGrant{}, false, nil
 	}
-	lease, rev, known := l.view.heldLease(events.SlotKey(id.Proxy, id.Slot), id.Token)
-	if !known { // this replica's view may not have heard of the grant yet
-		lease, rev, err = l.readLease(ctx, id)
-		if _, ended := errors.AsType[*apiError](err); ended {
-			return events.LeaseGrant{}, false, nil
-		}
-		if err != nil {
-			return events.LeaseGrant{}, false, err
-		}
+	// Read, not taken from the view: the view may not have heard yet of a grant made
+	// elsewhere, nor of its release.
+	lease, rev, err := l.readLease(ctx, id)
+	if _, ended := errors.AsType[*apiError](err); ended {
+		return events.LeaseGrant{}, false, nil
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, err
 	}
 	if l.view.staleLease(events.SlotKey(id.Proxy, id.Slot), rev, lease) != "" {
 		return events.LeaseGrant{}, false, nil // its proxy was deleted or replaced
@@ -113,6 +112,35 @@ func (l *Leaser) heldGrant(ctx context.Context, rec events.LeaseRequest) (events
 		return events.LeaseGrant{}, false, nil
 	}
 	return l.grant(id.String(), lease, t), true, nil
+}
+
+// unrecordedGrant is the lease of r's request that this replica's view holds though no
+// record names it: an earlier try granted it and never recorded it (its replica died in
+// between, or it is still on the way). That lease answers, and is recorded now; without one
+// the grant is r's own, recorded with a Create.
+func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, key string) (*events.LeaseReply, *idem, error) {
+	slotKey, ok := l.view.requestSlot(r.Holder, r.RequestID)
+	if !ok {
+		return nil, &idem{key: key}, nil
+	}
+	proxy, slot, _ := parseSlotKey(slotKey)
+	s, held := l.view.fleet.Slot(proxy, slot)
+	if !held {
+		return nil, &idem{key: key}, nil
+	}
+	id := leaseID{Proxy: proxy, Slot: slot, Token: s.Lease.Token}.String()
+	g, held, err := l.heldGrant(ctx, events.LeaseRequest{Lease: id})
+	if err != nil || !held {
+		return nil, &idem{key: key}, err
+	}
+	reply := events.LeaseReply{Lease: g}
+	if _, err := l.recordRequest(ctx, r, reply, &idem{key: key}); err != nil {
+		// Recorded meanwhile by another try (or not at all): a retry reads the record, or
+		// finds the lease here again.
+		l.log.Debug("record the request of an unrecorded grant", "id", id, "err", err)
+	}
+	l.log.Info("acquire retried: answered with the unrecorded lease of an earlier try", "id", id, "holder", r.Holder)
+	return &reply, nil, nil
 }
 
 // grantOnce grants r and records the grant under its request ID (ri; nil without one). Of
@@ -127,6 +155,23 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 	if !ok {
 		return g, nil
 	}
+	prior, err := l.recordRequest(ctx, r, lr, ri)
+	switch {
+	case err != nil:
+		// Unrecorded, a retry would be granted a second lease: this one goes back and the
+		// caller, told to retry, gets the next.
+		l.releaseGrant(ctx, lr, "give back a lease whose request could not be recorded")
+		return nil, err
+	case prior != nil:
+		l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try won")
+		return *prior, nil
+	}
+	return g, nil
+}
+
+// recordRequest writes r's request record naming the lease of lr, or returns the lease of
+// another try of r that recorded its own first and is still held.
+func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem) (*events.LeaseReply, error) {
 	b, err := json.Marshal(events.LeaseRequest{V: 1, Holder: r.Holder, RequestID: r.RequestID, Lease: lr.Lease.ID, At: l.now()})
 	if err != nil {
 		return nil, err
@@ -143,24 +188,60 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 		}
 		// Another try of this request recorded a grant first: that one is the answer, if
 		// its lease is still held.
-		prior, next, perr := l.priorGrant(ctx, r)
-		if perr != nil {
-			err = perr
-			break
+		raw, rev, gerr := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
+		if errors.Is(gerr, kvstore.ErrNotFound) {
+			*ri = idem{key: ri.key}
+			continue
 		}
-		if prior != nil {
-			l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try won")
-			return *prior, nil
+		if gerr != nil {
+			return nil, fmt.Errorf("read request record: %w", gerr)
 		}
-		*ri = *next
+		var rec events.LeaseRequest
+		if json.Unmarshal(raw, &rec) == nil && rec.Lease == lr.Lease.ID {
+			return nil, nil // recorded by this lease's own earlier write (an unrecorded grant adopted twice)
+		}
+		if json.Unmarshal(raw, &rec) == nil && rec.RequestID == r.RequestID && rec.Holder == r.Holder {
+			g, held, herr := l.heldGrant(ctx, rec)
+			if herr != nil {
+				return nil, herr
+			}
+			if held {
+				return &events.LeaseReply{Lease: g}, nil
+			}
+		}
+		*ri = idem{key: ri.key, rev: rev}
 	}
 	if err != nil {
-		// Unrecorded, a retry would be granted a second lease: this one goes back and the
-		// caller, told to retry, gets the next.
-		l.releaseGrant(ctx, lr, "give back a lease whose request could not be recorded")
 		return nil, fmt.Errorf("record request %s: %w", ri.key, err)
 	}
-	return g, nil
+	return nil, nil
+}
+
+// reqRef is a request ID of a holder.
+type reqRef struct{ holder, id string }
+
+// indexRequest records that slot key holds l, with its request ID, or nothing (a zero l).
+// Callers hold mu.
+func (v *view) indexRequest(key string, l events.Lease) {
+	if old, ok := v.slotReq[key]; ok {
+		if v.reqSlot[old] == key {
+			delete(v.reqSlot, old)
+		}
+		delete(v.slotReq, key)
+	}
+	if l.RequestID != "" {
+		ref := reqRef{holder: l.Holder, id: l.RequestID}
+		v.reqSlot[ref] = key
+		v.slotReq[key] = ref
+	}
+}
+
+// requestSlot is the slot key whose lease has holder's request ID id, if the view knows one.
+func (v *view) requestSlot(holder, id string) (string, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	key, ok := v.reqSlot[reqRef{holder: holder, id: id}]
+	return key, ok
 }
 
 // releaseGrant deletes the slot of a grant nobody will hold; if that fails the slot frees

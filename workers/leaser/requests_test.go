@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 )
 
 // requestHost is where the HTTP faces of these tests listen.
@@ -148,5 +149,38 @@ func TestRetriedWaitingAcquireQueuesOnce(t *testing.T) {
 	eventually(t, 10*time.Second, "no waiting record left", func() bool { return hr.waitRecords() == 0 })
 	if n := hr.slots(); n != 1 {
 		t.Fatalf("%d slots held, want 1", n)
+	}
+}
+
+// A try that granted and died before recording its request (kill -9 between the slot's
+// Create and the record's) leaves a held slot whose lease carries the request ID: a retry
+// is answered with that lease, not a second one.
+func TestRetryFindsAnUnrecordedGrant(t *testing.T) {
+	r := newRig(t, nil)
+	// One slot: a replica whose view has not heard of it yet finds it taken (503) and
+	// grants nothing else.
+	r.seed(proxy{name: "px-a", maxLeases: 1})
+	r.startLeasers(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	now := time.Now()
+	orphan := events.Lease{V: 1, Proxy: "px-a", Slot: 0, Token: "0123456789abcdef", TTLSeconds: 60, Holder: "c1",
+		AcquiredAt: now, ExpiresAt: now.Add(time.Minute), RequestID: "died-1"}
+	b, _ := json.Marshal(orphan)
+	if _, err := kvstore.CreateTTL(ctx, r.store.Leases.Of("px-a"), events.SlotKey("px-a", 0), b, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	want := "px-a.0.0123456789abcdef"
+	eventually(t, 10*time.Second, "both replicas answer with the unrecorded lease", func() bool {
+		for range 4 {
+			g, rep := r.acquire(events.AcquireRequest{Holder: "c1", RequestID: "died-1", TTLSeconds: 60})
+			if rep.code != 0 || g.ID != want {
+				return false
+			}
+		}
+		return true
+	})
+	if n := r.slots(); n != 1 {
+		t.Fatalf("%d slots held, want the one unrecorded lease", n)
 	}
 }

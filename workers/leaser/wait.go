@@ -340,7 +340,7 @@ func (l *Leaser) waitError(w *waiter, cause events.WaitCause) error {
 	if cause == events.WaitStopped {
 		msg = fmt.Sprintf("the leaser replica holding this acquire stopped after it waited %.1fs; try again", waited.Seconds())
 	}
-	return &apiError{code: events.CodeUnavailable, msg: msg, avail: &av, wait: detail}
+	return &apiError{code: events.CodeUnavailable, msg: msg, avail: &av, wait: detail, retry: cause == events.WaitStopped}
 }
 
 // waitObserver is the Observer's WaitObserver, or one that does nothing.
