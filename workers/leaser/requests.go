@@ -128,8 +128,8 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 	if !held {
 		return nil, &idem{key: key}, nil
 	}
-	id := leaseID{Proxy: proxy, Slot: slot, Token: s.Lease.Token}.String()
-	g, held, err := l.heldGrant(ctx, events.LeaseRequest{Lease: id})
+	id := leaseID{Proxy: proxy, Slot: slot, Token: s.Lease.Token}
+	g, held, err := l.adopt(ctx, id)
 	if err != nil || !held {
 		return nil, &idem{key: key}, err
 	}
@@ -137,10 +137,44 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 	if _, err := l.recordRequest(ctx, r, reply, &idem{key: key}); err != nil {
 		// Recorded meanwhile by another try (or not at all): a retry reads the record, or
 		// finds the lease here again.
-		l.log.Debug("record the request of an unrecorded grant", "id", id, "err", err)
+		l.log.Debug("record the request of an unrecorded grant", "id", id.String(), "err", err)
 	}
-	l.log.Info("acquire retried: answered with the unrecorded lease of an earlier try", "id", id, "holder", r.Holder)
+	l.log.Info("acquire retried: answered with the unrecorded lease of an earlier try", "id", id.String(), "holder", r.Holder)
 	return &reply, nil, nil
+}
+
+// adopt makes the unrecorded lease id this request's answer: its slot is written again as it
+// is, at the revision read. The replica whose slot write seemed to fail gives such a grant
+// back when its watch brings it (view.abandon), with a delete at the revision it saw: after
+// the rewrite that delete fails, and before it the rewrite does, so a lease is never both
+// adopted and given back.
+func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool, error) {
+	rec, rev, err := l.readLease(ctx, id)
+	if _, ended := errors.AsType[*apiError](err); ended {
+		return events.LeaseGrant{}, false, nil
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, err
+	}
+	left := time.Until(rec.ExpiresAt)
+	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
+	if left < time.Second || !known || !inRange {
+		return events.LeaseGrant{}, false, nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return events.LeaseGrant{}, false, err
+	}
+	key := events.SlotKey(id.Proxy, id.Slot)
+	nrev, err := kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), key, b, rev, left.Truncate(time.Second))
+	if errors.Is(err, kvstore.ErrConflict) {
+		return events.LeaseGrant{}, false, nil // given back (or renewed) meanwhile
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, fmt.Errorf("adopt %s: %w", key, err)
+	}
+	l.view.noteLease(key, nrev, rec)
+	return l.grant(id.String(), rec, t), true, nil
 }
 
 // grantOnce grants r and records the grant under its request ID (ri; nil without one). Of
@@ -158,9 +192,10 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 	prior, err := l.recordRequest(ctx, r, lr, ri)
 	switch {
 	case err != nil:
-		// Unrecorded, a retry would be granted a second lease: this one goes back and the
-		// caller, told to retry, gets the next.
-		l.releaseGrant(ctx, lr, "give back a lease whose request could not be recorded")
+		// Not given back: the record may have landed all the same, and name it. The caller,
+		// told to retry, gets it back from the record or, unrecorded, from the view's request
+		// index (unrecordedGrant); a caller that never retries leaves it to its TTL.
+		l.log.Warn("record an acquire's request; its lease stays for a retry to find", "id", lr.Lease.ID, "err", err)
 		return nil, err
 	case prior != nil:
 		l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try won")
@@ -170,51 +205,70 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 }
 
 // recordRequest writes r's request record naming the lease of lr, or returns the lease of
-// another try of r that recorded its own first and is still held.
+// another try of r that recorded its own first and is still held. A write that failed on
+// the way (a timeout, a stream between leaders) may yet have landed, so it is tried again
+// until the answer is definite, within a budget of its own: the request's may be what ran
+// out. Written again, a record that had landed answers with a conflict, and the read back
+// names this lease.
 func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem) (*events.LeaseReply, error) {
 	b, err := json.Marshal(events.LeaseRequest{V: 1, Holder: r.Holder, RequestID: r.RequestID, Lease: lr.Lease.ID, At: l.now()})
 	if err != nil {
 		return nil, err
 	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	defer cancel()
+	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		prior, done, err := l.writeRequest(rctx, r, lr, ri, b)
+		if done {
+			return prior, err
+		}
+		select {
+		case <-rctx.Done():
+			return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// writeRequest tries recordRequest's write once: done with the answer, or not with why.
+func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem, b []byte) (*events.LeaseReply, bool, error) {
 	recTTL := max(time.Duration(lr.Lease.TTLSeconds)*time.Second, time.Second)
-	for range casRetries + 1 {
-		if ri.rev == 0 {
-			_, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, ri.key, b, recTTL)
-		} else {
-			_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
-		}
-		if !errors.Is(err, kvstore.ErrConflict) {
-			break
-		}
-		// Another try of this request recorded a grant first: that one is the answer, if
-		// its lease is still held.
-		raw, rev, gerr := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
-		if errors.Is(gerr, kvstore.ErrNotFound) {
-			*ri = idem{key: ri.key}
-			continue
-		}
-		if gerr != nil {
-			return nil, fmt.Errorf("read request record: %w", gerr)
-		}
-		var rec events.LeaseRequest
-		if json.Unmarshal(raw, &rec) == nil && rec.Lease == lr.Lease.ID {
-			return nil, nil // recorded by this lease's own earlier write (an unrecorded grant adopted twice)
-		}
-		if json.Unmarshal(raw, &rec) == nil && rec.RequestID == r.RequestID && rec.Holder == r.Holder {
-			g, held, herr := l.heldGrant(ctx, rec)
-			if herr != nil {
-				return nil, herr
-			}
-			if held {
-				return &events.LeaseReply{Lease: g}, nil
-			}
-		}
-		*ri = idem{key: ri.key, rev: rev}
+	var err error
+	if ri.rev == 0 {
+		_, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, ri.key, b, recTTL)
+	} else {
+		_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
+	}
+	if !errors.Is(err, kvstore.ErrConflict) {
+		return nil, err == nil, err
+	}
+	// Recorded meanwhile: by this very write (it landed though its answer was lost), or by
+	// another try of the request, whose lease answers if it is still held.
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		*ri = idem{key: ri.key}
+		return nil, false, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+		return nil, false, err
 	}
-	return nil, nil
+	var rec events.LeaseRequest
+	if json.Unmarshal(raw, &rec) != nil || rec.RequestID != r.RequestID || rec.Holder != r.Holder {
+		*ri = idem{key: ri.key, rev: rev}
+		return nil, false, errors.New("the request record is unreadable")
+	}
+	if rec.Lease == lr.Lease.ID {
+		return nil, true, nil
+	}
+	g, held, err := l.heldGrant(ctx, rec)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case held:
+		return &events.LeaseReply{Lease: g}, true, nil
+	}
+	*ri = idem{key: ri.key, rev: rev} // its lease ended: this grant takes the record over
+	return nil, false, errors.New("the request record names a lease that ended")
 }
 
 // reqRef is a request ID of a holder.
