@@ -89,6 +89,11 @@ type AcquireRequest struct {
 	RequestID string `json:"requestId,omitempty"`
 }
 
+// IdempotencyKeyHeader is the HTTP face's other way to send an acquire's requestId (the
+// header of the IETF httpapi draft): the body's field wins when both are there and agree, and
+// a request whose two differ is refused.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
 // MaxRequestIDLen bounds AcquireRequest.RequestID: a UUID or 32 random hex digits fit.
 const MaxRequestIDLen = 128
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/workers/leaser"
 )
 
 // requestHost is where the HTTP faces of these tests listen.
@@ -52,8 +54,16 @@ func TestRetriedAcquireGetsTheSameLeaseAcrossReplicas(t *testing.T) {
 	if g := hr.mustAcquire(events.AcquireRequest{Holder: "crawler-a", RequestID: "req-1", TTLSeconds: 60}); g.ID != first.ID {
 		t.Fatalf("retry over NATS: lease %s, want %s", g.ID, first.ID)
 	}
+	// Over HTTP the header Idempotency-Key says the same; with a requestId that differs it
+	// is refused.
+	if g := grantOf(t, hr.postKeyed(1, "req-1", `{"ttlSeconds":60}`), "Idempotency-Key"); g.ID != first.ID {
+		t.Fatalf("retry with Idempotency-Key: lease %s, want %s", g.ID, first.ID)
+	}
+	if rep := hr.postKeyed(0, "req-2", string(body)); rep.code != events.CodeBadRequest || rep.err.Field != "requestId" {
+		t.Fatalf("Idempotency-Key and requestId differing: %d %+v", rep.code, rep.err)
+	}
 	if n := hr.slots(); n != 1 {
-		t.Fatalf("%d slots held after four tries of one acquire, want 1", n)
+		t.Fatalf("%d slots held after five tries of one acquire, want 1", n)
 	}
 	// Another crawler's request with an equal ID is its own.
 	rep, _ = hr.post(http.DefaultClient, "http", 1, "acquire", "Bearer another-token-of-crawler-b-0000000000", body)
@@ -183,4 +193,32 @@ func TestRetryFindsAnUnrecordedGrant(t *testing.T) {
 	if n := r.slots(); n != 1 {
 		t.Fatalf("%d slots held, want the one unrecorded lease", n)
 	}
+}
+
+// postKeyed sends an acquire with an Idempotency-Key header to replica i's HTTP face.
+func (hr *httpRig) postKeyed(i int, key, body string) reply {
+	hr.t.Helper()
+	hr.mu.Lock()
+	addr := hr.addrs[i%len(hr.addrs)]
+	hr.mu.Unlock()
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+leaser.HTTPPathPrefix+"acquire", strings.NewReader(body))
+	if err != nil {
+		hr.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+httpToken)
+	req.Header.Set(events.IdempotencyKeyHeader, key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		hr.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	rep := reply{body: b}
+	if resp.StatusCode != http.StatusOK {
+		rep.code = events.ErrorCode(resp.StatusCode)
+		var er events.ErrorReply
+		_ = json.Unmarshal(b, &er)
+		rep.err = er.Error
+	}
+	return rep
 }
