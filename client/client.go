@@ -71,13 +71,18 @@ type AcquireOptions struct {
 	// unless it retries calls itself (across restarts of its own, say): then it passes the
 	// same ID to each.
 	RequestID string
+	// Pace is the least time between two grants of one proxy for Target, whoever asks
+	// (pacing; it needs Target; whole seconds, at most 1h); 0: the service's default, none
+	// unless leases.paceSeconds sets one. A refusal's Availability.NextAllowedAt says when
+	// the first paced proxy frees; with Wait the acquire is answered then.
+	Pace time.Duration
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
 		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
 		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait),
-		RequestID: cmp.Or(o.RequestID, newRequestID())}
+		PaceSeconds: seconds(o.Pace), RequestID: cmp.Or(o.RequestID, newRequestID())}
 }
 
 // newRequestID is 128 random bits in hex.

@@ -22,6 +22,9 @@ type Lease struct {
 	// do not log it. On a proxy with auth.mode "lease" its credentials are a token that
 	// expires with the grant, and each renewal hands out a new one: use CurrentURL.
 	URL string
+	// Egress is where the proxy's traffic leaves from, as the service knew it at the grant
+	// (address, provider, region, zone, attributes); nil from a service that predates it.
+	Egress *events.LeaseEgress
 
 	c       *Client
 	stop    context.CancelFunc
@@ -43,7 +46,7 @@ func (c *Client) Acquire(ctx context.Context, o AcquireOptions) (*Lease, error) 
 		return nil, err
 	}
 	rctx, stop := context.WithCancel(context.Background())
-	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, c: c, stop: stop,
+	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, Egress: g.Egress, c: c, stop: stop,
 		done: make(chan struct{}), lost: make(chan struct{}), expires: g.ExpiresAt, url: g.URL, ttl: time.Duration(g.TTLSeconds) * time.Second}
 	go l.keepAlive(rctx, sent)
 	return l, nil
@@ -66,6 +69,17 @@ func (l *Lease) CurrentURL() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.url
+}
+
+// Credentials are CurrentURL's username and password (empty on a proxy without auth), for
+// clients that take them as fields, such as a browser's proxy settings. Do not log them.
+func (l *Lease) Credentials() (username, password string) {
+	u, err := url.Parse(l.CurrentURL())
+	if err != nil || u.User == nil {
+		return "", ""
+	}
+	password, _ = u.User.Password()
+	return u.User.Username(), password
 }
 
 // HTTPProxy is for http.Transport's Proxy: the lease's CurrentURL, so that a transport

@@ -48,6 +48,7 @@ func init() {
 			{"status pools", "show pools: desired, ready, leased and draining members, next rotation"},
 			{"status providers", "show providers: instances against limits, creates, brake; targets: check, instances"},
 			{"status probers", "show the live probers: their share of the fleet and lag"},
+			{"status cooldowns", "show running cooldowns: proxy, target, report, strikes, who, until"},
 			{"status holders", "show who holds leases: leases, proxies, targets, sessions"},
 			{"status leases [--holder h]", "show every held lease: holder, proxy, target, session, expiry"}},
 			func(ctx context.Context, a []string, s stdio) int { return statusCmd(ctx, a, s.out, s.errOut) }},

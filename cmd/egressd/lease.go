@@ -18,7 +18,7 @@ import (
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--wait 30s] [--url-only|--id-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--wait 30s] [--pace 12s] [--url-only|--id-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
@@ -55,6 +55,7 @@ type leaseFlags struct {
 	strategy string
 	session  ttlFlag
 	wait     ttlFlag
+	pace     ttlFlag
 	mode     string
 	urlOnly  bool
 	idOnly   bool
@@ -138,7 +139,7 @@ func leaseCall(ctx context.Context, c *client.Client, sub string, f *leaseFlags,
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
 			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon),
-			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode), Wait: f.wait.d})
+			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode), Wait: f.wait.d, Pace: f.pace.d})
 		if err != nil {
 			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
@@ -197,6 +198,7 @@ func leaseFlagSet(sub string, f *leaseFlags, stderr io.Writer) *flag.FlagSet {
 		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
 		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
 		fs.Var(&f.wait, "wait", "when nothing matching is free, wait up to this long (a duration or seconds) for a slot, first come first served")
+		fs.Var(&f.pace, "pace", "at least this long (a duration or seconds) between two grants of one proxy for --target, whoever asks")
 		fs.StringVar(&f.mode, "sticky-mode", "", "what a session does when its proxy is unavailable: soft (move, default) or strict (fail)")
 		fs.BoolVar(&f.urlOnly, "url-only", false, "print only the proxy URL, for curl -x")
 		fs.BoolVar(&f.idOnly, "id-only", false, "print only the lease ID, for a script's later renew, report or release")

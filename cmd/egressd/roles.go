@@ -203,7 +203,8 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	raw, interval := d.cfg.LeaseHistory()
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
 		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseMaster, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
-		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow()})
+		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow(), Escalation: d.cfg.Escalation(), Pace: d.cfg.Pace(),
+		Neighbours: d.cfg.Neighbours()})
 	if err != nil {
 		return nil, err
 	}

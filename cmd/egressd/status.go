@@ -21,7 +21,7 @@ import (
 )
 
 // statusViews are the views of `egressd status`; proxies is the default.
-var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases"}
+var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns"}
 
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
@@ -49,7 +49,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		what, args = args[0], args[1:]
 	}
 	if !slices.Contains(statusViews, what) {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders or leases)\n", what)
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders, leases or cooldowns)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -71,7 +71,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders or leases, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders, leases or cooldowns, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -110,6 +110,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return showList(ctx, *natsURL, events.BucketProbers, fleet.Probers, *output == "json", printProbers, stdout, stderr)
 	case "providers":
 		return showProviders(ctx, *natsURL, *output == "json", stdout, stderr)
+	case "cooldowns":
+		return showList(ctx, *natsURL, events.BucketCooldowns, func(ctx context.Context, kv jetstream.KeyValue) ([]fleet.CooldownRow, error) {
+			return fleet.Cooldowns(ctx, kv, time.Now())
+		}, *output == "json", printCooldowns, stdout, stderr)
 	}
 	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
 }

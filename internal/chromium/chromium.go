@@ -1,6 +1,7 @@
 // Package chromium runs Debian's headless chromium for tests that look at the status page in
 // a real browser (readside/statuspage, and cmd/egressd's end-to-end tests), and reads its
-// screenshots.
+// screenshots; and for tests that load a page through a proxy as a crawler's browser does
+// (workers/gateway).
 package chromium
 
 import (

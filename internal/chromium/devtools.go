@@ -37,7 +37,7 @@ func Inspect(t testing.TB, bin, url string, v Viewport, expr string, out any) (s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	d := startDevtools(t, ctx, bin)
+	d := startDevtools(t, ctx, bin, nil)
 	shot, err := d.inspect(ctx, url, v, expr, out)
 	if err != nil {
 		t.Fatalf("chromium DevTools on %s at %dx%d: %v\n%s", url, v.Width, v.Height, err, d.stderr.Bytes())
@@ -70,15 +70,16 @@ type cdpMessage struct {
 	ID        int             `json:"id"`
 	Method    string          `json:"method"`
 	SessionID string          `json:"sessionId"`
+	Params    json.RawMessage `json:"params"`
 	Result    json.RawMessage `json:"result"`
 	Error     *struct {
 		Message string `json:"message"`
 	} `json:"error"`
 }
 
-// startDevtools starts the browser; the test's cleanup kills its process group and waits for
-// the reader, which ends when the browser's end of the pipe closes.
-func startDevtools(t testing.TB, ctx context.Context, bin string) *devtools {
+// startDevtools starts the browser with extra flags; the test's cleanup kills its process
+// group and waits for the reader, which ends when the browser's end of the pipe closes.
+func startDevtools(t testing.TB, ctx context.Context, bin string, extra []string) *devtools {
 	t.Helper()
 	toBrowser, in, err := os.Pipe()
 	if err != nil {
@@ -89,9 +90,10 @@ func startDevtools(t testing.TB, ctx context.Context, bin string) *devtools {
 		t.Fatal(err)
 	}
 	d := &devtools{in: in, msgs: make(chan cdpMessage)}
-	cmd := exec.CommandContext(ctx, bin, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+	args := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-		"--remote-debugging-pipe", "--user-data-dir="+t.TempDir(), "about:blank")
+		"--remote-debugging-pipe", "--user-data-dir=" + t.TempDir()}, extra...)
+	cmd := exec.CommandContext(ctx, bin, append(args, "about:blank")...)
 	cmd.ExtraFiles = []*os.File{toBrowser, fromBrowser}
 	cmd.Stderr = &d.stderr
 	ownProcessGroup(cmd)
@@ -180,8 +182,9 @@ func (d *devtools) inspect(ctx context.Context, url string, v Viewport, expr str
 	return base64.StdEncoding.DecodeString(shot.Data)
 }
 
-// call sends method to session ("" for the browser) and decodes its answer into result.
-func (d *devtools) call(ctx context.Context, session, method string, params, result any) error {
+// send sends method to session ("" for the browser) and returns its id without waiting for
+// the answer.
+func (d *devtools) send(session, method string, params any) (int, error) {
 	d.nextID++
 	id := d.nextID
 	msg := map[string]any{"id": id, "method": method}
@@ -193,10 +196,19 @@ func (d *devtools) call(ctx context.Context, session, method string, params, res
 	}
 	b, err := json.Marshal(msg)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if _, err := d.in.Write(append(b, 0)); err != nil {
-		return fmt.Errorf("%s: %w", method, err)
+		return 0, fmt.Errorf("%s: %w", method, err)
+	}
+	return id, nil
+}
+
+// call sends method to session ("" for the browser) and decodes its answer into result.
+func (d *devtools) call(ctx context.Context, session, method string, params, result any) error {
+	id, err := d.send(session, method, params)
+	if err != nil {
+		return err
 	}
 	for {
 		m, err := d.next(ctx, method)

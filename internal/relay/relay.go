@@ -24,19 +24,25 @@ import (
 func Splice(client, up net.Conn, idle time.Duration) (sent, received int64) {
 	t := &tunnelState{idle: idle}
 	t.touch()
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(2)
-	go func() { defer wg.Done(); n, err := t.pipe(up, client); sent = n; errc <- err }()
-	go func() { defer wg.Done(); n, err := t.pipe(client, up); received = n; errc <- err }()
-	for range 2 {
-		if err := <-errc; err != nil {
-			// A reset or an idle cut on one side ends the other one too.
+	// A reset or an idle cut on one side ends the other one too: each side closes both
+	// connections on its own error, since the other may be blocked in a read. The download
+	// side runs on the caller's goroutine, one goroutine fewer a tunnel.
+	cut := func(err error) {
+		if err != nil {
 			client.Close()
 			up.Close()
 		}
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n, err := t.pipe(up, client)
+		sent = n
+		cut(err)
+	}()
+	received, err := t.pipe(client, up)
+	cut(err)
+	<-done
 	return sent, received
 }
 

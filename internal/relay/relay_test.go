@@ -81,3 +81,27 @@ func TestSpliceGrowsItsBuffer(t *testing.T) {
 		t.Fatalf("read %d bytes (%v), want the %d sent, intact", len(got), err, len(data))
 	}
 }
+
+// A reset on either side ends the tunnel at once, though the other side is quiet and the idle
+// cut an hour away: the side blocked in a read is closed under it.
+func TestSpliceEndsOnAReset(t *testing.T) {
+	for _, side := range []string{"client", "upstream"} {
+		t.Run(side, func(t *testing.T) {
+			client, clientSide := tcpPair(t)
+			upSide, up := tcpPair(t)
+			done := make(chan struct{})
+			go func() { defer close(done); Splice(clientSide, upSide, time.Hour) }()
+			reset := client
+			if side == "upstream" {
+				reset = up
+			}
+			_ = reset.(*net.TCPConn).SetLinger(0)
+			reset.Close()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("a reset %s left the tunnel open", side)
+			}
+		})
+	}
+}

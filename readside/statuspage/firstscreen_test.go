@@ -60,7 +60,7 @@ func TestFirstScreen(t *testing.T) {
 
 	// The cooldown that has ended only waits for its TTL: not shown.
 	cools := strings.Join(tableRows(t, body, "cooldowns"), "\n")
-	if want := "crawl-eu-1 shop.example blocked crawler-7 12:09:00 (in 9m)\next-office every target failed crawler-7 12:04:00 (in 4m)"; cools != want {
+	if want := "crawl-eu-1 shop.example blocked (strike 2) crawler-7 12:09:00 (in 9m)\next-office every target failed crawler-7 12:04:00 (in 4m)"; cools != want {
 		t.Errorf("cooldowns:\n%s\nwant\n%s", cools, want)
 	}
 	if rows := tableRows(t, body, "holders"); len(rows) != 1 || rows[0] != "crawler-7 3 2 0 0 1m in 4m crawl-eu-1 (2 slots), ext-office" {

@@ -173,12 +173,16 @@ func (r *rig) seedFleet(t *testing.T) {
 	// after a blocked one; the third ended a minute ago (it only waits for its TTL).
 	for _, c := range []events.Cooldown{
 		{Proxy: "ext-office", Result: events.ReportFailed, Holder: "crawler-7", Until: r.now.Add(4 * time.Minute)},
-		{Proxy: "crawl-eu-1", Target: "shop.example", Result: events.ReportBlocked, Holder: "crawler-7", Until: r.now.Add(9 * time.Minute)},
+		{Proxy: "crawl-eu-1", Target: "shop.example", Result: events.ReportBlocked, Holder: "crawler-7", Until: r.now.Add(9 * time.Minute), Strikes: 2},
 		{Proxy: "crawl-eu-2", Target: "news.example", Result: events.ReportBlocked, Until: r.now.Add(-time.Minute)},
 	} {
 		c.V = 1
 		r.put(t, r.store.Cooldowns, cooldownKey(c.Proxy, c.Target), c)
 	}
+	// The leasers' count of crawl-eu-1's blocks on shop.example (escalating cooldowns): not a
+	// cooldown of its own.
+	r.put(t, r.store.Cooldowns, cooldownKey("crawl-eu-1", "shop.example")+".strikes",
+		events.Strikes{V: 1, Proxy: "crawl-eu-1", Target: "shop.example", Count: 2, LastAt: ago(time.Minute)})
 	targets := []events.TargetHealth{
 		{Provider: "local", Target: "local", Order: 0, Ready: true, Reason: "Ready", LatencyMs: 0.4, CheckedAt: ago(15 * time.Second), LastTransitionTime: ago(3 * time.Hour)},
 		{Provider: "kvm-home", Target: "hv2", Order: 1, Ready: false, Reason: "Unreachable", Message: "dial tcp 192.0.2.10:22: i/o timeout",

@@ -3,12 +3,12 @@ package gateway
 import (
 	"bufio"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/egressd/egressd/client"
@@ -53,55 +53,80 @@ type hop struct {
 // credentials. On success the connection carries the tunnel (with whatever the proxy sent
 // after its answer).
 func (g *Gateway) dialThrough(ctx context.Context, h *held, target string) (net.Conn, hop) {
-	u, err := h.lease.HTTPProxy(nil) // the latest renewal's credentials
+	up, err := h.upstream() // the latest renewal's credentials
 	if err != nil {
 		return nil, hop{err: errors.New("the lease's URL does not parse")}
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.DialTimeout)
 	defer cancel()
-	conn, err := g.dialer.DialContext(ctx, "tcp", u.Host)
+	conn, err := g.dialer.DialContext(ctx, "tcp", up.url.Host)
 	if err != nil {
 		return nil, hop{err: err}
 	}
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
-	if u.User != nil {
-		pass, _ := u.User.Password()
-		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass)) + "\r\n"
-	}
-	if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n"+up.connectAuth+"\r\n"); err != nil {
 		conn.Close()
 		return nil, hop{err: err}
 	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	br := answerReaders.Get().(*bufio.Reader)
+	br.Reset(conn)
+	status, early, err := readConnectAnswer(br)
+	br.Reset(nil)
+	answerReaders.Put(br)
 	if err != nil {
 		conn.Close()
 		return nil, hop{err: err}
 	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
+	if status != http.StatusOK {
 		conn.Close()
-		return nil, hop{status: resp.StatusCode}
+		return nil, hop{status: status}
 	}
 	if !stop() || ctx.Err() != nil {
 		conn.Close()
 		return nil, hop{err: context.DeadlineExceeded}
 	}
 	conn.SetDeadline(time.Time{})
-	return &bufferedConn{Conn: conn, r: br}, hop{status: http.StatusOK}
+	if len(early) > 0 {
+		return &earlyConn{Conn: conn, early: early}, hop{status: http.StatusOK}
+	}
+	return conn, hop{status: http.StatusOK}
 }
 
-// bufferedConn reads what the reader buffered first.
-type bufferedConn struct {
+// answerReaders read fleet proxies' answers to CONNECT: a tunnel keeps no reader of its own.
+var answerReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 1024) }}
+
+// readConnectAnswer reads the proxy's answer to CONNECT, and copies out what the proxy sent
+// after it (the tunnel's first bytes, when the site spoke first).
+func readConnectAnswer(br *bufio.Reader) (status int, early []byte, err error) {
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		return 0, nil, err
+	}
+	resp.Body.Close()
+	if n := br.Buffered(); n > 0 && resp.StatusCode == http.StatusOK {
+		early = make([]byte, n)
+		_, _ = io.ReadFull(br, early)
+	}
+	return resp.StatusCode, early, nil
+}
+
+// earlyConn reads the bytes that came with the proxy's answer first.
+type earlyConn struct {
 	net.Conn
-	r *bufio.Reader
+	early []byte
 }
 
-func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+func (c *earlyConn) Read(p []byte) (int, error) {
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		c.early = c.early[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
 
-func (c *bufferedConn) CloseWrite() error { relay.CloseWrite(c.Conn); return nil }
+func (c *earlyConn) CloseWrite() error { relay.CloseWrite(c.Conn); return nil }
 
 // judgeHop turns a failed attempt into the rule's verdict and the crawler's answer. The
 // error's text is never shown: a dial error names only an address, but the answer is built

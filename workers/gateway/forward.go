@@ -70,12 +70,12 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, rq *request) {
 // rule (or the proxy failed) and another attempt may be made: nothing has been written then.
 func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, rq *request, last bool) bool {
 	host := r.URL.Hostname()
-	u, err := h.lease.HTTPProxy(nil) // the latest renewal's credentials
+	up, err := h.upstream() // the latest renewal's credentials
 	if err != nil {
 		rq.fail(w, gatewayError{status: http.StatusBadGateway, kind: psInternalError, detail: "the lease's URL does not parse"})
 		return true
 	}
-	out := r.Clone(context.WithValue(r.Context(), proxyKey{}, u))
+	out := r.Clone(context.WithValue(r.Context(), proxyKey{}, up.url))
 	out.RequestURI, out.Close = "", false
 	if r.ContentLength == 0 {
 		out.Body = nil

@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/egressd/egressd/client"
@@ -26,6 +29,35 @@ type held struct {
 	lastUsed time.Time            // when the last of them ended (or it was taken)
 	blocked  map[string]time.Time // targets this gateway reported it blocked on, until when
 	gone     bool                 // released, reported with release, or lost: never handed out again
+
+	up atomic.Pointer[upstream] // the lease's URL as last parsed
+}
+
+// upstream is a lease's proxy URL, parsed, and the CONNECT's credentials header line.
+type upstream struct {
+	raw         string
+	url         *url.URL
+	connectAuth string // "Proxy-Authorization: Basic …\r\n", or "" for a proxy without credentials
+}
+
+// upstream returns the lease's current proxy URL, parsed once per renewal that changes it
+// (a lease token renews with the lease) rather than on every request.
+func (h *held) upstream() (*upstream, error) {
+	raw := h.lease.CurrentURL()
+	if c := h.up.Load(); c != nil && c.raw == raw {
+		return c, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	c := &upstream{raw: raw, url: u}
+	if u.User != nil {
+		pass, _ := u.User.Password()
+		c.connectAuth = "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass)) + "\r\n"
+	}
+	h.up.Store(c)
+	return c, nil
 }
 
 func (h *held) lost() bool {

@@ -50,6 +50,8 @@ type rig struct {
 	tlsOrig *origin
 	caPool  *x509.CertPool
 	obs     *recordingObserver
+	// maxLeases is each proxy's maxLeases (4 unless a benchmark needs more)
+	maxLeases int
 }
 
 type syncBuffer struct {
@@ -78,7 +80,14 @@ func newRig(t testing.TB, nProxies int) *rig {
 // every other process on the machine).
 func newRigSources(t testing.TB, sources []string) *rig {
 	t.Helper()
-	r := &rig{t: t, srv: kvstoretest.StartServer(t), logs: &syncBuffer{}, sources: map[string]string{}, obs: &recordingObserver{}}
+	return newRigLeases(t, sources, 4)
+}
+
+// newRigLeases is newRigSources with maxLeases slots on each proxy.
+func newRigLeases(t testing.TB, sources []string, maxLeases int) *rig {
+	t.Helper()
+	r := &rig{t: t, srv: kvstoretest.StartServer(t), logs: &syncBuffer{}, sources: map[string]string{}, obs: &recordingObserver{},
+		maxLeases: maxLeases}
 	_, js := kvstoretest.Connect(t, r.srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -147,7 +156,7 @@ func (r *rig) startProxy(name, source string) {
 	port := ln.Addr().(*net.TCPAddr).Port
 	kctx, kcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer kcancel()
-	spec := map[string]any{"provider": "local", "maxLeases": 4, "attributes": map[string]string{"geo": "de", "pool": "web"},
+	spec := map[string]any{"provider": "local", "maxLeases": r.maxLeases, "attributes": map[string]string{"geo": "de", "pool": "web"},
 		"auth": map[string]string{"username": "fleet", "password": proxySecret}}
 	if _, err := kvstore.PutJSON(kctx, r.store.Proxies, name, spec); err != nil {
 		r.t.Fatal(err)

@@ -76,7 +76,9 @@ func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, tt
 
 // acquireAny leases the first candidate of q that has a free slot.
 func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl time.Duration, q selection.Query, at *attempt) (any, error) {
-	var cur selection.Cursor
+	// With neighbourhoods, the proxies near one the holder already holds for the target go
+	// after all the others (a second pass): the holder's leases spread over neighbourhoods.
+	q.Avoid = l.crowded(r)
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
 	// Candidates in a shard that stalled lately go last, and a shard that stalls now moves
@@ -93,8 +95,12 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 		lost = lost || conflicts > 0
 		return g, err != nil || g != nil, err
 	}
-	for {
+	for cur := (selection.Cursor{}); ; {
 		batch := l.view.fleet.Next(q, &cur, tried, candidateBatch)
+		if len(batch) == 0 && len(q.Avoid) > 0 {
+			q.Avoid, cur = nil, selection.Cursor{}
+			continue
+		}
 		if len(batch) == 0 {
 			break
 		}
@@ -130,6 +136,9 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	if r.MinAnonymity != "" {
 		msg += fmt.Sprintf(", %d less anonymous than %s (or not judged)", av.BelowAnonymity, r.MinAnonymity)
 	}
+	if !av.NextAllowedAt.IsZero() {
+		msg += fmt.Sprintf("; the first cooling for this target may be granted again at %s", av.NextAllowedAt.UTC().Format(time.RFC3339))
+	}
 	return nil, &apiError{code: events.CodeUnavailable, avail: &av, msg: msg}
 }
 
@@ -147,7 +156,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	if err != nil {
 		return nil, 0, err
 	}
-	cooling := l.startCoolingCheck(ctx, c.Name, r.Target)
+	cooling := l.startCoolingCheck(ctx, c.Name, r.Target, l.pace(r))
 	conflicts := 0
 	var (
 		lease events.Lease
@@ -155,13 +164,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		rev   uint64
 	)
 	for _, slot := range c.Free {
-		now := l.now()
-		lease = events.Lease{V: 1, Proxy: c.Name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
-			Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
-			SpecRevision: c.Basis.SpecRev, StatusRevision: c.Basis.StatusRev, Instance: c.Basis.Instance, RequestID: r.RequestID}
-		if h != nil {
-			lease.Hold = &events.LeaseHold{Key: h.key, Token: h.token}
-		}
+		lease = l.newLease(r, c, slot, ttl, h)
 		var b []byte
 		if b, err = json.Marshal(lease); err != nil {
 			break
@@ -187,9 +190,13 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		}
 		break
 	}
-	which, cerr := cooling()
-	if granted := err == nil && rev != 0; granted && (cerr != nil || which != "") {
+	which, paced, cerr := cooling()
+	granted := err == nil && rev != 0
+	if granted && (cerr != nil || which != "") {
 		l.giveBack(ctx, key, rev)
+	}
+	if !granted || cerr != nil || which != "" {
+		l.unpace(ctx, c.Name, r.Target, paced)
 	}
 	switch {
 	case cerr != nil:
@@ -216,6 +223,18 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	return events.LeaseReply{Lease: l.grant(id, lease, c.Endpoint)}, conflicts, nil
 }
 
+// newLease is the record of a grant of slot of c to r, against what the view knew of c.
+func (l *Leaser) newLease(r events.AcquireRequest, c selection.Candidate, slot int, ttl time.Duration, h *hold) events.Lease {
+	now := l.now()
+	lease := events.Lease{V: 1, Proxy: c.Name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
+		Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
+		SpecRevision: c.Basis.SpecRev, StatusRevision: c.Basis.StatusRev, Instance: c.Basis.Instance, RequestID: r.RequestID}
+	if h != nil {
+		lease.Hold = &events.LeaseHold{Key: h.key, Token: h.token}
+	}
+	return lease
+}
+
 // giveBack deletes a slot just created for a proxy that turned out to be cooling down. If
 // that fails the slot is only lost until its TTL runs out: it never carried a grant.
 func (l *Leaser) giveBack(ctx context.Context, key string, rev uint64) {
@@ -225,44 +244,53 @@ func (l *Leaser) giveBack(ctx context.Context, key string, rev uint64) {
 }
 
 // startCoolingCheck reads the proxy's global and target cooldown keys in a goroutine and
-// returns the wait for its answer: "global", "target" or "" (none). The caller must wait;
-// the goroutine ends with ctx at the latest.
-func (l *Leaser) startCoolingCheck(ctx context.Context, proxy, tgt string) func() (string, error) {
+// returns the wait for its answer: "global", "target" or "" (none), and with pacing the
+// revision of the pacing mark it made (pace.go). The caller must wait; the goroutine ends
+// with ctx at the latest.
+func (l *Leaser) startCoolingCheck(ctx context.Context, proxy, tgt string, pace time.Duration) func() (string, uint64, error) {
 	type result struct {
 		which string
+		paced uint64
 		err   error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		which, err := l.coolingNow(ctx, proxy, tgt)
-		ch <- result{which, err}
+		which, paced, err := l.coolingNow(ctx, proxy, tgt, pace)
+		ch <- result{which, paced, err}
 	}()
-	return func() (string, error) {
+	return func() (string, uint64, error) {
 		r := <-ch
-		return r.which, r.err
+		return r.which, r.paced, r.err
 	}
 }
 
 // coolingNow reads the proxy's global and target cooldown keys and records what it finds in
-// the view.
-func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string) (string, error) {
+// the view. With pacing, the target's key is created (markPaced) rather than read.
+func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string, pace time.Duration) (string, uint64, error) {
 	keys := []string{globalCooldownKey(proxy)}
-	if tgt != "" {
+	if tgt != "" && pace == 0 {
 		keys = append(keys, targetCooldownKey(proxy, tgt))
 	}
 	for i, key := range keys {
-		_, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
+		b, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
 		if errors.Is(err, kvstore.ErrNotFound) {
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("read cooldown %s: %w", key, err)
+			return "", 0, fmt.Errorf("read cooldown %s: %w", key, err)
 		}
-		l.view.noteCooldown(key, rev, true)
+		l.view.noteCooldown(key, rev, true, cooldownEnd(b))
 		if i == 0 {
-			return "global", nil
+			return "global", 0, nil
 		}
-		return "target", nil
+		return "target", 0, nil
 	}
-	return "", nil
+	if tgt == "" || pace == 0 {
+		return "", 0, nil
+	}
+	cooling, paced, err := l.markPaced(ctx, proxy, tgt, pace)
+	if cooling {
+		return "target", 0, err
+	}
+	return "", paced, err
 }

@@ -38,8 +38,16 @@ func TestLeaseReportBlockedCoolsDownOneTarget(t *testing.T) {
 	for range 5 { // whichever replica answers
 		_, rep := r.acquire(events.AcquireRequest{Target: "a.example"})
 		want := events.Availability{Matched: 1, Ready: 1, CoolingTarget: 1}
-		if rep.code != events.CodeUnavailable || *rep.err.Availability != want {
-			t.Fatalf("acquire for the blocked target: %d %+v, want 503 %+v", rep.code, rep.err.Availability, want)
+		if rep.code != events.CodeUnavailable || rep.err.Availability == nil {
+			t.Fatalf("acquire for the blocked target: %d, want 503", rep.code)
+		}
+		// The refusal says when the proxy may be granted for the target again.
+		got := *rep.err.Availability
+		if !got.NextAllowedAt.Equal(rr.CooldownUntil) {
+			t.Fatalf("nextAllowedAt %v, want the cooldown's end %v", got.NextAllowedAt, rr.CooldownUntil)
+		}
+		if got.NextAllowedAt = (time.Time{}); got != want {
+			t.Fatalf("acquire for the blocked target: %+v, want %+v", got, want)
 		}
 	}
 	if g := r.mustAcquire(events.AcquireRequest{Target: "b.example"}); g.Proxy != "px-a" {

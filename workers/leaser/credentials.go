@@ -25,6 +25,11 @@ func (l *Leaser) grant(id string, rec events.Lease, t selection.Endpoint) events
 	case t.Auth != nil:
 		u.User = url.UserPassword(t.Auth.Username, t.Auth.Password)
 	}
-	return events.LeaseGrant{ID: id, Proxy: rec.Proxy, Host: t.IP, Port: t.Port, URL: u.String(),
-		ExpiresAt: rec.ExpiresAt, TTLSeconds: rec.TTLSeconds}
+	g := events.LeaseGrant{ID: id, Proxy: rec.Proxy, Host: t.IP, Port: t.Port, URL: u.String(),
+		ExpiresAt: rec.ExpiresAt, TTLSeconds: rec.TTLSeconds, Egress: &t.Egress}
+	if u.User != nil {
+		g.Username = u.User.Username()
+		g.Password, _ = u.User.Password()
+	}
+	return g
 }

@@ -95,6 +95,12 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 	if err := l.checkWait(r.WaitSeconds); err != nil {
 		return r, 0, err
 	}
+	switch {
+	case r.PaceSeconds < 0 || r.PaceSeconds > int(MaxPace/time.Second):
+		return r, 0, badRequest("paceSeconds", "paceSeconds must be between 0 and %d, got %d", int(MaxPace/time.Second), r.PaceSeconds)
+	case r.PaceSeconds > 0 && r.Target == "":
+		return r, 0, badRequest("paceSeconds", "paceSeconds paces the grants of a proxy for one site: it needs target")
+	}
 	return r, ttl, nil
 }
 

@@ -41,6 +41,13 @@ type Config struct {
 	BlockedCooldown time.Duration // default 10m
 	FailedCooldown  time.Duration // default 5m
 	MaxCooldown     time.Duration // default 24h; cooldownSeconds above it is refused
+	// Escalation lengthens the cooldowns of repeated blocks on one target (strikes.go).
+	Escalation Escalation
+	// Neighbours cools a blocked proxy's neighbours for the target too (neighbours.go).
+	Neighbours Neighbours
+	// Pace is the least time between two grants of one proxy for one target when an acquire
+	// names none (pace.go); 0: no pacing. Whole seconds, at most MaxPace.
+	Pace time.Duration
 
 	// MaxPerHolder caps the leases one holder may hold at once on the proxies of one pool
 	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder
@@ -130,8 +137,7 @@ func New(cfg Config) (*Leaser, error) {
 	if !cfg.Buckets.complete() || cfg.NC == nil {
 		return nil, errors.New("leaser: buckets and NATS connection are required")
 	}
-	cfg.MinTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL)
-	cfg.DefaultTTL = cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
+	cfg.MinTTL, cfg.DefaultTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL), cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
 	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
 	cfg.BlockedCooldown = cmp.Or(cfg.BlockedCooldown, DefaultBlockedCooldown)
 	cfg.FailedCooldown = cmp.Or(cfg.FailedCooldown, DefaultFailedCooldown)
@@ -147,8 +153,8 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.MinTTL > cfg.DefaultTTL || cfg.DefaultTTL > cfg.MaxTTL {
 		return nil, fmt.Errorf("leaser: need MinTTL ≤ DefaultTTL ≤ MaxTTL, got %v, %v, %v", cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL)
 	}
-	if cfg.BlockedCooldown > cfg.MaxCooldown || cfg.FailedCooldown > cfg.MaxCooldown {
-		return nil, fmt.Errorf("leaser: default cooldowns must not exceed MaxCooldown %v", cfg.MaxCooldown)
+	if err := cfg.checkCooldowns(); err != nil {
+		return nil, err
 	}
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = DefaultStatsInterval
@@ -201,6 +207,7 @@ func New(cfg Config) (*Leaser, error) {
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
+	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}

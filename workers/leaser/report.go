@@ -30,10 +30,14 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		if r.Result == events.ReportBlocked {
 			key = targetCooldownKey(id.Proxy, r.Target)
 		}
-		cd := events.Cooldown{V: 1, Proxy: id.Proxy, Result: r.Result, Holder: rec.Holder, Until: now.Add(cooldown)}
+		cd := events.Cooldown{V: 1, Proxy: id.Proxy, Result: r.Result, Holder: rec.Holder}
 		if r.Result == events.ReportBlocked {
 			cd.Target = r.Target
+			if cooldown, cd.Strikes, err = l.escalate(ctx, id.Proxy, r.Target, cooldown, now); err != nil {
+				return nil, err
+			}
 		}
+		cd.Until = now.Add(cooldown)
 		b, err := json.Marshal(cd)
 		if err != nil {
 			return nil, err
@@ -42,11 +46,21 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("write cooldown %s: %w", key, err)
 		}
-		l.view.noteCooldown(key, rev, true)
-		reply.CooldownUntil = cd.Until
+		l.view.noteCooldown(key, rev, true, cd.Until)
+		reply.CooldownUntil, reply.Strikes = cd.Until, cd.Strikes
+		if r.Result == events.ReportBlocked {
+			if reply.NeighboursCooled, err = l.coolNeighbours(ctx, id.Proxy, r.Target, rec.Holder, cooldown); err != nil {
+				l.log.Warn("cool the blocked proxy's neighbours", "proxy", id.Proxy, "err", err)
+			}
+		}
 	}
 	if r.Result == events.ReportFailed {
 		l.probeNow(id.Proxy, now)
+	}
+	if r.Result == events.ReportOK && r.Target != "" && l.cfg.Escalation.on() {
+		if err := l.forgive(ctx, id.Proxy, r.Target, now); err != nil {
+			l.log.Warn("take a strike off after a success; it fades at the strike memory", "proxy", id.Proxy, "err", err)
+		}
 	}
 	l.stats.report(l.view.originOf(id.Proxy), id.Proxy, r.Target, r.Result)
 	l.emitter.emitUnique(events.Event{ID: "report:" + id.String() + ":" + newToken(), Kind: events.KindReport, Proxy: id.Proxy,

@@ -2,6 +2,7 @@ package leaser
 
 import (
 	"encoding/json"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ type view struct {
 	// a late write, from undoing a newer state.
 	leaseRev map[string]uint64
 	coolRev  map[string]uint64
+	// The strike records of proxy_cooldowns present (strikes.go), so that a success costs a
+	// KV round trip only where there is a strike to take off.
+	strikes map[string]bool
 
 	// Holder slots and sessions (holders.go, sessions.go), fed by the lease_state watch: the
 	// holder slots held by scope and holder, and the sessions bound.
@@ -60,7 +64,7 @@ type slotState struct {
 // newView returns an empty view whose holder limit is defaultCap wherever a pool sets none.
 func newView(defaultCap int) *view {
 	return &view{fleet: selection.NewFleet(defaultCap), waits: selection.NewQueue(), leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
-		holds: map[holdScope]map[int]holdRef{}, sessions: map[string]sessionRef{}, stateRev: map[string]uint64{},
+		strikes: map[string]bool{}, holds: map[holdScope]map[int]holdRef{}, sessions: map[string]sessionRef{}, stateRev: map[string]uint64{},
 		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{},
 		reqSlot: map[reqRef]string{}, slotReq: map[string]reqRef{}}
 }
@@ -176,11 +180,47 @@ func (v *view) noteReleased(key string, rev uint64) {
 
 // applyCooldown folds an entry of proxy_cooldowns.
 func (v *view) applyCooldown(e jetstream.KeyValueEntry) {
-	v.noteCooldown(e.Key(), e.Revision(), isPut(e))
+	if strings.HasSuffix(e.Key(), ".strikes") {
+		v.noteStrikes(e.Key(), isPut(e))
+		return
+	}
+	v.noteCooldown(e.Key(), e.Revision(), isPut(e), cooldownEnd(e.Value()))
 }
 
-// noteCooldown records that key is (on) or is no longer (!on) cooling down as of rev.
-func (v *view) noteCooldown(key string, rev uint64, on bool) {
+// cooldownEnd is a cooldown record's Until (zero when it does not decode: the cooldown
+// still holds, only its end is unknown).
+func cooldownEnd(b []byte) time.Time {
+	var c struct {
+		Until time.Time `json:"until"`
+	}
+	if len(b) == 0 || json.Unmarshal(b, &c) != nil {
+		return time.Time{}
+	}
+	return c.Until
+}
+
+// noteStrikes records whether the strike record key is present. An echo that comes late
+// can only make a success cost one more KV read, or leave a strike to fade with its TTL.
+func (v *view) noteStrikes(key string, present bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if present {
+		v.strikes[key] = true
+	} else {
+		delete(v.strikes, key)
+	}
+}
+
+// struck says whether the strike record key was last seen present.
+func (v *view) struck(key string) bool {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	return v.strikes[key]
+}
+
+// noteCooldown records that key is (on) or is no longer (!on) cooling down as of rev, until
+// end where known (zero: unknown).
+func (v *view) noteCooldown(key string, rev uint64, on bool, end time.Time) {
 	proxy, target, ok := parseCooldownKey(key)
 	if !ok {
 		return
@@ -191,5 +231,5 @@ func (v *view) noteCooldown(key string, rev uint64, on bool) {
 		return
 	}
 	v.coolRev[key] = rev
-	v.fleet.SetCooling(proxy, target, on)
+	v.fleet.SetCooling(proxy, target, on, end)
 }

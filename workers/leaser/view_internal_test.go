@@ -46,7 +46,7 @@ func TestViewFeedsTheFleetInRevisionOrder(t *testing.T) {
 	}
 
 	// A cooldown this replica wrote at 8 outlives the echo of an older removal.
-	v.noteCooldown(globalCooldownKey("px-1"), 8, true)
+	v.noteCooldown(globalCooldownKey("px-1"), 8, true, time.Time{})
 	v.applyCooldown(entry{key: globalCooldownKey("px-1"), op: jetstream.KeyValueDelete, rev: 7})
 	if av := v.fleet.Availability(q, selection.NewLearned()); av.CoolingGlobal != 1 || av.Ready != 1 {
 		t.Fatalf("availability %+v", av)

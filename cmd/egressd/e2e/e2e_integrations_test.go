@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -326,6 +327,28 @@ func TestIntegrationsEndToEnd(t *testing.T) {
 		if !strings.Contains(out, "reported blocked (captcha): "+s.url+"/challenge") {
 			t.Errorf("the captcha page was not seen as one")
 		}
+		// Every proxy that served a block is reported: a 403 by the hook, the captcha by
+		// retiring its session. Reports count leases, not pages: two blocked pages fetched
+		// at once on one session's lease give one report (the lease is given back with the
+		// first), so the check is per proxy.
+		blockedVia := map[string]bool{}
+		seen := s.seen()
+		for _, h := range append(seen["/blocked"], seen["/challenge"]...) {
+			for name, row := range rows {
+				if host, _, _ := net.SplitHostPort(row.Address); host == h {
+					blockedVia[name] = true
+				}
+			}
+		}
+		waitUntil(t, "a report per proxy that served a block", 10*time.Second, func() (bool, string) {
+			missing := maps.Clone(blockedVia)
+			for _, ev := range reports(t, js) {
+				if ev.Reason == events.Reason(events.ReportBlocked) && ev.Lease != nil && ev.Lease.Holder == "crawlee-e2e" {
+					delete(missing, ev.Proxy)
+				}
+			}
+			return len(missing) == 0, fmt.Sprintf("no blocked report from crawlee-e2e for %v (blocks served by %v)", slices.Sorted(maps.Keys(missing)), slices.Sorted(maps.Keys(blockedVia)))
+		})
 	})
 
 	t.Run("the token is in no log or metric", func(t *testing.T) {

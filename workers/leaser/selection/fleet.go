@@ -31,6 +31,12 @@ type Fleet struct {
 	sets       map[string]*selSet                   // by selectorKey
 	coolTarget map[string]map[*proxyView]struct{}   // proxies cooling down, by target
 	clock      atomic.Uint64                        // orders the sets' last use
+
+	// Neighbourhoods (neighbours.go), when set: the proxies of each, and per holder and
+	// target the proxies where it holds leases, so that spreading costs what it touches.
+	hood  Neighbourhood
+	hoods map[string]map[*proxyView]struct{}
+	held  map[holderTarget]map[*proxyView]int
 }
 
 type stickyRef struct {
@@ -46,7 +52,8 @@ const maxSticky = 100_000
 func NewFleet(defaultCap int) *Fleet {
 	return &Fleet{proxies: map[string]*proxyView{}, sticky: map[string]stickyRef{}, poolCaps: map[string]int{},
 		defaultCap: defaultCap, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
-		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{}}
+		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
+		hoods: map[string]map[*proxyView]struct{}{}, held: map[holderTarget]map[*proxyView]int{}}
 }
 
 // proxy returns the entry of name, creating it. Callers hold mu.
@@ -65,6 +72,11 @@ func (f *Fleet) changed(p *proxyView) {
 	f.reindex(p)
 	if !p.hasSpec && !p.hasStatus && p.latencyMs == 0 && p.health.Address == "" && len(p.slots) == 0 && len(p.cooling) == 0 {
 		delete(f.proxies, p.name)
+		f.rehood(p, "")
+		return
+	}
+	if f.hood.On() {
+		f.rehood(p, f.hood.key(p))
 	}
 }
 
@@ -78,8 +90,10 @@ func (f *Fleet) SetSpec(name string, rev uint64, gone bool, spec *schemas.ProxyS
 	p.specRev, p.specGone = rev, gone
 	p.hasSpec = spec != nil
 	p.attrs, p.auth, p.maxLeases, p.external, p.drain = nil, nil, 0, false, false
+	p.placement = schemas.Placement{}
 	if spec != nil {
 		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
+		p.placement = spec.Placement
 		p.external, p.drain = spec.Mode == schemas.ModeExternal, spec.Drain
 		p.origin = Origin{Provider: spec.Provider, Pool: spec.Pool}
 		if p.external {
@@ -104,7 +118,7 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt
-	p.gen = st.Generation
+	p.gen, p.expected = st.Generation, st.ExpectedEgress
 	f.changed(p)
 }
 
@@ -116,20 +130,27 @@ func (f *Fleet) SetHealth(name string, h events.ProxyHealth) {
 	defer f.mu.Unlock()
 	p := f.proxy(name)
 	p.latencyMs = h.LatencyMs
-	p.health = events.ProxyHealth{Address: h.Address, LastProbeAt: h.LastProbeAt, Anonymity: h.Anonymity}
+	p.health = events.ProxyHealth{Address: h.Address, LastProbeAt: h.LastProbeAt, Anonymity: h.Anonymity, EgressIP: h.EgressIP}
 	f.changed(p)
 }
 
 // SetCooling records that proxy is (on) or is no longer cooling down for target ("" for
-// every target).
-func (f *Fleet) SetCooling(proxy, target string, on bool) {
+// every target), until end when it is known (zero: unknown), for a refusal's nextAllowedAt.
+func (f *Fleet) SetCooling(proxy, target string, on bool, end time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(proxy)
 	if on {
 		p.cooling[target] = true
+		if target != "" && !end.IsZero() {
+			if p.coolEnd == nil {
+				p.coolEnd = map[string]time.Time{}
+			}
+			p.coolEnd[target] = end
+		}
 	} else {
 		delete(p.cooling, target)
+		delete(p.coolEnd, target)
 	}
 	if target != "" {
 		f.noteTargetCooling(p, target, on)
@@ -143,7 +164,11 @@ func (f *Fleet) SlotHeld(proxy string, slot int, s Slot) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(proxy)
+	if old, was := p.slots[slot]; was {
+		f.noteHeld(p, old.Lease, -1)
+	}
 	p.setSlot(slot, s)
+	f.noteHeld(p, s.Lease, 1)
 	l := s.Lease
 	if l.AcquiredAt.After(p.lastLeased) {
 		p.lastLeased = l.AcquiredAt
@@ -166,6 +191,9 @@ func (f *Fleet) SlotFreed(proxy string, slot int) (Slot, bool) {
 		return Slot{}, false
 	}
 	old, held := p.dropSlot(slot)
+	if held {
+		f.noteHeld(p, old.Lease, -1)
+	}
 	f.changed(p)
 	return old, held
 }
@@ -182,6 +210,7 @@ func (f *Fleet) SlotFreedAt(proxy string, slot int, rev uint64) (known bool) {
 	}
 	if s, held := p.slots[slot]; held && s.Rev == rev {
 		p.dropSlot(slot)
+		f.noteHeld(p, s.Lease, -1)
 		f.changed(p)
 	}
 	return true

@@ -163,6 +163,9 @@ type Query struct {
 	// their proxies are passed over without being tried, at the cost of a map lookup each.
 	// The shell fills it as the acquire learns; Next reads it as it stands.
 	Capped map[string]int
+	// Avoid are neighbourhoods whose proxies are passed over (the holder already holds one
+	// there for the target: Crowded), so that its leases spread; a sticky proxy is not.
+	Avoid map[string]bool
 }
 
 // NewQuery is the selection request of r.
@@ -245,7 +248,7 @@ func (f *Fleet) Next(q Query, cur *Cursor, skip map[string]bool, n int) []Candid
 				return false
 			}
 			cur.after = &k
-			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) {
+			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) || q.Avoid[p.hood] {
 				return true
 			}
 			if _, full := q.Capped[p.origin.Pool]; full {
@@ -360,6 +363,10 @@ func (f *Fleet) Availability(q Query, a Learned) events.Availability {
 		for p := range f.coolTarget[q.target] {
 			if s.member(p) && p.ix.st.ready {
 				av.CoolingTarget++
+				// The first of them free again: when a waiting acquire may get one.
+				if end := p.coolEnd[q.target]; !end.IsZero() && !p.ix.st.full && (av.NextAllowedAt.IsZero() || end.Before(av.NextAllowedAt)) {
+					av.NextAllowedAt = end
+				}
 			}
 		}
 		for name := range a.CoolingTarget {

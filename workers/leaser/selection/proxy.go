@@ -22,6 +22,7 @@ type proxyView struct {
 	external  bool
 	drain     bool   // "drain": true: never granted again, held leases renew and run on
 	origin    Origin // provider and pool, for the lease statistics and holder caps
+	placement schemas.Placement
 	specRev   uint64 // of the newest entry of the proxy's key, a delete included
 	specGone  bool   // that entry is a delete or purge
 	// proxy_status
@@ -36,6 +37,7 @@ type proxyView struct {
 	gen       string        // events.ProxyStatus.Generation: what lease tokens name
 	teardown  events.Reason // why the instance must go (replaced, recreated, deleted); "" while it stays
 	addressAt time.Time
+	expected  string // events.ProxyStatus.ExpectedEgress
 	// proxy_health
 	latencyMs float64            // 0: unknown
 	health    events.ProxyHealth // what the anonymity verdict needs of the record: address, probe time, verdict
@@ -45,6 +47,8 @@ type proxyView struct {
 	lastLeased time.Time
 	// proxy_cooldowns: targets cooling down, "" for every target
 	cooling map[string]bool
+	coolEnd map[string]time.Time // when a target's cooldown ends, where known (nextAllowedAt)
+	hood    string               // its neighbourhood, when the fleet has one set ("": none)
 
 	ix indexed // how the selection index accounts for it
 }
@@ -69,6 +73,8 @@ type Endpoint struct {
 	// Generation names the proxy's current instance in its lease tokens
 	// (events.ProxyStatus.Generation).
 	Generation string
+	// Egress is where the proxy's traffic leaves from, for the lease reply.
+	Egress events.LeaseEgress
 }
 
 // Basis is what a grant is made against: the revisions of the proxy's spec and status and
@@ -114,6 +120,12 @@ func (p *proxyView) endpoint() Endpoint {
 	e := Endpoint{IP: p.ip, Port: p.port, Auth: p.auth, Provider: p.provider, Host: p.host, Generation: p.gen}
 	if p.external {
 		e.Provider, e.Host = events.External, events.External
+	}
+	e.Egress = events.LeaseEgress{Address: p.expected, Provider: e.Provider, Target: e.Host,
+		Region: p.placement.Region, Zone: p.placement.Zone, Pool: p.origin.Pool, Attributes: p.attrs}
+	// A probe of the instance's predecessor (another address) says nothing of this one.
+	if p.health.EgressIP != "" && p.health.Address == net.JoinHostPort(p.ip, strconv.Itoa(p.port)) {
+		e.Egress.Address, e.Egress.Observed = p.health.EgressIP, true
 	}
 	return e
 }

@@ -143,9 +143,9 @@ func (w *world) randomChange() {
 	case op < 80:
 		w.f.SlotFreed(name, slot) // released, expired or removed, held or not
 	case op < 88:
-		w.f.SetCooling(name, w.cooldownTarget(), true)
+		w.f.SetCooling(name, w.cooldownTarget(), true, time.Time{})
 	default:
-		w.f.SetCooling(name, w.cooldownTarget(), false)
+		w.f.SetCooling(name, w.cooldownTarget(), false, time.Time{})
 	}
 }
 

@@ -62,6 +62,14 @@ func TestParseConfig(t *testing.T) {
 		{"max wait off", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 0\n", ""},
 		{"max wait too long", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: 101\n", "leases.maxWaitSeconds: must be between 0"},
 		{"max wait negative", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: -1\n", "leases.maxWaitSeconds: must be between 0"},
+		{"escalation factor below 1", "providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factor: 0.5}\n", "leases.cooldowns.factor: must be between 1"},
+		{"escalation cap too long", "providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factor: 2, max: 2d}\n", "leases.cooldowns.max: must be whole seconds"},
+		{"escalation memory too short", "providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factor: 2, memory: 500ms}\n", "leases.cooldowns.memory: must be whole seconds"},
+		{"neighbours prefix too long", "providers:\n  - {name: a, type: local}\nleases:\n  neighbours: {ipv4Prefix: 33}\n", "leases.neighbours.ipv4Prefix: must be between 0"},
+		{"neighbours both ways", "providers:\n  - {name: a, type: local}\nleases:\n  neighbours: {ipv4Prefix: 24, byTarget: true}\n", "leases.neighbours.byTarget: a neighbourhood is either"},
+		{"neighbours empty", "providers:\n  - {name: a, type: local}\nleases:\n  neighbours: {cooldownSeconds: 60}\n", "leases.neighbours: set ipv4Prefix"},
+		{"pace too long", "providers:\n  - {name: a, type: local}\nleases:\n  paceSeconds: 3601\n", "leases.paceSeconds: must be between 0"},
+		{"escalation unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factr: 2}\n", "factr"},
 		{"max wait not a number", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: soon\n", "line 4: cannot unmarshal"},
 		{"demand window", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 10s\n", ""},
 		{"demand window too long", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 2h\n", "leases.demandWindow: must be whole seconds"},
@@ -141,6 +149,17 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// leases.cooldowns as the leaser gets it.
+func TestEscalation(t *testing.T) {
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factor: 2, max: 6h, memory: 2d}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := cfg.Escalation(); e.Factor != 2 || e.Cap != 6*time.Hour || e.Memory != 48*time.Hour {
+		t.Fatalf("escalation %+v", e)
+	}
 }
 
 // leases.maxWaitSeconds as the leaser gets it: the default when unset, off at 0.
