@@ -52,6 +52,12 @@ const (
 	ReasonRotationHeld   Reason = "RotationHeld"   // a replacement waits: minAvailable and maxSurge leave no room
 	ReasonScaledUp       Reason = "ScaledUp"       // autoscale raised the member count: demand passed the target
 	ReasonScaledDown     Reason = "ScaledDown"     // autoscale lowered the member count: demand stayed low for scaleDownAfterSeconds
+	// ReasonPlacementFallback: a placement answered Quota or its provider target fails its
+	// check, so new members go to the next placement; also the Retire reason of a member
+	// stuck there, replaced successor-first at the next placement.
+	ReasonPlacementFallback Reason = "PlacementFallback"
+	// ReasonPlacementRestored: a placement's hold ended; new members may go there again.
+	ReasonPlacementRestored Reason = "PlacementRestored"
 )
 
 // PoolStatus is what the pool controller (its only writer, with compare-and-set) records of a
@@ -72,7 +78,55 @@ type PoolStatus struct {
 	// Autoscale is the autoscaler's state, for a pool with autoscale: kept here, in the
 	// record every controller reads, so that a takeover carries on the same decision.
 	Autoscale *PoolAutoscale `json:"autoscale,omitempty"`
-	UpdatedAt time.Time      `json:"updatedAt"`
+	// Boots is the last boots of the pool's members (kv put to Ready), newest last, at most
+	// BootSamples: kept in the record, so a controller taking over sizes spares the same.
+	Boots []BootSample `json:"boots,omitempty"`
+	// Boot is Boots summed up: p50 and p90.
+	Boot *BootStats `json:"boot,omitempty"`
+	// Placements is each placement of the spec with its members, and a hold that keeps new
+	// members away from it (a Quota answer, a failing provider target).
+	Placements []PlacementStatus `json:"placements,omitempty"`
+	UpdatedAt  time.Time         `json:"updatedAt"`
+}
+
+// BootSamples is how many boots a pool's record keeps.
+const BootSamples = 20
+
+// BootSample is one member's boot: from its spec's put (the reconciler's createdAt) to its
+// first Ready.
+type BootSample struct {
+	Member    string    `json:"member"`
+	Placement int       `json:"placement"`
+	Seconds   float64   `json:"seconds"`
+	At        time.Time `json:"at"` // when it became Ready
+}
+
+// BootStats is the quantiles of a pool's last boots.
+type BootStats struct {
+	Samples    int     `json:"samples"`
+	P50Seconds float64 `json:"p50Seconds"`
+	P90Seconds float64 `json:"p90Seconds"`
+}
+
+// PlacementStatus is one placement of a pool: where it is, its members, and a hold.
+type PlacementStatus struct {
+	Index    int    `json:"index"`
+	Provider string `json:"provider"`
+	Zone     string `json:"zone,omitempty"`
+	Members  int    `json:"members"` // serving members there (not draining)
+	Ready    int    `json:"ready"`
+	// Hold keeps new members from the placement until Until: a member there answered Quota,
+	// or waits on its failing provider target.
+	Hold *PlacementHold `json:"hold,omitempty"`
+}
+
+// PlacementHold is why, and until when, a placement gets no new members.
+type PlacementHold struct {
+	Reason  Reason    `json:"reason"` // QuotaExceeded or ProviderUnhealthy (the member's status reason)
+	Message string    `json:"message,omitempty"`
+	Member  string    `json:"member,omitempty"` // the member whose status said so
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
 }
 
 // PoolAutoscale is what the autoscaler decided and from what. Replicas of the record is
@@ -103,6 +157,10 @@ type ScaleInputs struct {
 	Target          float64 `json:"target"`   // targetUtilization
 	Wanted          int     `json:"wanted"`   // what the demand asks for, within min and max
 	Leasers         int     `json:"leasers"`  // leaser records the demand came from
+	// Spares is the idle Ready members kept above the demand (autoscale.spares, computed
+	// from the grant rate and the boot time with auto); SparesFrom says how, in words.
+	Spares     int    `json:"spares,omitempty"`
+	SparesFrom string `json:"sparesFrom,omitempty"`
 }
 
 // PoolMember is one member in a pool's ledger.
@@ -125,6 +183,8 @@ type PoolMember struct {
 	// leases are counted runs from then, not from DrainingSince, since the spec's write may
 	// land much later than the ledger's (a kill between them, a write retried).
 	DrainSeen time.Time `json:"drainSeen,omitzero"`
+	// Booted says its boot is in the record's Boots (counted once).
+	Booted bool `json:"booted,omitempty"`
 }
 
 // PoolEvent is the detail of a pool event.
@@ -135,6 +195,15 @@ type PoolEvent struct {
 	Leases    int    `json:"leases,omitempty"` // leases the member held when it was drained or deleted
 	// Scale is an autoscale decision: the member count before and after, and its inputs.
 	Scale *PoolScale `json:"scale,omitempty"`
+	// Fallback is a placement's hold starting: new members go to To instead of From.
+	Fallback *PlacementFallback `json:"fallback,omitempty"`
+}
+
+// PlacementFallback is where new members go instead of a placement on hold, and why.
+type PlacementFallback struct {
+	From int           `json:"from"`
+	To   int           `json:"to"` // -1: every placement is on hold; members wait where they are
+	Hold PlacementHold `json:"hold"`
 }
 
 // PoolScale is an autoscale decision in a pool event.

@@ -63,7 +63,8 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string, report func(*Field
 			}
 			seen[key] = true
 			var ft reflect.Type
-			if t != nil {
+			if t != nil && !reflect.PointerTo(t).Implements(unmarshaler) {
+				// A type with its own JSON (Spares) reports its own problems.
 				switch t.Kind() {
 				case reflect.Struct:
 					var ok bool
@@ -79,6 +80,8 @@ func walkKeys(dec *json.Decoder, t reflect.Type, path string, report func(*Field
 		_, _ = dec.Token()
 	}
 }
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
 // jsonField returns the type of the field of struct t whose json name is exactly key.
 func jsonField(t reflect.Type, key string) (reflect.Type, bool) {

@@ -122,6 +122,12 @@ func goFields(t reflect.Type, prefix string, out map[string]string) {
 		for ft.Kind() == reflect.Pointer {
 			ft = ft.Elem()
 		}
+		if reflect.PointerTo(ft).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+			// Its own JSON (autoscale.spares: "auto" or an integer): the schema says it
+			// with anyOf, and neither side has one type.
+			out[path] = ""
+			continue
+		}
 		switch ft.Kind() {
 		case reflect.Struct:
 			out[path] = "object"

@@ -87,7 +87,8 @@ var roleTable = []role{
 			h := d.cfg.HealthPolicy()
 			r, err := reconciler.New(reconciler.Config{Buckets: reconciler.BucketsOf(d.store), Installation: d.installation, Holder: d.holder,
 				LeaderTTL: d.f.leaderTTL, LeaseSpreadInterval: spreadInterval(d.f.spread), MaxInstances: d.cfg.MaxInstances(),
-				Brake: reconciler.Brake{Share: h.BrakeShare, Minimum: h.BrakeMinimum}, ReplaceUnhealthyAfter: h.ReplaceAfter, Log: d.log})
+				Brake: reconciler.Brake{Share: h.BrakeShare, Minimum: h.BrakeMinimum}, ReplaceUnhealthyAfter: h.ReplaceAfter, Log: d.log,
+				Boots: d.obs})
 			if err != nil {
 				return nil, err
 			}

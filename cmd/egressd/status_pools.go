@@ -26,7 +26,7 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 	tw.Flush()
 	// The message is the point of a pool the controller cannot act on or cannot keep whole.
 	for _, p := range pools {
-		if (p.Phase == events.PoolInvalid || p.Phase == events.PoolDegraded) && p.Message != "" {
+		if (p.Phase == events.PoolInvalid || p.Phase == events.PoolDegraded || p.Reason == events.ReasonPlacementFallback) && p.Message != "" {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, p.Message)
 		}
 		if s := p.Suspect; s != nil {
@@ -37,6 +37,12 @@ func printPools(w io.Writer, pools []fleet.PoolRow, now time.Time) {
 		}
 		if a := p.Autoscale; a != nil {
 			fmt.Fprintf(w, "%s: %s\n", p.Name, a.Text(now))
+		}
+		if b := p.BootText(); b != "" {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, b)
+		}
+		if pl := p.PlacementsText(now); pl != "" {
+			fmt.Fprintf(w, "%s: %s\n", p.Name, pl)
 		}
 	}
 }

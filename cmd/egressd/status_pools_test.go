@@ -240,3 +240,31 @@ func TestPrintPoolsAutoscale(t *testing.T) {
 		}
 	}
 }
+
+// Spares, boot times and placements show under the table: the spares computed and how, the
+// boots' p50 and p90, members per placement and a hold with its reason.
+func TestPrintPoolsSparesAndPlacements(t *testing.T) {
+	var b strings.Builder
+	n, now := 3, time.Now()
+	printPools(&b, []fleet.PoolRow{{Name: "web", Phase: "Ready", Desired: &n, Members: 3, Oldest: "1m",
+		Reason:  events.ReasonPlacementFallback,
+		Message: "3 of 3 members Ready; placement 0 (local tight) is held (QuotaExceeded) until 2026-12-03T12:05:00Z: new members go to placement 1 (roomy)",
+		Autoscale: &fleet.AutoscaleRow{Min: 0, Max: 9, Spares: "auto", State: &events.PoolAutoscale{Desired: 3,
+			Inputs: events.ScaleInputs{Held: 1, Ready: 3, Capacity: 3, Target: 1, Wanted: 3, GrantsPerSecond: 0.2,
+				Spares: 2, SparesFrom: "auto: 0.2 grants/s over 5s"}}},
+		Boot: &events.BootStats{Samples: 4, P50Seconds: 1.5, P90Seconds: 5},
+		Placements: []events.PlacementStatus{
+			{Index: 0, Provider: "tight", Members: 1, Ready: 1, Hold: &events.PlacementHold{Reason: events.ReasonQuota,
+				Message: "address pool exhausted", Until: now.Add(5 * time.Minute)}},
+			{Index: 1, Provider: "roomy", Members: 2, Ready: 2}}}}, now)
+	for _, want := range []string{
+		"web: 3 of 3 members Ready; placement 0 (local tight) is held (QuotaExceeded)",
+		"; spares auto: 2 (auto: 0.2 grants/s over 5s)",
+		"web: boot p50 1.5s, p90 5s (last 4)",
+		"web: placements 0 tight: 1 (1 Ready), held QuotaExceeded (address pool exhausted) until in 5m; 1 roomy: 2 (2 Ready)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("lacks %q:\n%s", want, b.String())
+		}
+	}
+}

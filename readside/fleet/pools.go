@@ -53,6 +53,11 @@ type PoolRow struct {
 	// Demand is what the leasers measure of the pool now, summed over them (pool_demand);
 	// nil when no leaser recorded any.
 	Demand *events.DemandSum `json:"demand,omitempty"`
+	// Boot is the p50 and p90 of the members' last boots (spec to first Ready), and
+	// Placements each placement with its members and a hold that sends new members
+	// elsewhere, both from the controller's record.
+	Boot       *events.BootStats        `json:"boot,omitempty"`
+	Placements []events.PlacementStatus `json:"placements,omitempty"`
 	// Status is the controller's record with the members' ledger, for `egressd status pools
 	// -o json`; nil until the controller wrote one. It never holds the template.
 	Status *events.PoolStatus `json:"status,omitempty"`
@@ -60,9 +65,13 @@ type PoolRow struct {
 
 // AutoscaleRow is a pool's autoscale as readers show it.
 type AutoscaleRow struct {
-	Min   int                   `json:"min"`
-	Max   int                   `json:"max"`
-	State *events.PoolAutoscale `json:"state,omitempty"` // nil until the controller decided
+	Min int `json:"min"`
+	Max int `json:"max"`
+	// Spares is the spec's spares ("auto" or a count, "" for none) and WaitTargetSeconds
+	// its wait target; the number computed is in State.Inputs.
+	Spares            string                `json:"spares,omitempty"`
+	WaitTargetSeconds int                   `json:"waitTargetSeconds,omitempty"`
+	State             *events.PoolAutoscale `json:"state,omitempty"` // nil until the controller decided
 }
 
 // Text is the autoscale in one line, as every view prints it: its bounds, what demand asks
@@ -76,6 +85,12 @@ func (a AutoscaleRow) Text(now time.Time) string {
 	in := st.Inputs
 	out += fmt.Sprintf(", wants %d (%d held of %d on %d Ready, %d waiting, %d refused, target %g)",
 		in.Wanted, in.Held, in.Capacity, in.Ready, in.Waiting, in.Refused, in.Target)
+	if a.Spares != "" {
+		out += fmt.Sprintf("; spares %s: %d", a.Spares, in.Spares)
+		if in.SparesFrom != "" {
+			out += " (" + in.SparesFrom + ")"
+		}
+	}
 	if st.LastDecision != "" {
 		out += fmt.Sprintf("; last %s, %s ago", st.LastDecision, events.Age(now, st.LastDecisionAt))
 	}
@@ -86,6 +101,41 @@ func (a AutoscaleRow) Text(now time.Time) string {
 		out += "; " + st.Held
 	}
 	return out
+}
+
+// BootText is the members' boot times in words, "" without any measured.
+func (p PoolRow) BootText() string {
+	b := p.Boot
+	if b == nil || b.Samples == 0 {
+		return ""
+	}
+	return fmt.Sprintf("boot p50 %gs, p90 %gs (last %d)", b.P50Seconds, b.P90Seconds, b.Samples)
+}
+
+// PlacementsText is the members per placement and the holds, in one line, "" for a pool
+// without placements: "placements 0 tight: 1 (1 Ready), held QuotaExceeded (…) until in 4m;
+// 1 roomy: 2 (2 Ready)".
+func (p PoolRow) PlacementsText(now time.Time) string {
+	if len(p.Placements) == 0 {
+		return ""
+	}
+	parts := make([]string, 0, len(p.Placements))
+	for _, pl := range p.Placements {
+		where := pl.Provider
+		if pl.Zone != "" {
+			where += " " + pl.Zone
+		}
+		part := fmt.Sprintf("%d %s: %d (%d Ready)", pl.Index, where, pl.Members, pl.Ready)
+		if h := pl.Hold; h != nil {
+			part += fmt.Sprintf(", held %s", h.Reason)
+			if h.Message != "" {
+				part += " (" + h.Message + ")"
+			}
+			part += " until " + Until(now, h.Until)
+		}
+		parts = append(parts, part)
+	}
+	return "placements " + strings.Join(parts, "; ")
 }
 
 // DesiredText is the DESIRED column of a pool, as every view prints it: the spec's replicas;
@@ -193,21 +243,14 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 			p.Phase = PoolPending
 		}
 		if spec.valid {
-			n := spec.replicas
-			if a := spec.autoscale; a != nil {
-				p.Autoscale = &AutoscaleRow{Min: *a.Min, Max: *a.Max}
-				if st != nil && st.Autoscale != nil {
-					p.Autoscale.State = st.Autoscale
-					n = st.Autoscale.Desired
-				}
-			}
-			p.Desired = &n
+			p.Desired, p.Autoscale = desiredOf(spec, st)
 		}
 		if d, ok := in.demand[name]; ok {
 			p.Demand = &d
 		}
 		if st != nil {
 			p.Status, p.NextRotation = st, st.NextRotation
+			p.Boot, p.Placements = st.Boot, st.Placements
 		}
 		created := ledgerCreated(st)
 		for _, r := range members[name] {
@@ -231,6 +274,25 @@ func buildPools(now time.Time, in decoded, rows []Row) []PoolRow {
 		out = append(out, p)
 	}
 	return out
+}
+
+// desiredOf is a valid spec's member count (the autoscaler's, with autoscale) and its
+// autoscale row.
+func desiredOf(spec poolFields, st *events.PoolStatus) (*int, *AutoscaleRow) {
+	n := spec.replicas
+	a := spec.autoscale
+	if a == nil {
+		return &n, nil
+	}
+	row := &AutoscaleRow{Min: *a.Min, Max: *a.Max, WaitTargetSeconds: a.WaitTargetSeconds}
+	if !a.Spares.IsZero() {
+		row.Spares = a.Spares.String()
+	}
+	if st != nil && st.Autoscale != nil {
+		row.State = st.Autoscale
+		n = st.Autoscale.Desired
+	}
+	return &n, row
 }
 
 func ledgerCreated(st *events.PoolStatus) map[string]time.Time {

@@ -28,6 +28,7 @@ type Metrics struct {
 	proberLag     prometheus.Gauge
 	revocations   *prometheus.CounterVec
 	revokedList   *prometheus.GaugeVec
+	boots         *prometheus.HistogramVec
 	refusals      *refusalsCollector
 	gateway       *gatewayMetrics
 }
@@ -71,12 +72,15 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 			Help: "How late the oldest waiting probe of this process's prober is."}),
 		revocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_lease_revocations_total",
 			Help: "Lease revocations this process's leaser wrote (ok) or failed to write (error)."}, []string{"result"}),
+		boots: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_proxy_boot_seconds",
+			Help:    "Time from a proxy's spec to its first Ready, by provider, zone (the provider target it landed on) and image; observed by the reconciler leader.",
+			Buckets: []float64{.5, 1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200}}, []string{"provider", "zone", "image"}),
 		refusals: &refusalsCollector{sources: map[string]func() (map[string]int64, error){}},
 		revokedList: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_revocation_list_entries",
 			Help: "Entries of the lease revocation list this process last delivered to a provider's proxies."}, []string{"provider"}),
 	}
 	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
-		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.refusals,
+		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.boots, m.refusals,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.gateway = newGatewayMetrics(m.Registry)
 	sc := &stateCollector{store: store, nc: nc, timeout: 5 * time.Second}
@@ -95,6 +99,11 @@ func (m *Metrics) ObserveOp(provider, op, result string, d time.Duration) {
 	}
 	m.ops.WithLabelValues(provider, op, result).Inc()
 	m.opDuration.WithLabelValues(provider, op).Observe(d.Seconds())
+}
+
+// ObserveBoot records one proxy's boot, spec to first Ready (reconciler.BootObserver).
+func (m *Metrics) ObserveBoot(provider, zone, image string, took time.Duration) {
+	m.boots.WithLabelValues(provider, zone, image).Observe(took.Seconds())
 }
 
 // ObserveGC counts one orphan deletion (provisioner.Observer).

@@ -56,3 +56,44 @@ func TestStatusJSONPoolDemand(t *testing.T) {
 		t.Fatalf("autoscale %+v, desired %v, status %v", p.Autoscale, p.Desired, p.Status)
 	}
 }
+
+// The page and /api/status.json show a pool's spares (spec and computed), boot times and
+// members per placement with a hold.
+func TestStatusJSONPoolSparesAndPlacements(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.store.Pools.Put(ctx, "web", []byte(`{"template":{"provider":"local"},"autoscale":{"min":0,"max":9,"spares":"auto","waitTargetSeconds":2},`+
+		`"placements":[{"provider":"tight"},{"provider":"roomy"}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	st := events.PoolStatus{V: 1, Phase: events.PoolReady, Reason: events.ReasonPlacementFallback, Replicas: 3, MaxMembers: 4, Members: []events.PoolMember{},
+		Autoscale: &events.PoolAutoscale{Desired: 3, Inputs: events.ScaleInputs{Held: 1, Target: 0.8, Wanted: 3, Spares: 2, SparesFrom: "auto: 0.2 grants/s over 5s"}},
+		Boot:      &events.BootStats{Samples: 3, P50Seconds: 1.5, P90Seconds: 7},
+		Placements: []events.PlacementStatus{{Index: 0, Provider: "tight", Members: 1, Ready: 1,
+			Hold: &events.PlacementHold{Reason: events.ReasonQuota, Message: "address pool exhausted", Until: r.now.Add(time.Hour)}},
+			{Index: 1, Provider: "roomy", Members: 2, Ready: 2}},
+		UpdatedAt: r.now}
+	if _, err := kvstore.PutJSON(ctx, r.store.PoolStatus, "web", st); err != nil {
+		t.Fatal(err)
+	}
+	h := r.handler(t, Config{})
+	_, page := get(t, h, "/")
+	for _, want := range []string{"spares auto: 2 (auto: 0.2 grants/s over 5s)", "boot p50 1.5s, p90 7s (last 3)",
+		"placements 0 tight: 1 (1 Ready), held QuotaExceeded (address pool exhausted) until in 1h; 1 roomy: 2 (2 Ready)"} {
+		if !strings.Contains(visibleText(page), want) {
+			t.Errorf("the pools table lacks %q:\n%s", want, visibleText(page))
+		}
+	}
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Pools[0]
+	if a := p.Autoscale; a == nil || a.Spares != "auto" || a.WaitTargetSeconds != 2 || a.State.Inputs.Spares != 2 {
+		t.Fatalf("autoscale %+v", p.Autoscale)
+	}
+	if p.Boot == nil || p.Boot.P90Seconds != 7 || len(p.Placements) != 2 || p.Placements[0].Hold == nil || p.Placements[1].Members != 2 {
+		t.Fatalf("boot %+v placements %+v", p.Boot, p.Placements)
+	}
+}

@@ -84,6 +84,7 @@ type poolView struct {
 	fleet.PoolRow
 	Link, DesiredText, Next string
 	Autoscale               string // the autoscale line, "" without autoscale
+	Boot, PlacementsLine    string // boot times and members per placement, "" without
 }
 
 type agedTarget struct {
@@ -179,6 +180,7 @@ func (v view) PoolRows() []poolView {
 		if p.Autoscale != nil {
 			pv.Autoscale = p.Autoscale.Text(v.GeneratedAt)
 		}
+		pv.Boot, pv.PlacementsLine = p.BootText(), p.PlacementsText(v.GeneratedAt)
 		out = append(out, pv)
 	}
 	return out

@@ -84,7 +84,7 @@ func TestCooldownsWithoutEscalation(t *testing.T) {
 		before := time.Now()
 		rr := r.report(events.ReportRequest{ID: l.ID, Result: events.ReportBlocked, Target: "a.example", CooldownSeconds: 5})
 		if rr.Strikes != 0 || rr.CooldownUntil.After(time.Now().Add(6*time.Second)) || rr.CooldownUntil.Before(before.Add(4*time.Second)) {
-			t.Fatal(fmt.Sprintf("block %d: %+v", i+1, rr))
+			t.Fatalf("block %d: %+v", i+1, rr)
 		}
 	}
 	if n := r.coolKeys(); n != 1 {

@@ -26,7 +26,8 @@ type scaleIn struct {
 	Idle     int // of those, holding no lease
 	Held     int // lease slots held on them
 	Demand   events.DemandSum
-	LowSince time.Time // from the record
+	Boot     *events.BootStats // the pool's last boots, for spares "auto"
+	LowSince time.Time         // from the record
 	Now      time.Time
 }
 
@@ -49,16 +50,30 @@ func scaleDecide(in scaleIn) scaleOut {
 	a := in.Spec
 	lo, hi := *a.Min, *a.Max
 	per := max(in.MaxLeases, 1)
-	demand := in.Held + in.Demand.Unmet()
+	// The leasers' records are up to one interval old: slots granted since (held now above
+	// what the records say) answered some of their waiting or refused acquires, which must
+	// not count twice, or every grant to a waiter would start a member for nothing.
+	unmet := max(in.Demand.Unmet()-max(in.Held-in.Demand.Held, 0), 0)
+	demand := in.Held + unmet
 	need := int(math.Ceil(float64(demand) / (float64(per) * a.TargetUtilization)))
 	if demand > 0 && need == 0 {
 		need = 1
+	}
+	var spares int
+	var sparesFrom string
+	if !a.Spares.IsZero() {
+		// Spares ride on demand: a pool with none in the window falls to min (set min for
+		// members that must be there with no demand at all).
+		if spares, sparesFrom = sparesFor(a, per, in.Demand.GrantsPerSecond, in.Boot); demand == 0 && in.Demand.GrantsPerSecond <= 0 {
+			spares, sparesFrom = 0, "no demand in the window"
+		}
+		need = max(need, (demand+per-1)/per+spares)
 	}
 	wanted := min(max(need, lo), hi)
 	cur := min(max(in.Current, lo), hi) // min or max changed since
 	inputs := events.ScaleInputs{Held: in.Held, Waiting: in.Demand.Waiting, Refused: in.Demand.Refused,
 		GrantsPerSecond: in.Demand.GrantsPerSecond, Members: in.Members, Ready: in.Ready, Capacity: in.Ready * per,
-		Target: a.TargetUtilization, Wanted: wanted, Leasers: in.Demand.Leasers}
+		Target: a.TargetUtilization, Wanted: wanted, Leasers: in.Demand.Leasers, Spares: spares, SparesFrom: sparesFrom}
 	out := scaleOut{Desired: cur, State: events.PoolAutoscale{Desired: cur, Inputs: inputs}}
 	after := time.Duration(a.ScaleDownAfterSeconds) * time.Second
 	low := in.LowSince
@@ -116,6 +131,9 @@ func describeInputs(in events.ScaleInputs) string {
 		parts = append(parts, fmt.Sprintf("%d refused", in.Refused))
 	}
 	parts = append(parts, fmt.Sprintf("%d/%d leased", in.Held, in.Capacity), fmt.Sprintf("target %g", in.Target))
+	if in.Spares > 0 {
+		parts = append(parts, fmt.Sprintf("%d spares (%s)", in.Spares, in.SparesFrom))
+	}
 	return strings.Join(parts, ", ")
 }
 
@@ -128,7 +146,7 @@ func (p *planner) autoscale() {
 	if spec.Autoscale == nil {
 		return
 	}
-	in := scaleIn{Spec: *spec.Autoscale, MaxLeases: 1, Demand: p.in.Demand, Now: p.in.Now}
+	in := scaleIn{Spec: *spec.Autoscale, MaxLeases: 1, Demand: p.in.Demand, Now: p.in.Now, Boot: bootStats(p.boots)}
 	if spec.Template.MaxLeases != nil {
 		in.MaxLeases = *spec.Template.MaxLeases
 	}

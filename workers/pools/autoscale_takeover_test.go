@@ -3,6 +3,7 @@ package pools
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,49 @@ func TestAutoscaleStateSurvivesTakeover(t *testing.T) {
 	}
 	if n := highest(); n > 3 {
 		t.Fatalf("%d members at one point; max is 3", n)
+	}
+}
+
+// Boot times and the spares sized from them live in the pool's record: with spares "auto",
+// once members have booted (7 s each) a grant rate of 0.5/s keeps Q95(Poisson(3.5)) = 7
+// spares; a controller taking over counts no boot twice and sizes spares from the record.
+func TestSparesSurviveTakeover(t *testing.T) {
+	r := newRig(t)
+	r.reconcile()
+	highest, current := r.watchMembers("warm")
+	stopA := r.controller("a")
+	r.putPool("warm", `{"template":{"provider":"local"},"autoscale":{"min":0,"max":9,"targetUtilization":1,"spares":"auto"}}`)
+	demand := func(at time.Time, rate float64) {
+		b, _ := json.Marshal(events.PoolDemand{V: 1, Leaser: "l1", Pool: "warm", WindowSeconds: 30, Refused: 1, Granted: int(rate * 30), GrantsPerSecond: rate, At: at})
+		if _, err := kvstore.PutTTL(r.ctx, r.store.JS, r.store.PoolDemand, events.DemandKey("warm", "l1"), b, 0, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	demand(r.now(), 0.5)
+	r.waitFor("one member for the refusal, then 7 spares once it booted", func() (bool, string) {
+		st, _ := r.ledger("warm")
+		return st.Autoscale != nil && st.Autoscale.Desired == 8 && st.Autoscale.Inputs.Spares == 7 && current() == 8,
+			fmt.Sprintf("%+v, boots %+v, %d members", st.Autoscale, st.Boot, current())
+	})
+	r.waitFor("every member's boot recorded once", func() (bool, string) {
+		st, _ := r.ledger("warm")
+		return len(st.Boots) == 8 && st.Boot.P90Seconds == rigBoot.Seconds(), fmt.Sprintf("%+v", st.Boots)
+	})
+	stopA()
+	stopB := r.controller("b")
+	defer stopB()
+	// The rate falls to 0.2/s: Q95(Poisson(1.4)) = 4 spares, from the boots in the record;
+	// the count stays until scaleDownAfterSeconds.
+	demand(r.now(), 0.2)
+	r.waitFor("the new controller sized spares from the recorded boots", func() (bool, string) {
+		st, _ := r.ledger("warm")
+		return strings.Contains(st.Autoscale.Inputs.SparesFrom, "0.2 grants/s") && st.Autoscale.Inputs.Spares == 4, fmt.Sprintf("%+v", st.Autoscale)
+	})
+	st, _ := r.ledger("warm")
+	if len(st.Boots) != 8 || st.Autoscale.Desired != 8 {
+		t.Fatalf("after the takeover: %d boots, %+v", len(st.Boots), st.Autoscale)
+	}
+	if n := highest(); n > 9 {
+		t.Fatalf("%d members at one point; max is 9", n)
 	}
 }

@@ -35,7 +35,13 @@ func TestScaleDecide(t *testing.T) {
 		{name: "a waiter at zero scales up, target 1", in: scaleIn{Spec: autoscaleSpec(0, 3, 60, 1, 1), MaxLeases: 1, Demand: events.DemandSum{Waiting: 1}},
 			want: 1, reason: events.ReasonScaledUp, words: "0 → 1: 1 waiting"},
 		{name: "the example of the issue", in: scaleIn{Spec: autoscaleSpec(0, 10, 60, 1, 0.8), MaxLeases: 1, Current: 3, Members: 3, Ready: 3, Held: 3,
-			Demand: events.DemandSum{Waiting: 1}}, want: 5, reason: events.ReasonScaledUp, words: "3 → 5: 1 waiting, 3/3 leased, target 0.8"},
+			Demand: events.DemandSum{Held: 3, Waiting: 1}}, want: 5, reason: events.ReasonScaledUp, words: "3 → 5: 1 waiting, 3/3 leased, target 0.8"},
+		{name: "a waiter granted since the leasers' record counts once", in: scaleIn{Spec: autoscaleSpec(0, 5, 60, 1, 1), MaxLeases: 1, Current: 1, Members: 1,
+			Ready: 1, Held: 1, Demand: events.DemandSum{Waiting: 1}}, want: 1},
+		{name: "grants since the record answer only as many", in: scaleIn{Spec: autoscaleSpec(0, 9, 60, 1, 1), MaxLeases: 1, Current: 2, Members: 2,
+			Ready: 2, Held: 2, Demand: events.DemandSum{Held: 1, Waiting: 2, Refused: 1}}, want: 4, reason: events.ReasonScaledUp},
+		{name: "leases ended since the record take nothing off", in: scaleIn{Spec: autoscaleSpec(0, 9, 60, 1, 1), MaxLeases: 1, Current: 2, Members: 2,
+			Ready: 2, Held: 1, Demand: events.DemandSum{Held: 2, Waiting: 2}}, want: 3, reason: events.ReasonScaledUp},
 		{name: "utilization past the target scales up", in: scaleIn{Spec: def, MaxLeases: 4, Current: 2, Members: 2, Ready: 2, Held: 7},
 			want: 3, reason: events.ReasonScaledUp, words: "7/8 leased"},
 		{name: "utilization at the target holds", in: scaleIn{Spec: def, MaxLeases: 5, Current: 2, Members: 2, Ready: 2, Held: 8}, want: 2},
@@ -101,13 +107,7 @@ func TestScaleDecide(t *testing.T) {
 func TestPlanAutoscale(t *testing.T) {
 	w := newWorld(t, `{"template":{"provider":"local","maxLeases":1},"autoscale":{"min":0,"max":3,"scaleDownAfterSeconds":60,"targetUtilization":1}}`)
 	demand := events.DemandSum{}
-	pass := func() outcome {
-		in := w.input()
-		in.Demand = demand
-		out := plan(in)
-		w.apply(out)
-		return out
-	}
+	pass := func() outcome { return w.stepWith(demand) }
 	out := pass()
 	if n := len(w.owned); n != 0 || out.Ledger.Autoscale == nil || out.Ledger.Replicas != 0 {
 		t.Fatalf("idle pool: %d members, record %+v", n, out.Ledger)
@@ -209,4 +209,13 @@ func countDraining(l *events.PoolStatus) int {
 		}
 	}
 	return n
+}
+
+// stepWith plans once with the leasers' demand and applies the outcome.
+func (w *world) stepWith(demand events.DemandSum) outcome {
+	in := w.input()
+	in.Demand = demand
+	out := plan(in)
+	w.apply(out)
+	return out
 }

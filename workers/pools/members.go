@@ -67,7 +67,7 @@ func (p *planner) writeSpecs() {
 // newMember records a member with a fresh name at placement idx (-1: by the spread) and
 // returns its name; its spec is written by writeSpecs.
 func (p *planner) newMember(idx int, replaces string) string {
-	if idx < 0 || (len(p.in.Spec.Placements) > 0 && idx >= len(p.in.Spec.Placements)) {
+	if idx < 0 || (len(p.in.Spec.Placements) > 0 && idx >= len(p.in.Spec.Placements)) || p.avoid(idx) {
 		idx = p.spread(replaces)
 	}
 	var name string
@@ -104,8 +104,15 @@ func (p *planner) spread(replaces string) int {
 			pending[m.Placement]++
 		}
 	}
-	best := 0
+	best := -1
 	for i := range per {
+		if p.avoid(i) {
+			continue // held (placements.go): new members go elsewhere while another placement is free
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
 		if spec.Spread == schemas.SpreadLeastLoaded {
 			li, lb := p.load(i)+pending[i], p.load(best)+pending[best]
 			if li != lb {
@@ -119,7 +126,7 @@ func (p *planner) spread(replaces string) int {
 			best = i
 		}
 	}
-	return best
+	return max(best, 0)
 }
 
 func (p *planner) load(i int) int {

@@ -40,6 +40,7 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 		return err
 	}
 	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Limited: snap.limited, Expiry: snap.expiry, Now: now,
+		Stuck: snap.stuck, Boot: snap.boots,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
 		NewSuffix: newSuffix, Load: v.loadAt, Demand: v.demandOf(name)}
 	if err := readSpec(rctx, s.Pools, v, name, &in); err != nil {

@@ -42,8 +42,10 @@ type input struct {
 	Taken     func(name string) bool
 	InUse     func(name string) bool
 	Phase     map[string]events.Phase
-	Limited   map[string]string // members that wait for their provider's instance limit: its message
-	Expiry    map[string]expiry // members whose instance has a lifetime
+	Limited   map[string]string        // members that wait for their provider's instance limit: its message
+	Expiry    map[string]expiry        // members whose instance has a lifetime
+	Stuck     map[string]stuck         // members that wait for quota or a failing provider target (placements.go)
+	Boot      map[string]time.Duration // members Ready at least once: how long from put to Ready (boots.go)
 	Leases    map[string]int
 	Blocked   map[string]int   // distinct targets the member was reported blocked on in the window
 	Demand    events.DemandSum // what the leasers measured of the pool (autoscale)
@@ -82,8 +84,10 @@ type planner struct {
 	in      input
 	out     outcome
 	members []events.PoolMember
-	held    string                // why a replacement waits, if one does
-	scaled  *events.PoolAutoscale // the autoscaler's state to record, with autoscale
+	held    string                        // why a replacement waits, if one does
+	scaled  *events.PoolAutoscale         // the autoscaler's state to record, with autoscale
+	boots   []events.BootSample           // the last boots, to record (boots.go)
+	holds   map[int]*events.PlacementHold // placements new members avoid (placements.go)
 }
 
 func (p *planner) emit(reason events.Reason, member, successor string, leases int, format string, args ...any) {
@@ -110,6 +114,8 @@ func (p *planner) run() {
 	}
 	p.reconcileLedger()
 	p.adopt()
+	p.recordBoots()
+	p.holdPlacements()
 	p.autoscale()
 	p.retire()
 	p.replace()
@@ -263,6 +269,8 @@ func (p *planner) retire() {
 		case spec.Recycle != nil && p.in.Blocked[m.Name] >= spec.Recycle.BlockedTargets:
 			why, msg = events.ReasonBurned, fmt.Sprintf("crawlers reported it blocked on %d distinct targets within %ds",
 				p.in.Blocked[m.Name], spec.Recycle.WindowSeconds)
+		case p.movable(*m):
+			why, msg = events.ReasonPlacementFallback, p.moveMessage(*m)
 		default:
 			continue
 		}

@@ -36,6 +36,8 @@ type world struct {
 	leases  map[string]int
 	blocked map[string]int
 	expiry  map[string]expiry
+	stuck   map[string]stuck
+	boot    map[string]time.Duration
 	now     time.Time
 	next    int
 }
@@ -49,6 +51,7 @@ func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
 		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Now: w.now,
+		Stuck: w.stuck, Boot: w.boot,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

@@ -93,6 +93,9 @@ func (r *rig) controller(name string) (stop func()) {
 // reconcile stands in for the reconciler, whose contract with the controller is the phase in
 // proxy_status: a member becomes Ready shortly after its spec appears, Draining once its spec
 // says drain, and its status goes with its spec.
+// rigBoot is how long every member of the rig's reconciler takes from put to Ready.
+const rigBoot = 7 * time.Second
+
 func (r *rig) reconcile() {
 	s := r.connect()
 	w, err := s.Proxies.WatchAll(r.ctx)
@@ -117,7 +120,10 @@ func (r *rig) reconcile() {
 			if spec.Drain {
 				phase = events.PhaseDraining
 			}
-			_, _ = kvstore.PutJSON(r.ctx, s.Status, e.Key(), events.ProxyStatus{V: 1, Phase: phase, Mode: spec.Mode, Provider: spec.Provider})
+			// Every instance "boots" in rigBoot: put to Ready, as the reconciler stamps it.
+			now := r.now()
+			_, _ = kvstore.PutJSON(r.ctx, s.Status, e.Key(), events.ProxyStatus{V: 1, Phase: phase, Mode: spec.Mode, Provider: spec.Provider,
+				CreatedAt: now.Add(-rigBoot), ReadyAt: now})
 		}
 	})
 }

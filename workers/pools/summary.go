@@ -46,6 +46,14 @@ func (p *planner) summarize() {
 			}
 		}
 	}
+	if h := p.heldMessage(); h != "" {
+		msg += "; " + h
+		// The phase stays what the members make it: a held placement is where new members go,
+		// not a state of the members there are.
+		if reason == "" {
+			reason = events.ReasonPlacementFallback
+		}
+	}
 	p.record(phase, reason, msg)
 }
 
@@ -58,6 +66,11 @@ func (p *planner) record(phase events.PoolPhase, reason events.Reason, msg strin
 	}
 	if p.in.Ledger != nil {
 		st.Replicas, st.MaxMembers = p.in.Ledger.Replicas, p.in.Ledger.MaxMembers
+	}
+	if p.in.Spec != nil && p.in.SpecErr == nil {
+		st.Boots, st.Boot, st.Placements = p.boots, bootStats(p.boots), p.placements()
+	} else if l := p.in.Ledger; l != nil {
+		st.Boots, st.Boot, st.Placements = l.Boots, l.Boot, l.Placements // an invalid or deleted pool keeps them
 	}
 	switch {
 	case p.scaled != nil:

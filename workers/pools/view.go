@@ -26,8 +26,10 @@ type view struct {
 	byOwner map[string]map[string]bool // pool → the names of the specs naming it
 	load    map[[2]string]int          // (provider, zone) → specs there, for least-loaded
 	phases  map[string]events.Phase
-	limited map[string]string // statuses that wait for their provider's instance limit
-	expiry  map[string]expiry // statuses whose instance has a lifetime
+	limited map[string]string        // statuses that wait for their provider's instance limit
+	expiry  map[string]expiry        // statuses whose instance has a lifetime
+	stuck   map[string]stuck         // statuses that wait for quota or a failing provider target
+	boots   map[string]time.Duration // statuses Ready at least once: put to first Ready
 	dirty   map[string]bool
 	wake    chan struct{}
 	demand  map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
@@ -52,6 +54,7 @@ type proxyEntry struct {
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
 		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
+		stuck: map[string]stuck{}, boots: map[string]time.Duration{},
 		demand:  map[string]map[string]events.PoolDemand{},
 		catalog: schemas.Catalog{}}
 }
@@ -241,6 +244,9 @@ type phaseOnly struct {
 	Message     string        `json:"message"`
 	ProvisionAt time.Time     `json:"provisionAt"`
 	ExpiresAt   time.Time     `json:"expiresAt"`
+	RetryAt     time.Time     `json:"retryAt"`
+	CreatedAt   time.Time     `json:"createdAt"`
+	ReadyAt     time.Time     `json:"readyAt"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -250,9 +256,17 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	var st phaseOnly
 	delete(v.limited, name)
 	delete(v.expiry, name)
+	delete(v.stuck, name)
+	delete(v.boots, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
+		if s, ok := stuckOf(st); ok {
+			v.stuck[name] = s
+		}
+		if b, ok := bootOf(st); ok {
+			v.boots[name] = b
+		}
 		v.phases[name] = st.Phase
 		if st.Reason == events.ReasonLimitReached {
 			v.limited[name] = st.Message
@@ -298,6 +312,8 @@ type snapshot struct {
 	phases  map[string]events.Phase
 	limited map[string]string
 	expiry  map[string]expiry
+	stuck   map[string]stuck
+	boots   map[string]time.Duration
 }
 
 // snapshot costs what the pool's members do, not what the fleet does: the specs come from the
@@ -305,7 +321,8 @@ type snapshot struct {
 func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}}
+	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{},
+		stuck: map[string]stuck{}, boots: map[string]time.Duration{}}
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
@@ -315,6 +332,12 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 		}
 		if e, ok := v.expiry[name]; ok {
 			s.expiry[name] = e
+		}
+		if st, ok := v.stuck[name]; ok {
+			s.stuck[name] = st
+		}
+		if b, ok := v.boots[name]; ok {
+			s.boots[name] = b
 		}
 	}
 	if ledger != nil {

@@ -67,6 +67,7 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 type step struct {
 	name  string
 	d     Decision
+	boot  *bootSeen        // the proxy's first Ready, decided in this step
 	write *kvstore.Pending // its status write in flight, if it has one
 	err   error
 	trace decisionTrace
@@ -92,6 +93,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		l.countCreates(s.d.Ops, in.Now)
 		l.count(name, s.d.Status) // counted as decided: the batch's next decisions see it
 		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
+		s.boot = firstReady(in, s.d.Status)
 		s.write, s.err = l.startStatus(ctx, name, in.Status, s.d.Status)
 	}
 	var ops []pendingOp
@@ -109,6 +111,9 @@ func (l *loop) run(ctx context.Context, b *batch) {
 			continue
 		}
 		l.dropStaleHealth(ctx, s.name)
+		if s.boot != nil && l.r.cfg.Boots != nil {
+			l.r.cfg.Boots.ObserveBoot(s.boot.provider, s.boot.zone, s.boot.image, s.boot.took)
+		}
 		for _, op := range s.d.Ops {
 			ops = append(ops, l.startOp(s.trace.ctx, op))
 		}

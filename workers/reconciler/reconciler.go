@@ -44,6 +44,8 @@ type Config struct {
 	ReplaceUnhealthyAfter time.Duration
 	Log                   *slog.Logger
 	Tracing               trace.TracerProvider // optional: nil is the global provider (docs/tracing.md)
+	// Boots hears each proxy's boot once its status saying so is stored (boots.go); optional.
+	Boots BootObserver
 }
 
 // Reconciler decides for every proxy while it holds the leader lease.
