@@ -66,6 +66,22 @@ func goldenCases() map[string]any {
 			InstanceName: "egress-abcdefghijklmnop", InstanceID: "local/egress-abcdefghijklmnop", Provider: "local", Host: "local",
 			IP: "127.0.0.2", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 9,
 			ProvisionAt: at, Generation: "9f3a0c1d2e4b5a68", AddressAt: at, CreatedAt: at, ReadyAt: at, UpdatedAt: at},
+		// A pool member whose instance is outdated and waits for its pool (decision 86), and
+		// carries the credentials of an older spec revision (decision 87).
+		"proxy_status_rollout.v1.json": ProxyStatus{V: 1, Phase: PhaseDraining, Mode: "managed", UID: "u3",
+			InstanceName: "egress-cdefghijklmnopqr", InstanceID: "pve/pv1-1/104", Provider: "pve", Host: "pv1-1",
+			IP: "192.0.2.14", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", AuthRevision: 41,
+			SpecRevision: 44, Reason: ReasonRolloutDraining, Message: "its instance is outdated (CredentialsChanged): draining before it is replaced",
+			ProvisionAt: at.Add(-time.Hour), Generation: "9f3a0c1d2e4b5a70", AddressAt: at.Add(-time.Hour), CreatedAt: at.Add(-time.Hour),
+			ReadyAt: at.Add(-time.Hour), UpdatedAt: at,
+			Rollout: &Rollout{Reason: ReasonCredentialsChanged, Stage: RolloutDraining, Scope: "provider pve", Since: at.Add(-time.Minute), StartedAt: at}},
+		"provider_catalog_inplace.v1.json": CatalogRecord{V: 1, Provider: "local", Type: "local",
+			Hosts: []CatalogHost{{Name: "local", MaxConcurrentOps: 8}}, Limits: map[string]int{"addresses": 249, LimitMaxUnavailable: 2},
+			CredentialsInPlace: true, UpdatedAt: at},
+		// egressd status rollouts -o json, one scope.
+		"rollout_progress.v1.json": RolloutProgress{Scope: "provider pve", Total: 40, Outdated: 28, Waiting: 24, Paused: true, Draining: 3, Replacing: 1},
+		// The pauses, egress_locks key rollout-pause.
+		"rollout_pause.v1.json": RolloutPause{V: 1, Scopes: map[string]PausedScope{"pool web": {At: at, By: "ops-1", Note: "checking the new image"}}},
 		"lease_revocation.v1.json": LeaseRevocation{V: 1, Lease: "crawl-1.0.0123456789abcdef", Proxy: "crawl-1",
 			Until: at.Add(time.Minute + 5*time.Second), Reason: ReasonReleased},
 		"proxy_health.v1.json":  healthy,

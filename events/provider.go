@@ -15,6 +15,9 @@ const (
 	// LimitMaxLifetimeSeconds is the lifetime of the provider's instances whose spec sets
 	// none: its provisioners stamp it on each instance they create (decision 0076).
 	LimitMaxLifetimeSeconds = "maxLifetimeSeconds"
+	// LimitMaxUnavailable is the provider's rollout budget (decision 86): how many of its
+	// proxies of their own may be draining or replaced at once for a rollout.
+	LimitMaxUnavailable = "maxUnavailable"
 )
 
 // CatalogRecord is the value of a provider's key in provider_catalog: what the provider
@@ -28,7 +31,10 @@ type CatalogRecord struct {
 	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
 	Images       []string               `json:"images,omitempty"`
 	Limits       map[string]int         `json:"limits,omitempty"`
-	UpdatedAt    time.Time              `json:"updatedAt"`
+	// CredentialsInPlace: the provider delivers new credentials to a running instance
+	// (providers.Catalog.CredentialsInPlace); without it a credential change rolls a new one.
+	CredentialsInPlace bool      `json:"credentialsInPlace,omitempty"`
+	UpdatedAt          time.Time `json:"updatedAt"`
 }
 
 // CatalogHost is one concurrency domain of a provider (a hypervisor, a node, a zone) and

@@ -92,21 +92,25 @@ type ProxyStatus struct {
 	// ExpectedEgress is where the proxy's traffic should leave from, when that is known: the
 	// instance's own address when its provider says so (local with bindSource), an external
 	// endpoint's expectedEgress. The probers compare it with what their echo endpoint sees.
-	ExpectedEgress string     `json:"expectedEgress,omitempty"`
-	SpecHash       string     `json:"specHash,omitempty"`     // hash of the instance that exists
-	AuthHash       string     `json:"authHash,omitempty"`     // salted hash of the auth last delivered
-	SpecRevision   uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
-	Teardown       Reason     `json:"teardown,omitempty"`     // why the current instance must go
-	Op             *OpRef     `json:"op,omitempty"`
-	LastError      *LastError `json:"lastError,omitempty"`
-	Reason         Reason     `json:"reason,omitempty"`
-	Message        string     `json:"message,omitempty"`
-	Failures       int        `json:"failures,omitempty"`  // consecutive transient failures
-	Deadlines      int        `json:"deadlines,omitempty"` // provisioning deadlines missed
-	AddrMisses     int        `json:"addrMisses,omitempty"`
-	RetryAt        time.Time  `json:"retryAt,omitzero"`
-	NextPollAt     time.Time  `json:"nextPollAt,omitzero"`
-	ProvisionAt    time.Time  `json:"provisionAt,omitzero"` // when the current create began
+	ExpectedEgress string `json:"expectedEgress,omitempty"`
+	SpecHash       string `json:"specHash,omitempty"` // hash of the instance that exists
+	AuthHash       string `json:"authHash,omitempty"` // salted hash of the auth last delivered
+	// AuthRevision is the revision of the proxy's key in proxies whose auth the instance
+	// carries: the leasers and probers present that revision's credentials (never stored
+	// here) until a successor with the spec's own is Ready (decision 87). 0: the spec's.
+	AuthRevision uint64     `json:"authRevision,omitempty"`
+	SpecRevision uint64     `json:"specRevision,omitempty"` // KV revision of the spec last acted on
+	Teardown     Reason     `json:"teardown,omitempty"`     // why the current instance must go
+	Op           *OpRef     `json:"op,omitempty"`
+	LastError    *LastError `json:"lastError,omitempty"`
+	Reason       Reason     `json:"reason,omitempty"`
+	Message      string     `json:"message,omitempty"`
+	Failures     int        `json:"failures,omitempty"`  // consecutive transient failures
+	Deadlines    int        `json:"deadlines,omitempty"` // provisioning deadlines missed
+	AddrMisses   int        `json:"addrMisses,omitempty"`
+	RetryAt      time.Time  `json:"retryAt,omitzero"`
+	NextPollAt   time.Time  `json:"nextPollAt,omitzero"`
+	ProvisionAt  time.Time  `json:"provisionAt,omitzero"` // when the current create began
 	// Generation is a fresh ID for each instance the proxy gets (set when its create is first
 	// issued, cleared once it is gone): lease tokens carry it, and the instance's key derives
 	// from it, so an instance rebuilt under the proxy's name refuses its predecessor's tokens.
@@ -125,6 +129,9 @@ type ProxyStatus struct {
 	// Suspect, on an Unhealthy proxy, says the brake holds its replacement: the group it
 	// belongs to has too many Unhealthy proxies at once.
 	Suspect Suspect `json:"suspect,omitzero"`
+	// Rollout, on a proxy whose instance must be replaced for a change, says why and how far
+	// (events.Rollout, decision 86).
+	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
 // Scopes of the brake: a provider target, or a pool.

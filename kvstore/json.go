@@ -88,3 +88,21 @@ func DeleteAt(ctx context.Context, kv Writer, key string, rev uint64) error {
 	}
 	return mapErr(kv.Delete(ctx, key, opts...))
 }
+
+// RevisionGetter is the part of a bucket GetAt needs.
+type RevisionGetter interface {
+	GetRevision(ctx context.Context, key string, revision uint64) (jetstream.KeyValueEntry, error)
+}
+
+// GetAt reads the value key had at revision (a bucket with history keeps a few).
+// ErrNotFound when that revision is gone or was a delete.
+func GetAt(ctx context.Context, kv RevisionGetter, key string, revision uint64) ([]byte, error) {
+	e, err := kv.GetRevision(ctx, key, revision)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		return nil, ErrNotFound
+	}
+	return e.Value(), nil
+}

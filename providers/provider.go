@@ -158,6 +158,11 @@ type Catalog struct {
 	MachineTypes map[string]MachineType `json:"machineTypes,omitempty"`
 	Images       []string               `json:"images,omitempty"`
 	Limits       map[string]int         `json:"limits,omitempty"`
+	// CredentialsInPlace says Create, called again for a running instance with other
+	// credentials, delivers them to it without a new instance (the local provider rewrites
+	// its proxy's auth file). A provider without it is given new credentials only on a new
+	// instance: the reconciler rolls one (decision 87, docs/provider-contract.md).
+	CredentialsInPlace bool `json:"credentialsInPlace,omitempty"`
 }
 
 // Host is one concurrency domain of a provider: a hypervisor, a node, a zone.

@@ -19,6 +19,12 @@ type CatalogEntry struct {
 	// HostsUnknown says the hosts are not known (a catalog made from a config, offline), so
 	// zones are not checked.
 	HostsUnknown bool
+	// CredentialsInPlace says the provider delivers new credentials to a running instance
+	// (local); without it a credential change rolls a new instance (decision 87).
+	CredentialsInPlace bool
+	// MaxUnavailable is the provider's rollout budget: its proxies of their own that may be
+	// draining or replaced for a rollout at once (0: the default, 1).
+	MaxUnavailable int
 }
 
 // Names lists the providers, sorted, for messages: "a, b", or "none".

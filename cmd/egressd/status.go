@@ -21,7 +21,7 @@ import (
 )
 
 // statusViews are the views of `egressd status`; proxies is the default.
-var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns"}
+var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns", "rollouts"}
 
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
@@ -71,7 +71,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders, leases or cooldowns, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders, leases, cooldowns or rollouts, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -114,6 +114,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return showList(ctx, *natsURL, events.BucketCooldowns, func(ctx context.Context, kv jetstream.KeyValue) ([]fleet.CooldownRow, error) {
 			return fleet.Cooldowns(ctx, kv, time.Now())
 		}, *output == "json", printCooldowns, stdout, stderr)
+	case "rollouts":
+		return showList(ctx, *natsURL, events.BucketStatus, readRollouts, *output == "json", printRollouts, stdout, stderr)
 	}
 	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
 }

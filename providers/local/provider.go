@@ -86,6 +86,8 @@ func (p *Provider) Catalog() providers.Catalog {
 		Type:   "local",
 		Hosts:  []providers.Host{{Name: hostName, MaxConcurrentOps: p.cfg.maxOps()}},
 		Limits: map[string]int{"addresses": len(p.pool)},
+		// Create rewrites a running proxy's auth file, which it re-reads: no new instance.
+		CredentialsInPlace: true,
 	}
 }
 

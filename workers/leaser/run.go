@@ -23,11 +23,11 @@ type watch struct {
 
 // watches are the buckets the view is built from. Every entry may free a slot for a waiting
 // acquire (or move the queue): each wakes them.
-func (l *Leaser) watches() []watch {
+func (l *Leaser) watches(ctx context.Context) []watch {
 	st := l.cfg.Buckets
 	ws := []watch{
 		{st.Proxies, l.waking(l.view.applySpec), nil},
-		{st.Status, l.waking(l.view.applyStatus), nil},
+		{st.Status, l.waking(l.resolvingAuth(ctx, l.view.applyStatus)), nil},
 		{st.Health, l.waking(l.view.applyHealth), nil},
 		{st.Cooldowns, l.waking(l.view.applyCooldown), nil},
 		{st.Pools, l.waking(l.applyPool), nil},
@@ -54,7 +54,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	defer wg.Wait()
 	defer stopWatches()
 
-	watches := l.watches()
+	watches := l.watches(watchCtx)
 	ready := make(chan struct{}, len(watches))
 	failed := make(chan error, len(watches))
 	for _, w := range watches {

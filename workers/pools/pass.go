@@ -40,11 +40,14 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 		return err
 	}
 	in := input{Name: name, Ledger: ledger, Owned: snap.owned, Phase: snap.phases, Limited: snap.limited, Expiry: snap.expiry, Now: now,
-		Stuck: snap.stuck, Boot: snap.boots,
+		Stuck: snap.stuck, Boot: snap.boots, Outdated: snap.outdated,
 		Taken: func(n string) bool { return taken[n] }, InUse: v.taken,
 		NewSuffix: newSuffix, Load: v.loadAt, Demand: v.demandOf(name)}
 	if err := readSpec(rctx, s.Pools, v, name, &in); err != nil {
 		return err
+	}
+	if len(in.Outdated) > 0 {
+		in.RolloutPaused = c.rolloutPaused(rctx, name)
 	}
 	if in.Spec != nil {
 		names := memberNames(ledger, snap.owned)
@@ -266,4 +269,20 @@ func memberNames(ledger *events.PoolStatus, own map[string]owned) []string {
 		set[n] = true
 	}
 	return sortedKeys(set)
+}
+
+// rolloutPaused reads whether the pool's rollout is paused (egress_locks, rollout-pause;
+// `egressd rollout pause pool <name>`). A record that cannot be read or decoded holds the
+// rollout (fail closed): an outdated member keeps serving.
+func (c *Controller) rolloutPaused(ctx context.Context, pool string) bool {
+	var p events.RolloutPause
+	_, err := kvstore.GetJSON(ctx, c.cfg.Buckets.Locks, events.RolloutPauseKey, &p)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+		return false
+	case err != nil:
+		c.cfg.Log.Warn("read rollout pauses: the pool's rollout is held", "pool", pool, "err", err)
+		return true
+	}
+	return p.Paused(events.PoolScope(pool))
 }

@@ -39,19 +39,25 @@ type input struct {
 	Owned      map[string]owned   // specs in proxies owned by this pool, by name
 	// Taken says a ledger member's key holds a spec that is not the pool's (read fresh);
 	// InUse says a fresh name is a key already (the view is enough: a create fails anyway).
-	Taken     func(name string) bool
-	InUse     func(name string) bool
-	Phase     map[string]events.Phase
-	Limited   map[string]string        // members that wait for their provider's instance limit: its message
-	Expiry    map[string]expiry        // members whose instance has a lifetime
-	Stuck     map[string]stuck         // members that wait for quota or a failing provider target (placements.go)
-	Boot      map[string]time.Duration // members Ready at least once: how long from put to Ready (boots.go)
-	Leases    map[string]int
-	Blocked   map[string]int   // distinct targets the member was reported blocked on in the window
-	Demand    events.DemandSum // what the leasers measured of the pool (autoscale)
-	Load      func(provider, zone string) int
-	Now       time.Time
-	NewSuffix func() string
+	Taken   func(name string) bool
+	InUse   func(name string) bool
+	Phase   map[string]events.Phase
+	Limited map[string]string        // members that wait for their provider's instance limit: its message
+	Expiry  map[string]expiry        // members whose instance has a lifetime
+	Stuck   map[string]stuck         // members that wait for quota or a failing provider target (placements.go)
+	Boot    map[string]time.Duration // members Ready at least once: how long from put to Ready (boots.go)
+	// Outdated are members whose instance the reconciler found outdated (the cloud_init
+	// document their spec references was edited; credentials their provider cannot update
+	// in place), by why: rolled like a template change (decision 86).
+	Outdated map[string]events.Reason
+	// RolloutPaused: the pool's rollout is paused, so no outdated member is retired for it.
+	RolloutPaused bool
+	Leases        map[string]int
+	Blocked       map[string]int   // distinct targets the member was reported blocked on in the window
+	Demand        events.DemandSum // what the leasers measured of the pool (autoscale)
+	Load          func(provider, zone string) int
+	Now           time.Time
+	NewSuffix     func() string
 }
 
 // write is a change to proxies, made after the ledger that allows it is recorded.
@@ -256,6 +262,15 @@ func (p *planner) retire() {
 			why, msg = events.ReasonTemplateChanged, "its placement was removed from the pool"
 		case identityOf(*o.spec) != identityOf(render(spec, p.in.Name, m.Placement, false)):
 			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
+		case p.in.Outdated[m.Name] != "" && p.in.RolloutPaused:
+			if p.held == "" {
+				p.held = fmt.Sprintf("%s is outdated (%s); the pool's rollout is paused", m.Name, p.in.Outdated[m.Name])
+			}
+			continue
+		case p.in.Outdated[m.Name] == events.ReasonCredentialsChanged:
+			why, msg = events.ReasonCredentialsChanged, "its credentials changed and its provider cannot update them in place"
+		case p.in.Outdated[m.Name] != "":
+			why, msg = events.ReasonTemplateChanged, "its instance is outdated: the cloud_init document it references changed"
 		case !p.lifetimeAt(m.Name).IsZero() && !p.in.Now.Before(p.lifetimeAt(m.Name)):
 			// Successor-first now, rather than the collector cutting its leases at the end.
 			why, msg = events.ReasonLifetimeEnding, fmt.Sprintf("its instance's lifetime ends at %s",

@@ -38,6 +38,8 @@ type world struct {
 	expiry  map[string]expiry
 	stuck   map[string]stuck
 	boot    map[string]time.Duration
+	stale   map[string]events.Reason // outdated members, as the reconciler marks them
+	paused  bool                     // the pool's rollout is paused
 	now     time.Time
 	next    int
 }
@@ -51,7 +53,7 @@ func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
 		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Now: w.now,
-		Stuck: w.stuck, Boot: w.boot,
+		Stuck: w.stuck, Boot: w.boot, Outdated: w.stale, RolloutPaused: w.paused,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 

@@ -30,9 +30,11 @@ type view struct {
 	expiry  map[string]expiry        // statuses whose instance has a lifetime
 	stuck   map[string]stuck         // statuses that wait for quota or a failing provider target
 	boots   map[string]time.Duration // statuses Ready at least once: put to first Ready
-	dirty   map[string]bool
-	wake    chan struct{}
-	demand  map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
+	// outdated: statuses whose instance the reconciler found outdated (status.rollout)
+	outdated map[string]events.Reason
+	dirty    map[string]bool
+	wake     chan struct{}
+	demand   map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -54,7 +56,7 @@ type proxyEntry struct {
 func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
 		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
-		stuck: map[string]stuck{}, boots: map[string]time.Duration{},
+		stuck: map[string]stuck{}, boots: map[string]time.Duration{}, outdated: map[string]events.Reason{},
 		demand:  map[string]map[string]events.PoolDemand{},
 		catalog: schemas.Catalog{}}
 }
@@ -239,14 +241,15 @@ func (v *view) noteDelete(name string, rev uint64) {
 }
 
 type phaseOnly struct {
-	Phase       events.Phase  `json:"phase"`
-	Reason      events.Reason `json:"reason"`
-	Message     string        `json:"message"`
-	ProvisionAt time.Time     `json:"provisionAt"`
-	ExpiresAt   time.Time     `json:"expiresAt"`
-	RetryAt     time.Time     `json:"retryAt"`
-	CreatedAt   time.Time     `json:"createdAt"`
-	ReadyAt     time.Time     `json:"readyAt"`
+	Phase       events.Phase    `json:"phase"`
+	Reason      events.Reason   `json:"reason"`
+	Message     string          `json:"message"`
+	ProvisionAt time.Time       `json:"provisionAt"`
+	ExpiresAt   time.Time       `json:"expiresAt"`
+	RetryAt     time.Time       `json:"retryAt"`
+	CreatedAt   time.Time       `json:"createdAt"`
+	ReadyAt     time.Time       `json:"readyAt"`
+	Rollout     *events.Rollout `json:"rollout"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -258,6 +261,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	delete(v.expiry, name)
 	delete(v.stuck, name)
 	delete(v.boots, name)
+	delete(v.outdated, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
@@ -273,6 +277,9 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 		}
 		if !st.ExpiresAt.IsZero() {
 			v.expiry[name] = expiry{from: st.ProvisionAt, until: st.ExpiresAt}
+		}
+		if st.Rollout != nil {
+			v.outdated[name] = st.Rollout.Reason
 		}
 	}
 	if pe, ok := v.proxies[name]; ok {
@@ -314,6 +321,8 @@ type snapshot struct {
 	expiry  map[string]expiry
 	stuck   map[string]stuck
 	boots   map[string]time.Duration
+	// outdated: members whose instance the reconciler found outdated (status.rollout), by why
+	outdated map[string]events.Reason
 }
 
 // snapshot costs what the pool's members do, not what the fleet does: the specs come from the
@@ -322,7 +331,7 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	s := snapshot{owned: map[string]owned{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{},
-		stuck: map[string]stuck{}, boots: map[string]time.Duration{}}
+		stuck: map[string]stuck{}, boots: map[string]time.Duration{}, outdated: map[string]events.Reason{}}
 	for name := range v.byOwner[pool] {
 		p := v.proxies[name]
 		s.owned[name] = owned{rev: p.rev, spec: p.spec}
@@ -338,6 +347,9 @@ func (v *view) snapshot(pool string, ledger *events.PoolStatus) snapshot {
 		}
 		if b, ok := v.boots[name]; ok {
 			s.boots[name] = b
+		}
+		if why, ok := v.outdated[name]; ok {
+			s.outdated[name] = why
 		}
 	}
 	if ledger != nil {

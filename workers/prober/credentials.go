@@ -1,8 +1,10 @@
 package prober
 
 import (
+	"context"
 	"time"
 
+	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/schemas"
 )
 
@@ -32,4 +34,36 @@ func (t *target) generation() string {
 		return ""
 	}
 	return t.st.generation
+}
+
+// followAuth tells t's credentials which spec revision its instance carries (decision 87)
+// and, when the prober never saw that revision (it started in the middle of a credential
+// rollout), reads it back from proxies. Unknown credentials probe with none: the proxy's 407
+// says no lease could work either, until they are known.
+func (l *loop) followAuth(ctx context.Context, t *target) {
+	var rev uint64
+	if t.st != nil {
+		rev = t.st.authRevision
+	}
+	t.creds.SetStatus(rev)
+	missing, ok := t.creds.Missing()
+	if !ok {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	b, err := kvstore.GetAt(rctx, l.p.cfg.Buckets.Proxies, t.name, missing)
+	if err != nil {
+		l.p.log.Warn("read the credentials the proxy's instance carries", "proxy", t.name, "revision", missing, "err", err)
+		return
+	}
+	if s, err := schemas.ParseProxySpec(b); err == nil {
+		t.creds.Resolve(missing, s.Auth)
+	}
+}
+
+// instanceAuth is the auth t's instance carries, nil while unknown.
+func (t *target) instanceAuth() *schemas.Auth {
+	a, _ := t.creds.Auth()
+	return a
 }

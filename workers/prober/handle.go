@@ -36,7 +36,7 @@ type completion struct {
 
 func (p *Prober) newJob(t *target) job {
 	j := job{proxy: t.name, addr: t.addr, check: t.spec.check, target: p.defaultURL,
-		auth:     p.probeAuth(t.name, t.generation(), t.spec.auth, seconds(t.spec.check.TimeoutSeconds)),
+		auth:     p.probeAuth(t.name, t.generation(), t.instanceAuth(), seconds(t.spec.check.TimeoutSeconds)),
 		expected: expectedEgress(t), rev: t.rev, known: true}
 	if h := t.current(); h != nil {
 		// A record about another address, or from before this one appeared, describes a

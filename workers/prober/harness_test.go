@@ -185,7 +185,7 @@ func request(t *testing.T, proxy, provider, host, addr string) (string, []byte) 
 // would, and returns the record.
 func (e *env) probeNow(p *Prober, proxy, addr string) events.ProxyHealth {
 	e.t.Helper()
-	raw, _, err := kvstore.Get(context.Background(), e.store.Proxies, proxy)
+	raw, rev, err := kvstore.Get(context.Background(), e.store.Proxies, proxy)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -193,7 +193,9 @@ func (e *env) probeNow(p *Prober, proxy, addr string) events.ProxyHealth {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	j := p.newJob(&target{name: proxy, spec: probeSpecOf(sp), addr: addr})
+	t := &target{name: proxy, spec: probeSpecOf(sp), addr: addr}
+	t.creds.SetSpec(rev, sp.Auth)
+	j := p.newJob(t)
 	j.known = false // read the record, as after a lost race
 	p.execute(context.Background(), j)
 	h, ok := e.health(proxy)

@@ -22,10 +22,11 @@ type target struct {
 	health *events.ProxyHealth
 	rev    uint64 // revision of health; 0 when there is none
 
-	owned   bool      // this prober's share
-	addr    string    // host:port the schedule is for
-	gen     uint64    // slots of another generation are stale
-	due     time.Time // zero while not scheduled
+	creds   schemas.InstanceAuth // the auth its current instance carries (decision 87)
+	owned   bool                 // this prober's share
+	addr    string               // host:port the schedule is for
+	gen     uint64               // slots of another generation are stale
+	due     time.Time            // zero while not scheduled
 	running bool
 	nudged  bool // a probe-now request waits for it
 }
@@ -34,13 +35,12 @@ type target struct {
 // would only cost memory in every prober, ten thousand times over.
 type probeSpec struct {
 	check schemas.HealthCheck
-	auth  *schemas.Auth
 	// expectedEgress is an external endpoint's endpoint.expectedEgress, "" when it has none.
 	expectedEgress string
 }
 
 func probeSpecOf(s schemas.ProxySpec) *probeSpec {
-	ps := &probeSpec{check: s.HealthCheck, auth: s.Auth}
+	ps := &probeSpec{check: s.HealthCheck}
 	if s.Mode == schemas.ModeExternal && s.Endpoint != nil {
 		ps.expectedEgress = s.Endpoint.ExpectedEgress
 	}
@@ -54,11 +54,12 @@ type where struct {
 	since                time.Time // when the address appeared (ProxyStatus.AddressAt)
 	expectedEgress       string    // see statusExpectedEgress
 	generation           string    // the instance's, which its lease key derives from
+	authRevision         uint64    // the spec revision whose auth the instance carries (0: the spec's)
 }
 
 func whereOf(st events.ProxyStatus) *where {
 	w := &where{provider: st.Provider, host: st.Host, since: st.AddressAt, expectedEgress: statusExpectedEgress(st),
-		generation: st.Generation}
+		generation: st.Generation, authRevision: st.AuthRevision}
 	if st.Mode == schemas.ModeExternal {
 		w.provider, w.host = events.External, events.External
 	}
@@ -187,7 +188,7 @@ func (l *loop) run(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("prober: %w", err)
 		case !c.Synced:
-			l.apply(src, c, started, p.cfg.Now())
+			l.apply(ctx, src, c, started, p.cfg.Now())
 		}
 	}
 }
@@ -211,7 +212,7 @@ func (l *loop) arm(timer *time.Timer, now time.Time) {
 }
 
 // apply folds one watch entry into the targets (and, for members, the ownership).
-func (l *loop) apply(src *kvstore.Watch, c kvstore.Change, started bool, now time.Time) {
+func (l *loop) apply(ctx context.Context, src *kvstore.Watch, c kvstore.Change, started bool, now time.Time) {
 	e := c.Entry
 	if src == l.membersW {
 		if l.mem.apply(e) && started {
@@ -231,11 +232,13 @@ func (l *loop) apply(src *kvstore.Watch, c kvstore.Change, started bool, now tim
 	switch src {
 	case l.specW:
 		t.spec = nil
+		var auth *schemas.Auth
 		if put {
 			if s, err := schemas.ParseProxySpec(e.Value()); err == nil {
-				t.spec = probeSpecOf(s)
+				t.spec, auth = probeSpecOf(s), s.Auth
 			}
 		}
+		t.creds.SetSpec(e.Revision(), auth)
 	case l.statusW:
 		t.st = nil
 		if put {
@@ -244,6 +247,7 @@ func (l *loop) apply(src *kvstore.Watch, c kvstore.Change, started bool, now tim
 				t.st = whereOf(st)
 			}
 		}
+		l.followAuth(ctx, t)
 	case l.healthW:
 		if e.Revision() < t.rev && put {
 			return // older than what this prober itself wrote since

@@ -107,7 +107,8 @@ func New(cfg Config) (*Provisioner, error) {
 
 // CatalogRecord is provider's catalog as provider_catalog holds it.
 func CatalogRecord(provider string, c providers.Catalog, at time.Time) events.CatalogRecord {
-	rec := events.CatalogRecord{V: 1, Provider: provider, Type: c.Type, Images: c.Images, Limits: c.Limits, UpdatedAt: at}
+	rec := events.CatalogRecord{V: 1, Provider: provider, Type: c.Type, Images: c.Images, Limits: c.Limits,
+		CredentialsInPlace: c.CredentialsInPlace, UpdatedAt: at}
 	for _, h := range c.Hosts {
 		rec.Hosts = append(rec.Hosts, events.CatalogHost{Name: h.Name, MaxConcurrentOps: h.MaxConcurrentOps})
 	}

@@ -18,7 +18,7 @@ import (
 )
 
 // input gathers what Decide needs for one proxy from the leader's view.
-func (l *loop) input(name string, result *events.OpResult) Input {
+func (l *loop) input(ctx context.Context, name string, result *events.OpResult) Input {
 	in := Input{Name: name, Catalog: l.catalog, Installation: l.r.cfg.Installation, Result: result,
 		Now: time.Now().UTC(), NewID: newID}
 	if e, ok := l.statuses[name]; ok {
@@ -45,6 +45,7 @@ func (l *loop) input(name string, result *events.OpResult) Input {
 		declared = in.Status.CreatedAt
 	}
 	in.Limit = l.tally.limit(l.caps, l.r.cfg.MaxInstances, spec.Provider, name, declared)
+	in.Rollout = l.rolloutBudget(ctx, name, spec, in.Status)
 	if in.Status != nil {
 		in.Suspect = l.brakes.held(in.Status.Provider, in.Status.Host, spec.Pool)
 		in.BrakeReleasedAt = l.brakes.releasedAt(in.Status.Provider, in.Status.Host, spec.Pool)
@@ -87,7 +88,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		l.announceFlips(ctx)
 	}()
 	for i, name := range b.names {
-		in := l.input(name, b.results[i])
+		in := l.input(ctx, name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
 		l.countCreates(s.d.Ops, in.Now)

@@ -227,6 +227,7 @@ func (d *decider) replaceUnhealthy() bool {
 func (l *loop) count(name string, st *events.ProxyStatus) {
 	l.tally.set(name, st)
 	l.brakes.set(name, st)
+	l.rollouts.set(name, st)
 }
 
 // announceFlips publishes an event for each group whose verdict changed and decides its

@@ -34,6 +34,8 @@ type Input struct {
 	// Suspect is the group (provider target or pool) whose brake holds the proxy's
 	// replacement for health, if any (brake.go).
 	Suspect *events.Suspect
+	// Rollout is the rollout budget of the proxy's provider (a proxy of its own).
+	Rollout RolloutBudget
 	// BrakeReleasedAt is when the brake last let go of the proxy's groups: an Unhealthy
 	// proxy is replaced only ReplaceUnhealthyAfter past it, so the fleet an outage left
 	// Unhealthy recovers before anything is replaced.
@@ -240,14 +242,20 @@ func (d *decider) managed() {
 	d.st.SpecRevision = d.in.SpecRevision
 	d.st.Mode = schemas.ModeManaged
 	d.setIdentity()
-	hash := spec.Hash(d.in.UserData)
+	hash, auth := spec.Hash(d.in.UserData), authHash(d.st.UID, spec.Auth)
+	if d.st.AuthHash == auth && d.st.InstanceID != "" {
+		// The instance carries the spec's credentials: the newest revision that says so is
+		// where the leasers and probers read them (decision 87).
+		d.st.AuthRevision = d.in.SpecRevision
+	}
+	if why := d.outdated(hash, auth, prov.CredentialsInPlace); d.roll(why) {
+		d.st.Teardown = why
+	}
 
 	if d.mayExist() && d.st.Teardown == "" {
 		switch {
 		case d.st.Provider != spec.Provider:
 			d.st.Teardown = events.ReasonProviderChanged
-		case d.st.SpecHash != "" && d.st.SpecHash != hash:
-			d.st.Teardown = events.ReasonSpecChanged
 		case d.expired():
 			d.st.Teardown = events.ReasonLifetimeExceeded
 			d.st.Reason, d.st.Message = events.ReasonLifetimeExceeded, d.lifetimeMessage("deleting it to create a new one")
@@ -266,16 +274,14 @@ func (d *decider) managed() {
 		}
 		d.st.Teardown = ""
 	}
-	d.provision(host, hash)
+	d.provision(host, hash, auth)
 }
 
 // provision takes the next step of a proxy whose spec its instance may follow: create it,
 // deliver new credentials, give up on one that never got an address, or poll it.
-func (d *decider) provision(host, hash string) {
-	spec := d.in.Spec
-	auth := authHash(d.st.UID, spec.Auth)
+func (d *decider) provision(host, hash, auth string) {
 	if !d.mayExist() {
-		d.st.Provider, d.st.Host = spec.Provider, host
+		d.st.Provider, d.st.Host = d.in.Spec.Provider, host
 	}
 	if v, judged := d.verdict(); judged && !v {
 		// A proxy the probers find broken is looked at soon, not at the next drift poll:
@@ -298,16 +304,17 @@ func (d *decider) provision(host, hash string) {
 		if d.st.Generation == "" {
 			d.st.Generation = d.in.NewID()
 		}
-		d.st.SpecHash, d.st.AuthHash = hash, auth
+		d.st.SpecHash, d.st.AuthHash, d.st.AuthRevision = hash, auth, d.in.SpecRevision
 		if d.st.Reason != events.ReasonLifetimeExceeded {
 			// Why the proxy has a new instance stays in sight until it runs.
 			d.st.Reason, d.st.Message = events.ReasonCreating, ""
 		}
 		d.issue(events.OpCreate)
-	case d.st.AuthHash != auth:
-		// Credentials never replace an instance; an idempotent create delivers them to the
-		// running one (the local provider rewrites its proxy's auth file).
-		d.st.SpecHash, d.st.AuthHash = hash, auth
+	case d.st.AuthHash != auth && d.st.Rollout == nil:
+		// A provider that updates credentials in place gets them by an idempotent create to
+		// the running instance (the local provider rewrites its proxy's auth file); the
+		// others roll a new instance (roll).
+		d.st.SpecHash, d.st.AuthHash, d.st.AuthRevision = hash, auth, d.in.SpecRevision
 		d.issue(events.OpCreate)
 	case d.st.IP == "" && d.now.Sub(d.st.ProvisionAt) >= d.p.ProvisionDeadline:
 		d.st.Deadlines++

@@ -207,7 +207,7 @@ func healthCases(p Policy) []decideCase {
 			}
 		}}},
 		{"a replacement says why", func(t *testing.T) Input {
-			return input(t, spec(t, `{"provider":"local","port":8080}`), running(spec(t, base)), t0)
+			return input(t, spec(t, `{"provider":"local","port":8080}`), drainedLongAgo(running(spec(t, base))), t0)
 		}, decideWant{phase: events.PhaseReplacing, reason: events.ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}}},
 		{"changing provider replaces on the old provider", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)

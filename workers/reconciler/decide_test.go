@@ -27,7 +27,7 @@ func input(t *testing.T, sp *schemas.ProxySpec, st *events.ProxyStatus, now time
 	n := 0
 	return Input{
 		Name: "p1", Spec: sp, SpecRevision: 7, Status: st, Now: now, Installation: "inst",
-		Catalog: map[string]ProviderInfo{"local": {Hosts: []string{"h1"}}, "kvm": {Hosts: []string{"a", "b"}}},
+		Catalog: map[string]ProviderInfo{"local": {Hosts: []string{"h1"}, CredentialsInPlace: true}, "kvm": {Hosts: []string{"a", "b"}}},
 		NewID:   func() string { n++; return fmt.Sprintf("id%d", n) },
 	}
 }
@@ -36,7 +36,7 @@ func input(t *testing.T, sp *schemas.ProxySpec, st *events.ProxyStatus, now time
 func running(s *schemas.ProxySpec) *events.ProxyStatus {
 	return &events.ProxyStatus{V: 1, Phase: events.PhaseRunning, Mode: "managed", UID: "u1",
 		InstanceName: providers.InstanceName("inst", "u1"), InstanceID: "local/x", Provider: "local", Host: "h1",
-		IP: "127.0.0.2", Port: s.Port, SpecHash: s.Hash(nil), SpecRevision: 7,
+		IP: "127.0.0.2", Port: s.Port, SpecHash: s.Hash(nil), SpecRevision: 7, AuthRevision: 7,
 		ProvisionAt: t0.Add(-time.Hour), NextPollAt: t0.Add(time.Minute), CreatedAt: t0.Add(-time.Hour)}
 }
 
@@ -90,7 +90,7 @@ type decideCase struct {
 
 func TestDecide(t *testing.T) {
 	p := DefaultPolicy()
-	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p))
+	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p), rolloutCases(p))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in(t)

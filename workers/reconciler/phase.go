@@ -33,6 +33,9 @@ func (d *decider) finish() Decision {
 		dec.Events = append(dec.Events, events.Event{V: 1, Kind: events.KindPhase, Proxy: d.in.Name, At: d.now,
 			Phase: d.st.Phase, From: old, Reason: d.st.Reason, Message: d.st.Message})
 	}
+	if ev := d.rolledOut(d.st.Phase); ev != nil {
+		dec.Events = append(dec.Events, *ev)
+	}
 	if d.in.Status == nil || !sameStatus(*d.in.Status, *d.st) {
 		d.st.UpdatedAt = d.now
 	}
@@ -79,7 +82,7 @@ func (d *decider) phase() events.Phase {
 // drained is the phase of a proxy with an address whose spec says drain: Draining, whatever
 // its health (which the HEALTHY column still shows), so that nobody reads it as capacity.
 func (d *decider) drained(p events.Phase) events.Phase {
-	if d.in.Spec != nil && d.in.Spec.Drain {
+	if d.in.Spec != nil && d.in.Spec.Drain || d.st.Rollout != nil && d.st.Rollout.Stage == events.RolloutDraining {
 		return events.PhaseDraining
 	}
 	return p

@@ -21,6 +21,10 @@ type Policy struct {
 	// ReplaceUnhealthyAfter is how long an instance may stay Unhealthy (by the probers'
 	// verdict) before it is replaced, unless the brake holds it (brake.go); 0: never.
 	ReplaceUnhealthyAfter time.Duration
+	// RolloutPoll is how often a proxy waiting for its rollout, or draining for it, is
+	// decided again; RolloutDrainTimeout how long its leases may run before it is replaced
+	// anyway (rollout.go).
+	RolloutPoll, RolloutDrainTimeout time.Duration
 }
 
 // DefaultPolicy is the policy of DESIGN §5.1.
@@ -41,6 +45,9 @@ func DefaultPolicy() Policy {
 		// Long enough that a proxy a probe path blip or a host's short outage turned
 		// Unhealthy recovers first; short enough that a dead VM does not idle for an hour.
 		ReplaceUnhealthyAfter: 10 * time.Minute,
+		RolloutPoll:           2 * time.Second,
+		// As a pool's drainTimeoutSeconds: a crawl's lease has time to finish its work.
+		RolloutDrainTimeout: 15 * time.Minute,
 	}
 }
 

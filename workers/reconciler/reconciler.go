@@ -124,6 +124,8 @@ type loop struct {
 	caps        map[string]*instanceCap           // provider → its instance limits, if any
 	tally       *tally                            // the instances that may exist, for the limits
 	brakes      *brakeTally                       // the Unhealthy share of each target and pool
+	rollouts    *rolloutTally                     // the places each rollout budget has taken
+	paused      events.RolloutPause               // the rollout scopes paused, read on the tick
 	health      map[string]healthEntry
 	due         map[string]time.Time
 	unpublished map[string]events.Op // ops whose publish failed, retried on the tick
@@ -139,7 +141,7 @@ const consumerName = "reconciler"
 func (r *Reconciler) lead(ctx context.Context) error {
 	s := r.cfg.Buckets
 	l := &loop{r: r, log: r.cfg.Log, tracer: r.tracer, specs: map[string]specEntry{}, statuses: map[string]statusEntry{},
-		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, caps: map[string]*instanceCap{}, tally: newTally(), brakes: newBrakeTally(r.cfg.Brake), due: map[string]time.Time{},
+		cloudInit: map[string][]byte{}, catalog: map[string]ProviderInfo{}, targets: map[string]map[string]TargetCheck{}, limits: map[string]*createLimit{}, caps: map[string]*instanceCap{}, tally: newTally(), brakes: newBrakeTally(r.cfg.Brake), rollouts: newRolloutTally(), due: map[string]time.Time{},
 		health: map[string]healthEntry{}, unpublished: map[string]events.Op{}, queued: map[string]bool{},
 		events: kvstore.NewPublisher(s.JS, r.cfg.Log, maxPendingEvents)}
 	if err := l.loadStatuses(ctx); err != nil {
@@ -446,6 +448,7 @@ func (l *loop) tick(ctx context.Context, b *batch) {
 		delete(l.unpublished, name)
 		l.publishOp(ctx, op)
 	}
+	l.refreshPause(ctx)
 	now := time.Now()
 	for name, t := range l.due {
 		if !now.Before(t) && b.add(name) {

@@ -128,7 +128,7 @@ func (l *loop) applyCatalog(e jetstream.KeyValueEntry) []string {
 			l.log.Warn("unreadable catalog", "provider", e.Key(), "err", err)
 			return nil
 		}
-		var info ProviderInfo
+		info := ProviderInfo{CredentialsInPlace: rec.CredentialsInPlace, MaxUnavailable: rec.Limits[events.LimitMaxUnavailable]}
 		for _, h := range rec.Hosts {
 			info.Hosts = append(info.Hosts, h.Name)
 		}

@@ -41,28 +41,34 @@ func watchPool(t *testing.T, n *node, pool string) *poolWatch {
 func watchPoolJS(t *testing.T, js jetstream.JetStream, pool string) *poolWatch {
 	t.Helper()
 	w := &poolWatch{pool: pool, owned: map[string]bool{}, phases: map[string]events.Phase{}, minReady: 1 << 30}
+	for _, b := range []string{events.BucketProxies, events.BucketStatus} {
+		followBucket(t, js, b, func(e jetstream.KeyValueEntry) { w.apply(b, e) })
+	}
+	return w
+}
+
+// followBucket hands fn every entry of bucket, from its first, until the test ends.
+func followBucket(t *testing.T, js jetstream.JetStream, bucket string, fn func(jetstream.KeyValueEntry)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	for _, b := range []string{events.BucketProxies, events.BucketStatus} {
-		kv, err := js.KeyValue(ctx, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kw, err := kv.WatchAll(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Go(func() {
-			defer func() { _ = kw.Stop() }()
-			for e := range kw.Updates() {
-				if e != nil {
-					w.apply(b, e)
-				}
-			}
-		})
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return w
+	kw, err := kv.WatchAll(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() {
+		defer func() { _ = kw.Stop() }()
+		for e := range kw.Updates() {
+			if e != nil {
+				fn(e)
+			}
+		}
+	})
 }
 
 // count is how many members the pool has now.

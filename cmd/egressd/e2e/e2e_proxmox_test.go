@@ -66,33 +66,26 @@ func seedVolumes(sim *pvetest.Server) []string {
 	return out
 }
 
-// TestProxmoxEndToEnd drives `egressd run` with a proxmox provider against the PVE API
-// simulator in this process, each started VM a real forward proxy on its own loopback
-// address: kv put → clone (egressd killed with -9 while PVE clones) → restart → one VM, adopted →
-// start → agent address → probed → Ready → leased → curl -x; a port change replaces the VM; a
-// paused VM is replaced; kv del leaves no VM and no seed ISO; the token's secret is in no log
-// line and no status.
-func TestProxmoxEndToEnd(t *testing.T) {
-	needNats(t)
-	var pool []netip.Addr
-	for i := 200; i <= 250; i++ {
-		pool = append(pool, netip.AddrFrom4([4]byte{127, 0, 102, byte(i)}))
+// proxmoxSim starts the PVE API simulator in this process, its VMs real forward proxies on
+// 127.0.<net>.<from>–<to>, and writes dir/egressd.yaml with a proxmox provider "pve" on it.
+func proxmoxSim(t *testing.T, dir string, net4, from, to byte, timing pvetest.Timing) (*pvetest.Server, string) {
+	t.Helper()
+	var addrs []netip.Addr
+	for i := int(from); i <= int(to); i++ {
+		addrs = append(addrs, netip.AddrFrom4([4]byte{127, 0, net4, byte(i)}))
 	}
 	sim, err := pvetest.New(pvetest.Options{
-		Addresses: pool,
+		Addresses: addrs,
 		// Traffic leaves from the VM's own address, as from a real VM.
 		Serve: func(ctx context.Context, ln net.Listener, p pvetest.Proxy) error {
 			return forwardproxy.Serve(ctx, ln, forwardproxy.Config{Listen: ln.Addr().String(), Source: p.Addr.Addr().String(), AuthFile: p.AuthFile})
 		},
-		// A clone long enough to kill egressd in the middle of it (F16 measured ~2 s).
-		Timing: pvetest.Timing{Clone: 3 * time.Second, Boot: 500 * time.Millisecond},
+		Timing: timing,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(sim.Close)
-
-	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "pve-token")
 	writeFile(t, tokenFile, sim.Token()+"\n")
 	cfg := filepath.Join(dir, "egressd.yaml")
@@ -110,6 +103,20 @@ func TestProxmoxEndToEnd(t *testing.T) {
         small: {cores: 1, memoryMiB: 512}
       installGuestAgent: false
 `, sim.URL(), tokenFile, proxmoxNode))
+	return sim, cfg
+}
+
+// TestProxmoxEndToEnd drives `egressd run` with a proxmox provider against the PVE API
+// simulator in this process, each started VM a real forward proxy on its own loopback
+// address: kv put → clone (egressd killed with -9 while PVE clones) → restart → one VM, adopted →
+// start → agent address → probed → Ready → leased → curl -x; a port change replaces the VM; a
+// paused VM is replaced; kv del leaves no VM and no seed ISO; the token's secret is in no log
+// line and no status.
+func TestProxmoxEndToEnd(t *testing.T) {
+	needNats(t)
+	dir := t.TempDir()
+	// A clone long enough to kill egressd in the middle of it (F16 measured ~2 s).
+	sim, cfg := proxmoxSim(t, dir, 102, 200, 250, pvetest.Timing{Clone: 3 * time.Second, Boot: 500 * time.Millisecond})
 
 	var lastPeer atomic.Value
 	webURL := serveOn(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -220,5 +227,5 @@ func TestProxmoxEndToEnd(t *testing.T) {
 	if code := n.stop(); code != 0 {
 		t.Fatalf("egressd exited %d after SIGTERM, want 0", code)
 	}
-	_ = os.Remove(tokenFile)
+	_ = os.Remove(filepath.Join(dir, "pve-token"))
 }

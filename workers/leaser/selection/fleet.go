@@ -89,10 +89,11 @@ func (f *Fleet) SetSpec(name string, rev uint64, gone bool, spec *schemas.ProxyS
 	p := f.proxy(name)
 	p.specRev, p.specGone = rev, gone
 	p.hasSpec = spec != nil
-	p.attrs, p.auth, p.maxLeases, p.external, p.drain = nil, nil, 0, false, false
+	p.attrs, p.maxLeases, p.external, p.drain = nil, 0, false, false
 	p.placement = schemas.Placement{}
+	var auth *schemas.Auth
 	if spec != nil {
-		p.attrs, p.auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
+		p.attrs, auth, p.maxLeases = spec.Attributes, spec.Auth, *spec.MaxLeases
 		p.placement = spec.Placement
 		p.external, p.drain = spec.Mode == schemas.ModeExternal, spec.Drain
 		p.origin = Origin{Provider: spec.Provider, Pool: spec.Pool}
@@ -100,6 +101,7 @@ func (f *Fleet) SetSpec(name string, rev uint64, gone bool, spec *schemas.ProxyS
 			p.origin.Provider = events.External
 		}
 	}
+	p.creds.SetSpec(rev, auth)
 	p.held = 0
 	for s := range p.slots {
 		if s < p.maxLeases {
@@ -119,7 +121,31 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt
 	p.gen, p.expected = st.Generation, st.ExpectedEgress
+	p.creds.SetStatus(st.AuthRevision)
 	f.changed(p)
+}
+
+// MissingAuth is the revision of proxies whose auth name's instance carries, when the fleet
+// has not seen it (a replica started in the middle of a credential rollout): the shell reads
+// it and hands it to ResolveAuth. Until then the proxy is not leased (fail closed).
+func (f *Fleet) MissingAuth(name string) (uint64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	p, ok := f.proxies[name]
+	if !ok {
+		return 0, false
+	}
+	return p.creds.Missing()
+}
+
+// ResolveAuth records the auth of rev of name's spec, read back from proxies.
+func (f *Fleet) ResolveAuth(name string, rev uint64, a *schemas.Auth) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.proxies[name]; ok {
+		p.creds.Resolve(rev, a)
+		f.changed(p)
+	}
 }
 
 // SetHealth applies an entry of proxy_health (the zero record for a delete): the latency

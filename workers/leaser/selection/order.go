@@ -125,7 +125,8 @@ func matches(attrs, selector map[string]string) bool {
 // and an address. The spec's drain is checked as well as the phase (the reconciler turns it
 // into Draining), so that no grant lands between the spec's change and the status's.
 func (p *proxyView) leasable() bool {
-	return p.hasSpec && !p.drain && p.hasStatus && p.phase == events.PhaseReady && p.ip != "" && p.port > 0
+	_, credsKnown := p.creds.Auth()
+	return p.hasSpec && !p.drain && p.hasStatus && p.phase == events.PhaseReady && p.ip != "" && p.port > 0 && credsKnown
 }
 
 // standing is how a proxy counts in every set it is a member of.

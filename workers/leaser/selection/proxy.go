@@ -18,7 +18,7 @@ type proxyView struct {
 	hasSpec   bool
 	attrs     map[string]string
 	maxLeases int
-	auth      *schemas.Auth
+	creds     schemas.InstanceAuth // the auth its current instance carries (decision 87)
 	external  bool
 	drain     bool   // "drain": true: never granted again, held leases renew and run on
 	origin    Origin // provider and pool, for the lease statistics and holder caps
@@ -117,7 +117,8 @@ func (p *proxyView) dropSlot(slot int) (Slot, bool) {
 
 // endpoint is p's address, credentials and probe routing. Callers hold mu.
 func (p *proxyView) endpoint() Endpoint {
-	e := Endpoint{IP: p.ip, Port: p.port, Auth: p.auth, Provider: p.provider, Host: p.host, Generation: p.gen}
+	auth, _ := p.creds.Auth() // unknown: never leased (leasable), so never handed out
+	e := Endpoint{IP: p.ip, Port: p.port, Auth: auth, Provider: p.provider, Host: p.host, Generation: p.gen}
 	if p.external {
 		e.Provider, e.Host = events.External, events.External
 	}

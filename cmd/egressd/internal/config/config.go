@@ -46,7 +46,11 @@ type Provider struct {
 	// MaxLifetimeSeconds is the lifetime of the provider's instances whose spec sets none
 	// (0: none); it rides to the provisioners in the catalog record's limits.
 	MaxLifetimeSeconds int
-	Block              any
+	// MaxUnavailable is the provider's rollout budget (0: the default, 1): how many of its
+	// proxies of their own may be draining or replaced at once for a change that needs new
+	// instances (docs/rollouts.md).
+	MaxUnavailable int
+	Block          any
 	// Others names blocks of other types found in the entry: an error for validate.
 	Others []string
 }

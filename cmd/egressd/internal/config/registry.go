@@ -151,6 +151,7 @@ var providerDoc, providerDocKinds = func() (reflect.Type, []string) {
 		{Name: "MaxInstances", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstances"`},
 		{Name: "MaxInstancesPerTarget", Type: reflect.TypeFor[int](), Tag: `yaml:"maxInstancesPerTarget"`},
 		{Name: "MaxLifetimeSeconds", Type: reflect.TypeFor[int](), Tag: `yaml:"maxLifetimeSeconds"`},
+		{Name: "MaxUnavailable", Type: reflect.TypeFor[int](), Tag: `yaml:"maxUnavailable"`},
 	}
 	for i, k := range kinds {
 		fields = append(fields, reflect.StructField{
@@ -168,9 +169,9 @@ func providerFromDoc(v reflect.Value) Provider {
 	pc := Provider{Name: v.Field(0).String(), Type: v.Field(1).String(),
 		MaxCreatesPerMinute: int(v.Field(2).Int()), CreateBurst: int(v.Field(3).Int()),
 		MaxInstances: int(v.Field(4).Int()), MaxInstancesPerTarget: int(v.Field(5).Int()),
-		MaxLifetimeSeconds: int(v.Field(6).Int())}
+		MaxLifetimeSeconds: int(v.Field(6).Int()), MaxUnavailable: int(v.Field(7).Int())}
 	for i, k := range providerDocKinds {
-		f := v.Field(7 + i)
+		f := v.Field(8 + i)
 		if f.IsNil() {
 			continue
 		}
@@ -226,7 +227,7 @@ func (pc *Provider) validateRate(at string) []error {
 	for _, f := range []struct {
 		key string
 		v   int
-	}{{"maxInstances", pc.MaxInstances}, {"maxInstancesPerTarget", pc.MaxInstancesPerTarget}} {
+	}{{"maxInstances", pc.MaxInstances}, {"maxInstancesPerTarget", pc.MaxInstancesPerTarget}, {"maxUnavailable", pc.MaxUnavailable}} {
 		if f.v < 0 || f.v > maxLimitValue {
 			errs = append(errs, fmt.Errorf("%s.%s: must be between 0 (no limit) and %d, got %d", at, f.key, maxLimitValue, f.v))
 		}
@@ -257,5 +258,6 @@ func (pc Provider) Limits(fromProvider map[string]int) map[string]int {
 	set(events.LimitMaxInstances, pc.MaxInstances)
 	set(events.LimitMaxPerTarget, pc.MaxInstancesPerTarget)
 	set(events.LimitMaxLifetimeSeconds, pc.MaxLifetimeSeconds)
+	set(events.LimitMaxUnavailable, pc.MaxUnavailable)
 	return out
 }

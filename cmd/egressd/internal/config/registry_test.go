@@ -48,13 +48,13 @@ func TestProviderDocDecodesBlocks(t *testing.T) {
 // The create-rate limit rides with the catalog's limits, its burst 1 unless set, and an entry
 // without one adds nothing to what the provider reports.
 func TestCreateRateLimits(t *testing.T) {
-	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local, maxCreatesPerMinute: 6, maxInstances: 9, maxLifetimeSeconds: 3600}\n  - {name: b, type: local}\n"))
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local, maxCreatesPerMinute: 6, maxInstances: 9, maxLifetimeSeconds: 3600, maxUnavailable: 4}\n  - {name: b, type: local}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := cfg.Providers[0].Limits(map[string]int{"instances": 40})
 	want := map[string]int{"instances": 40, events.LimitCreatesPerMinute: 6, events.LimitCreateBurst: 1, events.LimitMaxInstances: 9,
-		events.LimitMaxLifetimeSeconds: 3600}
+		events.LimitMaxLifetimeSeconds: 3600, events.LimitMaxUnavailable: 4}
 	if !maps.Equal(got, want) {
 		t.Errorf("limits %v, want %v", got, want)
 	}
