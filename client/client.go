@@ -1,8 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -61,6 +65,12 @@ type AcquireOptions struct {
 	// request's timeout grows by Wait, and the service answers before it runs out: ErrNoProxy
 	// with Error.Wait when the wait was in vain. No retry loop of one's own is needed.
 	Wait time.Duration
+	// RequestID makes the acquire safe to send again (events.AcquireRequest.RequestID): every
+	// try of one call carries it, and the service answers each with the lease of the first
+	// that was granted. "" generates a random one per call, which is what a caller wants
+	// unless it retries calls itself (across restarts of its own, say): then it passes the
+	// same ID to each.
+	RequestID string
 	// Pace is the least time between two grants of one proxy for Target, whoever asks
 	// (pacing; it needs Target; whole seconds, at most 1h); 0: the service's default, none
 	// unless leases.paceSeconds sets one. A refusal's Availability.NextAllowedAt says when
@@ -72,7 +82,14 @@ func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
 		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
 		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait),
-		PaceSeconds: seconds(o.Pace)}
+		PaceSeconds: seconds(o.Pace), RequestID: cmp.Or(o.RequestID, newRequestID())}
+}
+
+// newRequestID is 128 random bits in hex.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }
 
 // seconds rounds a TTL up to whole seconds, so a sub-second TTL is not silently "default".
@@ -84,18 +101,20 @@ func seconds(d time.Duration) int {
 }
 
 // AcquireOnce asks for a lease and returns the grant as is: nothing renews it. For callers
-// that manage renewals themselves (the CLI); crawlers want Acquire.
+// that manage renewals themselves (the CLI); crawlers want Acquire. A try that fails on the
+// way (no responders, a timeout, the service's retry hint) is sent again with the same
+// request ID, so a lost reply never leaves a second lease held.
 func (c *Client) AcquireOnce(ctx context.Context, o AcquireOptions) (events.LeaseGrant, error) {
 	var r events.LeaseReply
 	req := o.request()
-	err := c.call(ctx, events.LeaseAcquireSubject, req, &r, retryUndelivered, time.Duration(req.WaitSeconds)*time.Second)
+	_, err := c.call(ctx, events.LeaseAcquireSubject, req, &r, time.Duration(req.WaitSeconds)*time.Second)
 	return r.Lease, err
 }
 
 // Renew extends lease id once; ttl 0 keeps the lease's own TTL. The ID does not change.
 func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (events.LeaseGrant, error) {
 	var r events.LeaseReply
-	err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r, retryTransient, 0)
+	_, err := c.call(ctx, events.LeaseRenewSubject, events.RenewRequest{ID: id, TTLSeconds: seconds(ttl)}, &r, 0)
 	return r.Lease, err
 }
 
@@ -110,7 +129,7 @@ func (c *Client) Release(ctx context.Context, id string) (bool, error) {
 // Reason says why nothing was released when nothing was.
 func (c *Client) ReleaseReply(ctx context.Context, id string) (events.ReleaseReply, error) {
 	var r events.ReleaseReply
-	err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r, retryTransient, 0)
+	_, err := c.call(ctx, events.LeaseReleaseSubject, events.ReleaseRequest{ID: id}, &r, 0)
 	return r, err
 }
 
@@ -137,13 +156,19 @@ func WithCooldown(d time.Duration) ReportOption {
 func AndRelease() ReportOption { return func(r *events.ReportRequest) { r.Release = true } }
 
 // Report tells the service how the proxy of lease id did. target is required for Blocked.
+// A report sent again after a try that may have reached the service counts once more in the
+// statistics, and sets the same cooldown again; with AndRelease, a try that finds the lease
+// gone after one that may have released it answers Released false, as Release does.
 func (c *Client) Report(ctx context.Context, id string, result Result, target string, opts ...ReportOption) (events.ReportReply, error) {
 	req := events.ReportRequest{ID: id, Result: result, Target: target}
 	for _, o := range opts {
 		o(&req)
 	}
 	var r events.ReportReply
-	err := c.call(ctx, events.LeaseReportSubject, req, &r, retryUndelivered, 0)
+	maybeDone, err := c.call(ctx, events.LeaseReportSubject, req, &r, 0)
+	if maybeDone && req.Release && (errors.Is(err, ErrNotFound) || errors.Is(err, ErrLost) || errors.Is(err, ErrEnded)) {
+		return events.ReportReply{}, nil
+	}
 	return r, err
 }
 
@@ -180,7 +205,7 @@ func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp
 		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
 			d := er.Error
 			return &Error{Code: d.Code, Message: d.Message, Field: d.Field, Availability: d.Availability, End: d.End,
-				Reason: d.Reason, Limit: d.Limit, Session: d.Session, Wait: d.Wait}
+				Reason: d.Reason, Limit: d.Limit, Session: d.Session, Wait: d.Wait, Retry: d.Retry}
 		}
 		n, _ := strconv.Atoi(code)
 		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}

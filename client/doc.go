@@ -24,11 +24,13 @@
 // ErrNotFound, ErrLost, ErrEnded, ErrNoProxy and ErrInternal. When no lease service runs at all, the
 // error wraps nats.ErrNoResponders.
 //
-// Requests ride out a leaser's restart: a request no lease service received (no responders)
-// is tried again with backoff, within WithRetryBudget (DefaultRetryBudget, 10 s) and the
-// context; renew and release, which are harmless to repeat, are also tried again after a
-// timeout or ErrInternal. An acquire or a report that timed out is not: it may have been
-// granted or counted.
+// Requests ride out a leaser's restart and a lost reply: a try that failed on the way (no
+// responders, a timeout) or that the service answered with its retry hint (ErrInternal, a
+// waiting acquire whose replica stopped) is sent again with jittered backoff, within
+// WithRetryBudget (DefaultRetryBudget, 10 s) and the context; Retryable says which failures.
+// Every acquire carries a request ID (AcquireOptions.RequestID, generated when empty), so the
+// service answers all its tries with one lease (docs/leases.md#retries); renew, release and
+// report act on a lease ID and are safe to repeat. A refusal is returned at once.
 //
 // This package imports only the standard library, nats.go and egressd's events.
 package client

@@ -42,6 +42,10 @@ type Error struct {
 	Limit        int                   // on ErrHolderCap: the holder's limit of concurrent leases
 	Session      *events.SessionDetail // with events.ErrorSessionUnavailable: the session's proxy and why it is unavailable
 	Wait         *events.WaitDetail    // on ErrNoProxy after AcquireOptions.Wait: how long it waited, its place, why it stopped
+	// Retry: the service failed on its side (ErrInternal, or a replica that stopped while the
+	// acquire waited): the client tried again within its retry budget, and this was the last
+	// try's answer.
+	Retry bool
 }
 
 func (e *Error) Error() string {

@@ -151,7 +151,7 @@ func (l *Lease) keepAlive(ctx context.Context, lastSent time.Time) {
 			l.expires, l.url = g.ExpiresAt, g.URL
 			l.mu.Unlock()
 			lastSent, next = sent, ttl/3
-		case errors.As(err, &se) && se.Code != events.CodeInternal:
+		case errors.As(err, &se) && !Retryable(se):
 			l.markLost(err)
 			return
 		case time.Since(lastSent) >= ttl:

@@ -240,18 +240,26 @@ func goldenCases() map[string]any {
 		"lease_error_paced.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
 			Availability: &Availability{Matched: 2, Ready: 2, CoolingTarget: 2, NextAllowedAt: at.Add(12 * time.Second)}}},
 		"lease_acquire_wait_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Target: "example.com", WaitSeconds: 30},
+		// Idempotent acquires (docs/leases.md#retries).
+		"lease_acquire_retry_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Holder: "crawler-7",
+			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		"lease_error_internal.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeInternal, Message: "internal error in the lease service; retry",
+			Retry: true}},
+		"lease_request.v1.json": LeaseRequest{V: 1, Holder: "crawler-7", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48",
+			Lease: "crawl-1.1.0123456789abcdef", At: at},
 		"lease_error_wait_timed_out.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable,
 			Message:      "no proxy available after waiting 30.0s (place 2 of 5 waiting): 3 match the selector, 3 of them Ready, 3 at capacity, 0 cooling down for this target, 0 cooling down for every target",
 			Availability: &Availability{Matched: 3, Ready: 3, AtCapacity: 3},
 			Wait:         &WaitDetail{WaitedSeconds: 30.002, Position: 2, Waiting: 5, Cause: WaitTimedOut, Until: ptr(at.Add(30 * time.Second))}}},
 		"lease_waiter.v1.json": Waiter{V: 1, Replica: "89abcdef01234567", Worker: "leaser-1", Holder: "crawler-7",
-			Selector: map[string]string{"pool": "crawl"}, Target: "example.com", Since: at, Deadline: at.Add(30 * time.Second)},
+			Selector: map[string]string{"pool": "crawl"}, Target: "example.com", Since: at, Deadline: at.Add(30 * time.Second), Place: 4711},
 		"lease_waiting_replica.v1.json": WaitingReplica{V: 1, Worker: "leaser-1", Waiting: 5, At: at},
 		"lease_session.v1.json":         Session{V: 1, Sticky: "session-42", Proxy: "crawl-1", BoundAt: at, Until: at.Add(10 * time.Minute)},
 		"lease_holder_slot.v1.json":     HolderSlot{V: 1, Holder: "crawler-7", Pool: "crawl", Token: "89abcdef01234567"},
 		"lease_held.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
 			Holder: "crawler-7", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
-			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"}},
+			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"},
+			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
 	}
 }
 

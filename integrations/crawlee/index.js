@@ -4,7 +4,8 @@
 // (the proxy cools down for that site) and the session's lease given back; every lease still
 // held is released by close().
 import { ProxyConfiguration } from 'crawlee';
-import { connect, headers, StringCodec } from 'nats';
+import { randomUUID } from 'node:crypto';
+import { connect, ErrorCode, headers, StringCodec } from 'nats';
 
 const sc = StringCodec();
 
@@ -17,7 +18,19 @@ export class LeaseError extends Error {
     this.field = detail.field;
     this.availability = detail.availability;
     this.wait = detail.wait; // after waitSeconds: how long it waited, its place, why it stopped
+    this.retry = !!detail.retry; // the service's hint: its side failed, the same request may succeed
   }
+}
+
+/**
+ * Whether the same request sent again may mend err: nobody answering (a leaser restarting), a
+ * timeout (a reply lost, a node lost), or the service's retry hint (500, a replica that
+ * stopped while the acquire waited). Never a refusal: 400, 404, 409, 410, 429, or 503 "no
+ * proxy available".
+ */
+export function retryable(err) {
+  if (err instanceof LeaseError) return err.retry || err.code === 500;
+  return err?.code === ErrorCode.NoResponders || err?.code === ErrorCode.Timeout;
 }
 
 /**
@@ -38,6 +51,9 @@ export class LeaseError extends Error {
  *   (at its holder limit) or 500 (retry) is retried within the same time. Then the request
  *   fails (Crawlee retries it). At most the leaser's leases.maxWaitSeconds (60 by default).
  * - `requestTimeoutMillis` (default 5000) for each request to the service.
+ * - `retryBudgetMillis` (default 10000): how long a request is tried again, with backoff,
+ *   after a failure another try may mend (retryable). Every request is safe to send again:
+ *   an acquire carries a requestId (one per acquire), the others act on a lease ID.
  */
 export class EgressdProxyConfiguration extends ProxyConfiguration {
   constructor(options = {}) {
@@ -52,6 +68,7 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
       blockedStatusCodes: [403, 429],
       acquireWaitMillis: 30000,
       requestTimeoutMillis: 5000,
+      retryBudgetMillis: 10000,
       ...options,
     };
     this.#nc = options.connection;
@@ -79,10 +96,27 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
   }
 
   /**
+   * A request to the lease service, tried again within retryBudgetMillis after a failure
+   * that another try may mend (retryable): the reply, or the last try's error.
+   */
+  async request(endpoint, body) {
+    const deadline = Date.now() + this.options.retryBudgetMillis;
+    for (let wait = 50; ; wait = Math.min(wait * 2, 1000)) {
+      try {
+        return await this.requestOnce(endpoint, body);
+      } catch (err) {
+        const pause = wait / 2 + Math.random() * (wait / 2);
+        if (!retryable(err) || Date.now() + pause > deadline) throw err;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+      }
+    }
+  }
+
+  /**
    * One request to the lease service: the reply, or a LeaseError. An acquire with waitSeconds
    * listens that much longer, and tells the service how long it listens (docs/leases.md#waiting).
    */
-  async request(endpoint, body) {
+  async requestOnce(endpoint, body) {
     const nc = await this.#conn();
     const opts = { timeout: this.options.requestTimeoutMillis + (body.waitSeconds || 0) * 1000 };
     if (body.waitSeconds) {
@@ -118,6 +152,9 @@ export class EgressdProxyConfiguration extends ProxyConfiguration {
     if (request?.url && body.target === undefined) body.target = new URL(request.url).hostname;
     const deadline = Date.now() + o.acquireWaitMillis;
     const asked = body.waitSeconds; // o.acquire may set its own
+    // One request ID for every try: a try granted though its answer was lost answers the next
+    // one with its lease instead of a second (docs/leases.md#retries).
+    body.requestId ??= randomUUID();
     for (let wait = 250; ; wait = Math.min(wait * 2, 4000)) {
       // The service holds the acquire until a slot frees: no retry loop for "nothing free".
       if (asked === undefined) body.waitSeconds = Math.max(0, Math.floor((deadline - Date.now()) / 1000));

@@ -228,7 +228,7 @@ func (l *Leaser) newLease(r events.AcquireRequest, c selection.Candidate, slot i
 	now := l.now()
 	lease := events.Lease{V: 1, Proxy: c.Name, Slot: slot, Token: newToken(), TTLSeconds: int(ttl / time.Second),
 		Holder: r.Holder, Target: r.Target, Sticky: r.Sticky, AcquiredAt: now, ExpiresAt: now.Add(ttl),
-		SpecRevision: c.Basis.SpecRev, StatusRevision: c.Basis.StatusRev, Instance: c.Basis.Instance}
+		SpecRevision: c.Basis.SpecRev, StatusRevision: c.Basis.StatusRev, Instance: c.Basis.Instance, RequestID: r.RequestID}
 	if h != nil {
 		lease.Hold = &events.LeaseHold{Key: h.key, Token: h.token}
 	}

@@ -86,11 +86,26 @@ func acquireRelease(b *testing.B, nc *nats.Conn) { acquireReleaseWith(b, nc, `{"
 
 // acquireReleaseWith is acquireRelease with req as the acquire request.
 func acquireReleaseWith(b *testing.B, nc *nats.Conn, req string) {
+	acquireReleaseEach(b, nc, func(int) []byte { return []byte(req) })
+}
+
+// BenchmarkAcquireReleaseRequestID is BenchmarkAcquireRelease with a new requestId on every
+// acquire, as the clients send: what idempotence costs (a read of the request record before
+// the grant and its Create after). Issue 31: the ratio to BenchmarkAcquireRelease of the same
+// run is in docs/performance.md.
+func BenchmarkAcquireReleaseRequestID(b *testing.B) {
+	acquireReleaseEach(b, startBenchLeaser(b, nil, nil), func(i int) []byte {
+		return fmt.Appendf(nil, `{"ttlSeconds":60,"requestId":"bench-%d"}`, i)
+	})
+}
+
+// acquireReleaseEach is acquireRelease with req(i) as the i-th acquire request.
+func acquireReleaseEach(b *testing.B, nc *nats.Conn, req func(i int) []byte) {
 	cpu0 := cpuTime()
 	defer func() { b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op") }()
 	b.ResetTimer()
-	for range b.N {
-		m, err := nc.Request(events.LeaseAcquireSubject, []byte(req), 5*time.Second)
+	for i := range b.N {
+		m, err := nc.Request(events.LeaseAcquireSubject, req(i), 5*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

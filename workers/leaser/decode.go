@@ -89,6 +89,9 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 	if err := checkSession(r); err != nil {
 		return r, 0, err
 	}
+	if err := checkRequestID(r.RequestID); err != nil {
+		return r, 0, err
+	}
 	if err := l.checkWait(r.WaitSeconds); err != nil {
 		return r, 0, err
 	}

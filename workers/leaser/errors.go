@@ -24,6 +24,7 @@ type apiError struct {
 	limit   int
 	session *events.SessionDetail
 	wait    *events.WaitDetail // a waiting acquire that stopped without a lease
+	retry   bool               // the service's side failed: the same request may succeed shortly
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
@@ -33,7 +34,7 @@ func badRequest(field, format string, args ...any) *apiError {
 }
 
 // errInternal is what a caller is told of a failure on our side; the cause is only logged.
-var errInternal = &apiError{code: events.CodeInternal, msg: "internal error in the lease service; retry"}
+var errInternal = &apiError{code: events.CodeInternal, msg: "internal error in the lease service; retry", retry: true}
 
 // replyError sends err as a service error. Anything but an *apiError is an internal failure:
 // it is logged and the caller gets a generic 500, since a KV error may quote keys or payloads.
@@ -53,7 +54,7 @@ func (l *Leaser) errorReply(endpoint string, err error) (*apiError, []byte) {
 		ae = errInternal
 	}
 	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end,
-		Reason: ae.reason, Limit: ae.limit, Session: ae.session, Wait: ae.wait}})
+		Reason: ae.reason, Limit: ae.limit, Session: ae.session, Wait: ae.wait, Retry: ae.retry}})
 	if merr != nil {
 		body = nil
 	}

@@ -70,7 +70,7 @@ func (s httpService) Call(ctx context.Context, endpoint, crawler string, headers
 	ctx, end := l.startCall(withCaller(ctx, crawler), endpoint, headers)
 	var err error
 	if endpoint == "acquire" {
-		body, err = withHolder(body, crawler)
+		body, err = withHolder(body, crawler, headers[events.IdempotencyKeyHeader])
 	}
 	var (
 		reply  any
@@ -112,10 +112,24 @@ func (l *Leaser) handlers() map[string]func(context.Context, []byte) (any, error
 // (and, with per-holder caps, a share of a pool) is accounted to. The request is decoded
 // strictly first, so a bad one gets the very error NATS gives, and encoded again from
 // events.AcquireRequest, which therefore carries every field the service knows.
-func withHolder(body []byte, crawler string) ([]byte, error) {
+//
+// An Idempotency-Key header is the acquire's requestId: the same as the body's, or in its
+// place.
+func withHolder(body []byte, crawler string, idemKey []string) ([]byte, error) {
 	var r events.AcquireRequest
 	if err := decode(body, &r); err != nil {
 		return nil, err
+	}
+	switch {
+	case len(idemKey) > 1:
+		return nil, badRequest("requestId", "header %s must be sent once, was sent %d times", events.IdempotencyKeyHeader, len(idemKey))
+	case len(idemKey) == 0:
+	case checkRequestID(idemKey[0]) != nil:
+		return nil, checkRequestID(idemKey[0])
+	case r.RequestID == "":
+		r.RequestID = idemKey[0]
+	case r.RequestID != idemKey[0]:
+		return nil, badRequest("requestId", "requestId and the %s header differ: send one, or the same in both", events.IdempotencyKeyHeader)
 	}
 	if r.Holder != "" && r.Holder != crawler {
 		return nil, badRequest("holder", "holder %q is not the crawler of this bearer token (%s): leave holder out, the token sets it",

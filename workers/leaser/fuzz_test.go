@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,6 +25,8 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 		`{"selector":null}`, `{"id":"a.01.x"}`,
 		`{"sticky":"s42","sessionSeconds":600,"stickyMode":"strict","strategy":"round-robin","holder":"c7"}`,
 		`{"strategy":"random"}`, `{"strategy":"lowest-latency","sticky":"s","stickyMode":"soft"}`, `{"sessionSeconds":5}`, `{"result":"meh"}`, `{"a":1,"a":2}`, `{"ttlSeconds":1e3}`,
+		`{"requestId":"5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"}`, `{"requestId":""}`, `{"requestId":"a b"}`, `{"requestId":"\u00e9"}`,
+		`{"requestId":null}`, `{"requestId":7}`,
 		`{"waitSeconds":30}`, `{"waitSeconds":61}`, `{"waitSeconds":-1}`, `{"waitSeconds":9223372036854775807}`,
 	} {
 		f.Add([]byte(s))
@@ -60,11 +63,15 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 			if r.WaitSeconds < 0 || time.Duration(r.WaitSeconds)*time.Second > l.cfg.MaxWait {
 				t.Fatalf("accepted waitSeconds %d over the maximum %v", r.WaitSeconds, l.cfg.MaxWait)
 			}
+			if len(r.RequestID) > events.MaxRequestIDLen || strings.ContainsFunc(r.RequestID, func(c rune) bool { return c <= ' ' || c > '~' }) {
+				t.Fatalf("accepted requestId %q", r.RequestID)
+			}
 			b, _ := json.Marshal(r)
 			again, ttl2, err := l.decodeAcquire(b)
 			if err != nil || ttl2 != ttl || !maps.Equal(again.Selector, r.Selector) || again.Target != r.Target ||
 				again.Holder != r.Holder || again.Sticky != r.Sticky || again.Strategy != r.Strategy ||
-				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode || again.WaitSeconds != r.WaitSeconds {
+				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode || again.WaitSeconds != r.WaitSeconds ||
+				again.RequestID != r.RequestID {
 				t.Fatalf("round trip of %s: %+v %v", b, again, err)
 			}
 		}

@@ -37,9 +37,14 @@ type httpRig struct {
 }
 
 func newHTTPRig(t *testing.T, tlsConfig *tls.Config) *httpRig {
+	return newHTTPRigAt(t, tlsConfig, "127.0.0.1")
+}
+
+// newHTTPRigAt is newHTTPRig with the faces listening on host.
+func newHTTPRigAt(t *testing.T, tlsConfig *tls.Config, host string) *httpRig {
 	hr := &httpRig{obs: &recordingObserver{}}
 	hr.rig = newRig(t, func(c *leaser.Config) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -48,6 +48,11 @@ type view struct {
 	wake      chan struct{}
 	abandoned map[string]time.Time  // token → until
 	ended     map[string]endedLease // token → why
+
+	// The held slots whose lease has a request ID, both ways (requests.go): a retry whose
+	// first try granted but died before recording it finds the lease here.
+	reqSlot map[reqRef]string
+	slotReq map[string]reqRef
 }
 
 // slotState is a held slot: the record and the revision it was read or written at.
@@ -60,7 +65,8 @@ type slotState struct {
 func newView(defaultCap int) *view {
 	return &view{fleet: selection.NewFleet(defaultCap), waits: selection.NewQueue(), leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
 		strikes: map[string]bool{}, holds: map[holdScope]map[int]holdRef{}, sessions: map[string]sessionRef{}, stateRev: map[string]uint64{},
-		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{}}
+		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{},
+		reqSlot: map[reqRef]string{}, slotReq: map[string]reqRef{}}
 }
 
 func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
@@ -124,6 +130,7 @@ func (v *view) applyLease(e jetstream.KeyValueEntry) (expired *slotState) {
 			return nil
 		}
 		v.leaseRev[e.Key()] = e.Revision()
+		v.indexRequest(e.Key(), events.Lease{})
 		old, held := v.fleet.SlotFreed(proxy, slot)
 		if held && e.Operation() == jetstream.KeyValuePurge {
 			return &slotState{rev: old.Rev, lease: old.Lease}
@@ -151,6 +158,7 @@ func (v *view) noteLease(key string, rev uint64, l events.Lease) {
 	}
 	v.leaseRev[key] = rev
 	v.fleet.SlotHeld(proxy, slot, selection.Slot{Rev: rev, Lease: l})
+	v.indexRequest(key, l)
 	v.noteSlot(proxy, key, rev, l)
 }
 
@@ -167,6 +175,7 @@ func (v *view) noteReleased(key string, rev uint64) {
 		return // a proxy the fleet forgot leaves the revision to the watch, as it always did
 	}
 	v.leaseRev[key] = max(v.leaseRev[key], rev)
+	v.indexRequest(key, events.Lease{})
 }
 
 // applyCooldown folds an entry of proxy_cooldowns.

@@ -54,6 +54,7 @@ type waiter struct {
 	key                     string    // wait.<id> once queued
 	rev                     uint64
 	demandDone              func() // ends its count in the demand records (demand.go)
+	idem                    *idem  // its request record, with a request ID (requests.go)
 }
 
 // waiterKey marks the context of an acquire that asked to wait: its refusals are not counted
@@ -138,17 +139,22 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 	if err != nil {
 		return nil, nil, err
 	}
+	prior, ri, err := l.priorGrant(ctx, r)
+	if err != nil || prior != nil {
+		return orNil(prior), nil, err
+	}
 	if r.WaitSeconds == 0 {
-		g, err := l.acquireDecoded(ctx, r, ttl)
+		g, err := l.grantOnce(ctx, r, ttl, ri)
 		return g, nil, err
 	}
 	w, err := l.newWaiter(r, ttl, start, headers, gone)
 	if err != nil {
 		return nil, nil, err
 	}
+	w.idem = ri
 	ctx = context.WithValue(ctx, waiterKey{}, true)
 	if l.view.waits.PlaceOf("", r.Selector, l.now()).Ahead == 0 {
-		g, err := l.acquireDecoded(ctx, r, ttl)
+		g, err := l.grantOnce(ctx, r, ttl, ri)
 		if !waitable(err) || !time.Now().Before(w.deadline) {
 			if waitable(err) {
 				l.demand.refused(r.Selector, r.Holder) // no time left to wait: a refusal
@@ -245,8 +251,11 @@ func (l *Leaser) await(ctx context.Context, w *waiter) (reply any, err error) {
 		}
 		g, done, err := l.waitTurn(base, w)
 		if done {
-			if err == nil {
+			switch {
+			case err == nil:
 				outcome = "granted"
+			case errors.Is(err, errSuperseded):
+				outcome = "gone"
 			}
 			if err == nil && w.vanished() {
 				outcome = "gone"
@@ -274,6 +283,9 @@ func (l *Leaser) await(ctx context.Context, w *waiter) (reply any, err error) {
 func (l *Leaser) waitTurn(base context.Context, w *waiter) (any, bool, error) {
 	ctx, cancel := context.WithTimeout(base, l.cfg.RequestBudget)
 	defer cancel()
+	if l.superseded(w) {
+		return nil, true, errSuperseded
+	}
 	if _, ok := l.view.waits.Waiter(w.key); !ok {
 		w.rev = 0
 		if err := l.enqueue(ctx, w); err != nil {
@@ -283,7 +295,7 @@ func (l *Leaser) waitTurn(base context.Context, w *waiter) (any, bool, error) {
 	if l.view.waits.PlaceOf(w.key, w.r.Selector, l.now()).Ahead > 0 {
 		return nil, false, nil
 	}
-	g, err := l.acquireDecoded(ctx, w.r, w.ttl)
+	g, err := l.grantOnce(ctx, w.r, w.ttl, w.idem)
 	if err != nil && waitable(err) {
 		return nil, false, nil
 	}
@@ -310,6 +322,10 @@ func (l *Leaser) giveBackGrant(base context.Context, g any) {
 // errCallerGone ends a wait whose caller left: nobody reads the answer.
 var errCallerGone = &apiError{code: events.CodeUnavailable, msg: "the caller stopped waiting for the answer"}
 
+// errSuperseded ends a wait that a retry of the same acquire (its request ID) took over:
+// the retry waits on in its place, and the caller of this try has gone.
+var errSuperseded = &apiError{code: events.CodeUnavailable, msg: "a retry of this acquire (the same requestId) took its place in the queue"}
+
 // waitError is the 503 of a waiter that stops without a lease: the numbers of a refusal, plus
 // how long it waited and its place in the queue.
 func (l *Leaser) waitError(w *waiter, cause events.WaitCause) error {
@@ -324,7 +340,7 @@ func (l *Leaser) waitError(w *waiter, cause events.WaitCause) error {
 	if cause == events.WaitStopped {
 		msg = fmt.Sprintf("the leaser replica holding this acquire stopped after it waited %.1fs; try again", waited.Seconds())
 	}
-	return &apiError{code: events.CodeUnavailable, msg: msg, avail: &av, wait: detail}
+	return &apiError{code: events.CodeUnavailable, msg: msg, avail: &av, wait: detail, retry: cause == events.WaitStopped}
 }
 
 // waitObserver is the Observer's WaitObserver, or one that does nothing.

@@ -1,6 +1,7 @@
 package leaser
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,8 @@ func (v *view) noteWait(key string, rev uint64, on bool, value []byte) {
 		// Unreadable: it competes with nobody and is removed as dead.
 		rec = events.Waiter{}
 	}
-	v.waits.SetWaiter(selection.QueuedWaiter{Key: key, Rev: rev, Replica: rec.Replica, Selector: rec.Selector, Deadline: rec.Deadline}, on)
+	v.waits.SetWaiter(selection.QueuedWaiter{Key: key, Rev: rev, Place: rec.Place, Replica: rec.Replica, Selector: rec.Selector,
+		Deadline: rec.Deadline}, on)
 }
 
 // wakeup tells the waiters of this replica that something they wait for may have changed:
@@ -153,27 +155,69 @@ func (l *Leaser) collectDead(ctx context.Context) {
 	}
 }
 
-// enqueue writes w's record (after this replica's heartbeat) and counts it as waiting.
+// enqueue writes w's record (after this replica's heartbeat) and counts it as waiting. A
+// waiter with a request ID has the record wait.<its request hash>: a retry of a waiting
+// acquire takes over the record of its earlier try, and its place, instead of queueing twice.
 func (l *Leaser) enqueue(ctx context.Context, w *waiter) error {
 	if err := l.beat(ctx, true); err != nil {
 		return err
 	}
 	w.key = waitPrefix + newToken()
+	if w.idem != nil {
+		w.key = waitPrefix + strings.TrimPrefix(w.idem.key, "request.")
+	}
 	rec := events.Waiter{V: 1, Replica: l.stats.member, Worker: l.cfg.Worker, Holder: w.r.Holder, Selector: w.r.Selector,
 		Target: w.r.Target, Since: w.sinceWall, Deadline: w.deadlineWall}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
 	ttl := time.Until(w.deadline) + waitRecordMargin
 	ttl = max(ttl.Truncate(time.Second)+time.Second, time.Second)
-	rev, err := kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, w.key, b, ttl)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", w.key, err)
+	var prev uint64 // the revision of the record taken over
+	for range casRetries + 1 {
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		var rev uint64
+		if prev == 0 {
+			rev, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, w.key, b, ttl)
+		} else {
+			rev, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, w.key, b, prev, ttl)
+		}
+		if errors.Is(err, kvstore.ErrConflict) && w.idem != nil {
+			// An earlier try of this request waits (or waited) here: this one takes its place.
+			prev, rec.Place, err = l.waitPlace(ctx, w.key)
+			if err == nil {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", w.key, err)
+		}
+		w.rev = rev
+		l.view.noteState(w.key, rev, true, b)
+		return nil
 	}
-	w.rev = rev
-	l.view.noteState(w.key, rev, true, b)
-	return nil
+	return fmt.Errorf("write %s: it kept changing", w.key)
+}
+
+// waitPlace reads the waiter record key: its revision, and the place it holds in the queue.
+// A record gone meanwhile is created anew (revision 0).
+func (l *Leaser) waitPlace(ctx context.Context, key string) (rev, place uint64, err error) {
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	var old events.Waiter
+	_ = json.Unmarshal(raw, &old) // unreadable: its own revision is its place
+	return rev, cmp.Or(old.Place, rev), nil
+}
+
+// superseded: a retry of w's acquire took over its record since w wrote it.
+func (l *Leaser) superseded(w *waiter) bool {
+	qw, ok := l.view.waits.Waiter(w.key)
+	return ok && w.rev != 0 && qw.Rev > w.rev
 }
 
 // dequeue deletes w's record; if that fails it expires with its TTL, and others skip it once

@@ -3,6 +3,7 @@ request.meta["proxy"], renews, reports blocks, releases."""
 
 import os
 import time
+import uuid
 from urllib.parse import urlparse
 
 from scrapy import signals
@@ -177,6 +178,9 @@ class EgressdProxyMiddleware:
         retry) within the same time."""
         deadline = time.monotonic() + self.acquire_wait
         asked = "waitSeconds" in body  # EGRESSD_ACQUIRE may set its own
+        # One request ID for every try: a try that was granted though its answer was lost
+        # answers the next one (docs/leases.md#retries).
+        body.setdefault("requestId", uuid.uuid4().hex)
         wait = 0.25
         while True:
             if not asked:

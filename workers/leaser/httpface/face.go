@@ -159,11 +159,12 @@ func ClientGone(ctx context.Context) <-chan struct{} {
 
 // callHeaders are the W3C trace context headers of an HTTP request under the names the
 // tracing carrier looks up, as written on NATS: HTTP canonicalises them ("Traceparent"), and
-// the caller's reply timeout of a waiting acquire (events.ReplyTimeoutHeader). Only these go
+// the caller's reply timeout of a waiting acquire (events.ReplyTimeoutHeader), and an
+// acquire's Idempotency-Key (events.IdempotencyKeyHeader, its requestId). Only these go
 // on: the others (Authorization) have no business in tracing.
 func callHeaders(h http.Header) map[string][]string {
 	out := map[string][]string{}
-	for _, name := range []string{"traceparent", "tracestate", events.ReplyTimeoutHeader} {
+	for _, name := range []string{"traceparent", "tracestate", events.ReplyTimeoutHeader, events.IdempotencyKeyHeader} {
 		if v := h.Values(name); len(v) > 0 {
 			out[name] = v
 		}

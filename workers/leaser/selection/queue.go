@@ -31,7 +31,8 @@ type Queue struct {
 // QueuedWaiter is one waiting acquire as the Queue knows it.
 type QueuedWaiter struct {
 	Key      string
-	Rev      uint64 // its order: the KV revision of its record
+	Rev      uint64 // the KV revision of its record: its order, unless Place is set
+	Place    uint64 // its order when its record was taken over by a retry (the first try's)
 	Replica  string
 	Selector map[string]string
 	Deadline time.Time
@@ -90,7 +91,7 @@ func (q *Queue) PlaceOf(key string, sel map[string]string, now time.Time) Place 
 			continue
 		}
 		p.Waiting++
-		if (!known || w.Rev < me.Rev) && Overlap(w.Selector, sel) {
+		if (!known || w.order() < me.order()) && Overlap(w.Selector, sel) {
 			p.Ahead++
 		}
 	}
@@ -110,9 +111,12 @@ func (q *Queue) Dead() []QueuedWaiter {
 			out = append(out, w)
 		}
 	}
-	slices.SortFunc(out, func(a, b QueuedWaiter) int { return cmp.Compare(a.Rev, b.Rev) })
+	slices.SortFunc(out, func(a, b QueuedWaiter) int { return cmp.Compare(a.order(), b.order()) })
 	return out
 }
+
+// order is w's place in the queue: lower is older.
+func (w QueuedWaiter) order() uint64 { return cmp.Or(w.Place, w.Rev) }
 
 // Len is how many waiters the Queue holds, live or not.
 func (q *Queue) Len() int {

@@ -75,3 +75,21 @@ func TestQueuePlace(t *testing.T) {
 		t.Errorf("dead %+v, want d, e, f in order (r1 and r3 gone)", dead)
 	}
 }
+
+// A record taken over by a retry of its acquire keeps the first try's place (Place), though
+// its revision is now the newest.
+func TestQueueTakenOverRecordKeepsItsPlace(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	later := now.Add(time.Minute)
+	q := selection.NewQueue()
+	q.SetReplica("r1", true)
+	q.SetWaiter(selection.QueuedWaiter{Key: "wait.old", Rev: 10, Replica: "r1", Deadline: later}, true)
+	q.SetWaiter(selection.QueuedWaiter{Key: "wait.new", Rev: 11, Replica: "r1", Deadline: later}, true)
+	q.SetWaiter(selection.QueuedWaiter{Key: "wait.old", Rev: 12, Place: 10, Replica: "r1", Deadline: later}, true)
+	if p := q.PlaceOf("wait.old", nil, now); p.Ahead != 0 {
+		t.Errorf("the taken-over record: %d ahead, want 0 (its place is 10)", p.Ahead)
+	}
+	if p := q.PlaceOf("wait.new", nil, now); p.Ahead != 1 {
+		t.Errorf("the later waiter: %d ahead, want 1", p.Ahead)
+	}
+}

@@ -1,0 +1,322 @@
+package leaser
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+)
+
+// Idempotent acquires (docs/leases.md#retries, decision 85). An acquire with a requestId is
+// answered, on every try and any replica, with at most one live lease. The mapping lives in
+// lease_state as request.<hash of holder and request ID>, an events.LeaseRequest naming the
+// lease, written after the grant with a Create (or, over a record whose lease has ended, a
+// write at that record's revision): that compare-and-set is the one exact step, as the slot
+// Create is for capacity. So:
+//
+//   - a retry that finds the record and its lease still held is answered with that lease
+//     (renewed expiry and fresh credentials, the same ID) and grants nothing;
+//   - a retry that arrives while the first try is still being granted grants too, but only
+//     one of the two records its grant: the other gives its slot back and answers with the
+//     winner's lease, so both callers see the same ID;
+//   - a retry after the lease ended (released, expired, revoked, its proxy gone) is a new
+//     acquire: the caller never got that lease or is done with it, and the record is
+//     overwritten with the new grant;
+//   - the record's TTL is the lease's first TTL: retries come within a client's retry
+//     budget, long before, and a renewal need not touch it.
+//
+// Keyed by holder as well, so one crawler's request ID never answers another's acquire.
+
+// requestKey is the lease_state key of holder's request id: a hash, so that its length
+// and alphabet are the key's whatever the request ID holds.
+func requestKey(holder, id string) string {
+	h := sha256.New()
+	h.Write([]byte(holder))
+	h.Write([]byte{0})
+	h.Write([]byte(id))
+	return "request." + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:18])
+}
+
+// checkRequestID accepts "" (no request ID) or 1 to MaxRequestIDLen bytes of printable
+// ASCII without spaces: what clients generate (UUIDs, hex), and safe to echo.
+func checkRequestID(id string) error {
+	if len(id) > events.MaxRequestIDLen {
+		return badRequest("requestId", "requestId must be at most %d bytes, has %d", events.MaxRequestIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return badRequest("requestId", "requestId must be printable ASCII without spaces (a UUID or random hex); byte %d is 0x%02x", i, id[i])
+		}
+	}
+	return nil
+}
+
+// idem is an acquire's request record, as far as this try knows it.
+type idem struct {
+	key string
+	rev uint64 // of a record whose lease has ended: the grant overwrites it there; 0 creates
+}
+
+// priorGrant looks up r's request record: the lease it names if that lease is still held,
+// else the idem a grant records itself with. Without a request ID both are nil.
+func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*events.LeaseReply, *idem, error) {
+	if r.RequestID == "" {
+		return nil, nil, nil
+	}
+	key := requestKey(r.Holder, r.RequestID)
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	switch {
+	case errors.Is(err, kvstore.ErrNotFound):
+		return l.unrecordedGrant(ctx, r, key)
+	case err != nil:
+		return nil, nil, fmt.Errorf("read request record: %w", err)
+	}
+	var rec events.LeaseRequest
+	if json.Unmarshal(raw, &rec) != nil || rec.RequestID != r.RequestID || rec.Holder != r.Holder {
+		return nil, &idem{key: key, rev: rev}, nil // unreadable (or another's): the grant overwrites it
+	}
+	g, held, err := l.heldGrant(ctx, rec)
+	if err != nil || !held {
+		return nil, &idem{key: key, rev: rev}, err
+	}
+	l.log.Info("acquire retried: answered with the lease of an earlier try", "id", g.ID, "holder", r.Holder)
+	return &events.LeaseReply{Lease: g}, nil, nil
+}
+
+// heldGrant is the grant of the lease rec names, if that lease is still held.
+func (l *Leaser) heldGrant(ctx context.Context, rec events.LeaseRequest) (events.LeaseGrant, bool, error) {
+	id, err := parseLeaseID(rec.Lease)
+	if err != nil {
+		return events.LeaseGrant{}, false, nil
+	}
+	// Read, not taken from the view: the view may not have heard yet of a grant made
+	// elsewhere, nor of its release.
+	lease, rev, err := l.readLease(ctx, id)
+	if _, ended := errors.AsType[*apiError](err); ended {
+		return events.LeaseGrant{}, false, nil
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, err
+	}
+	if l.view.staleLease(events.SlotKey(id.Proxy, id.Slot), rev, lease) != "" {
+		return events.LeaseGrant{}, false, nil // its proxy was deleted or replaced
+	}
+	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
+	if !known || !inRange {
+		return events.LeaseGrant{}, false, nil
+	}
+	return l.grant(id.String(), lease, t), true, nil
+}
+
+// unrecordedGrant is the lease of r's request that this replica's view holds though no
+// record names it: an earlier try granted it and never recorded it (its replica died in
+// between, or it is still on the way). That lease answers, and is recorded now; without one
+// the grant is r's own, recorded with a Create.
+func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, key string) (*events.LeaseReply, *idem, error) {
+	slotKey, ok := l.view.requestSlot(r.Holder, r.RequestID)
+	if !ok {
+		return nil, &idem{key: key}, nil
+	}
+	proxy, slot, _ := parseSlotKey(slotKey)
+	s, held := l.view.fleet.Slot(proxy, slot)
+	if !held {
+		return nil, &idem{key: key}, nil
+	}
+	id := leaseID{Proxy: proxy, Slot: slot, Token: s.Lease.Token}
+	g, held, err := l.adopt(ctx, id)
+	if err != nil || !held {
+		return nil, &idem{key: key}, err
+	}
+	reply := events.LeaseReply{Lease: g}
+	if _, err := l.recordRequest(ctx, r, reply, &idem{key: key}); err != nil {
+		// Recorded meanwhile by another try (or not at all): a retry reads the record, or
+		// finds the lease here again.
+		l.log.Debug("record the request of an unrecorded grant", "id", id.String(), "err", err)
+	}
+	l.log.Info("acquire retried: answered with the unrecorded lease of an earlier try", "id", id.String(), "holder", r.Holder)
+	return &reply, nil, nil
+}
+
+// adopt makes the unrecorded lease id this request's answer: its slot is written again as it
+// is, at the revision read. The replica whose slot write seemed to fail gives such a grant
+// back when its watch brings it (view.abandon), with a delete at the revision it saw: after
+// the rewrite that delete fails, and before it the rewrite does, so a lease is never both
+// adopted and given back.
+func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool, error) {
+	rec, rev, err := l.readLease(ctx, id)
+	if _, ended := errors.AsType[*apiError](err); ended {
+		return events.LeaseGrant{}, false, nil
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, err
+	}
+	left := time.Until(rec.ExpiresAt)
+	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
+	if left < time.Second || !known || !inRange {
+		return events.LeaseGrant{}, false, nil
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return events.LeaseGrant{}, false, err
+	}
+	key := events.SlotKey(id.Proxy, id.Slot)
+	nrev, err := kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), key, b, rev, left.Truncate(time.Second))
+	if errors.Is(err, kvstore.ErrConflict) {
+		return events.LeaseGrant{}, false, nil // given back (or renewed) meanwhile
+	}
+	if err != nil {
+		return events.LeaseGrant{}, false, fmt.Errorf("adopt %s: %w", key, err)
+	}
+	l.view.noteLease(key, nrev, rec)
+	return l.grant(id.String(), rec, t), true, nil
+}
+
+// grantOnce grants r and records the grant under its request ID (ri; nil without one). Of
+// two tries of one request that grant at once, the second to record gives its lease back
+// and answers with the first's.
+func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl time.Duration, ri *idem) (any, error) {
+	g, err := l.acquireDecoded(ctx, r, ttl)
+	if err != nil || ri == nil {
+		return g, err
+	}
+	lr, ok := g.(events.LeaseReply)
+	if !ok {
+		return g, nil
+	}
+	prior, err := l.recordRequest(ctx, r, lr, ri)
+	switch {
+	case err != nil:
+		// Not given back: the record may have landed all the same, and name it. The caller,
+		// told to retry, gets it back from the record or, unrecorded, from the view's request
+		// index (unrecordedGrant); a caller that never retries leaves it to its TTL.
+		l.log.Warn("record an acquire's request; its lease stays for a retry to find", "id", lr.Lease.ID, "err", err)
+		return nil, err
+	case prior != nil:
+		l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try won")
+		return *prior, nil
+	}
+	return g, nil
+}
+
+// recordRequest writes r's request record naming the lease of lr, or returns the lease of
+// another try of r that recorded its own first and is still held. A write that failed on
+// the way (a timeout, a stream between leaders) may yet have landed, so it is tried again
+// until the answer is definite, within a budget of its own: the request's may be what ran
+// out. Written again, a record that had landed answers with a conflict, and the read back
+// names this lease.
+func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem) (*events.LeaseReply, error) {
+	b, err := json.Marshal(events.LeaseRequest{V: 1, Holder: r.Holder, RequestID: r.RequestID, Lease: lr.Lease.ID, At: l.now()})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	defer cancel()
+	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		prior, done, err := l.writeRequest(rctx, r, lr, ri, b)
+		if done {
+			return prior, err
+		}
+		select {
+		case <-rctx.Done():
+			return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// writeRequest tries recordRequest's write once: done with the answer, or not with why.
+func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem, b []byte) (*events.LeaseReply, bool, error) {
+	recTTL := max(time.Duration(lr.Lease.TTLSeconds)*time.Second, time.Second)
+	var err error
+	if ri.rev == 0 {
+		_, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, ri.key, b, recTTL)
+	} else {
+		_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
+	}
+	if !errors.Is(err, kvstore.ErrConflict) {
+		return nil, err == nil, err
+	}
+	// Recorded meanwhile: by this very write (it landed though its answer was lost), or by
+	// another try of the request, whose lease answers if it is still held.
+	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
+	if errors.Is(err, kvstore.ErrNotFound) {
+		*ri = idem{key: ri.key}
+		return nil, false, err
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	var rec events.LeaseRequest
+	if json.Unmarshal(raw, &rec) != nil || rec.RequestID != r.RequestID || rec.Holder != r.Holder {
+		*ri = idem{key: ri.key, rev: rev}
+		return nil, false, errors.New("the request record is unreadable")
+	}
+	if rec.Lease == lr.Lease.ID {
+		return nil, true, nil
+	}
+	g, held, err := l.heldGrant(ctx, rec)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case held:
+		return &events.LeaseReply{Lease: g}, true, nil
+	}
+	*ri = idem{key: ri.key, rev: rev} // its lease ended: this grant takes the record over
+	return nil, false, errors.New("the request record names a lease that ended")
+}
+
+// reqRef is a request ID of a holder.
+type reqRef struct{ holder, id string }
+
+// indexRequest records that slot key holds l, with its request ID, or nothing (a zero l).
+// Callers hold mu.
+func (v *view) indexRequest(key string, l events.Lease) {
+	if old, ok := v.slotReq[key]; ok {
+		if v.reqSlot[old] == key {
+			delete(v.reqSlot, old)
+		}
+		delete(v.slotReq, key)
+	}
+	if l.RequestID != "" {
+		ref := reqRef{holder: l.Holder, id: l.RequestID}
+		v.reqSlot[ref] = key
+		v.slotReq[key] = ref
+	}
+}
+
+// requestSlot is the slot key whose lease has holder's request ID id, if the view knows one.
+func (v *view) requestSlot(holder, id string) (string, bool) {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	key, ok := v.reqSlot[reqRef{holder: holder, id: id}]
+	return key, ok
+}
+
+// releaseGrant deletes the slot of a grant nobody will hold; if that fails the slot frees
+// itself at its TTL.
+func (l *Leaser) releaseGrant(ctx context.Context, lr events.LeaseReply, what string) {
+	// Not with the request's context alone: its deadline may be what just failed.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	defer cancel()
+	id, err := parseLeaseID(lr.Lease.ID)
+	if err == nil {
+		_, _, err = l.deleteLease(ctx, id)
+	}
+	if err != nil {
+		l.log.Warn(what+"; it ends at its TTL", "id", lr.Lease.ID, "err", err)
+	}
+}
+
+// orNil is p's reply, or an untyped nil: a typed nil pointer in an any is not nil.
+func orNil(p *events.LeaseReply) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
