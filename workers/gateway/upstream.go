@@ -160,15 +160,16 @@ func (b *upBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close gives the connection back when the body was read to its end and the request's
-// context did not cut it; otherwise it closes the connection (never reading the rest of a
-// body nobody wants).
+// Close gives the connection back when the body was read to its end, nothing came after it
+// (a proxy that sent more than it announced is not trusted with the next request) and the
+// request's context did not cut it; otherwise it closes the connection (never reading the
+// rest of a body nobody wants).
 func (b *upBody) Close() error {
 	if b.closed {
 		return nil
 	}
 	b.closed = true
-	if b.stop() && b.eof && b.reuse {
+	if b.stop() && b.eof && b.reuse && b.c.br.Buffered() == 0 {
 		b.c.idleSince = time.Now()
 		if b.c.pool.put(b.c) {
 			return nil

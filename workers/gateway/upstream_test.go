@@ -114,6 +114,7 @@ func TestUpstreamsKeepAndRetire(t *testing.T) {
 		{name: "informational answers skipped", raw: "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" + okAnswer, accepts: 1},
 		{name: "Connection: close", raw: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok", accepts: 2},
 		{name: "HTTP/1.0", raw: "HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", accepts: 2},
+		{name: "more than announced", raw: okAnswer + "HTTP/1.1 200 OK\r\n", accepts: 2},
 		{name: "body until the end", raw: "HTTP/1.1 200 OK\r\n\r\nok", hangUp: true, accepts: 2},
 		// The proxy drops a kept connection (its idle timeout): the next request is sent
 		// again on a new one, which the crawler never sees.
