@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -316,4 +317,79 @@ func TestUpstreamsReapAndClose(t *testing.T) {
 		t.Error("a connection was kept after closeAll")
 	}
 	c.Close()
+}
+
+// BenchmarkKeptConnectionMemory keeps 64 connections to one proxy open between requests,
+// through net/http's Transport (what plain HTTP used before) and through the gateway's own
+// upstreams, and reports the heap and goroutine stacks each kept connection holds, and its
+// goroutines (the whole process: the proxy's side of a connection, one goroutine, is in both,
+// so the difference is the gateway's).
+func BenchmarkKeptConnectionMemory(b *testing.B) {
+	const n = 64
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The proxy answers once all n requests are in, so n connections are open.
+	var release chan struct{}
+	var arrived sync.WaitGroup
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		<-release
+		_, _ = io.WriteString(w, "ok")
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	addr := ln.Addr().String()
+	target, _ := url.Parse("http://site.example/")
+	proxyURL := &url.URL{Scheme: "http", Host: addr}
+	for _, via := range []string{"transport", "upstreams"} {
+		b.Run(via, func(b *testing.B) {
+			for b.Loop() {
+				tr := newTransport(&net.Dialer{})
+				u := newUpstreams(&net.Dialer{})
+				before, g0 := inUseNow()
+				arrived.Add(n)
+				release = make(chan struct{})
+				var wg sync.WaitGroup
+				for range n {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						req := &http.Request{Method: "GET", URL: target, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+							Header: http.Header{}, Host: target.Host}
+						var resp *http.Response
+						var err error
+						if via == "transport" {
+							resp, err = tr.RoundTrip(req.WithContext(context.WithValue(context.Background(), proxyKey{}, proxyURL)))
+						} else {
+							resp, err = u.roundTrip(context.Background(), addr, req)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						_, _ = io.Copy(io.Discard, resp.Body)
+						resp.Body.Close()
+					}()
+				}
+				arrived.Wait()
+				close(release)
+				wg.Wait()
+				after, g1 := inUseNow()
+				b.ReportMetric(float64(after-before)/n/1024, "KiB/conn")
+				b.ReportMetric(float64(g1-g0)/n, "goroutines/conn")
+				tr.CloseIdleConnections()
+				u.closeAll()
+			}
+		})
+	}
+}
+
+func inUseNow() (uint64, int) {
+	time.Sleep(50 * time.Millisecond) // the last reads park
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse + m.StackInuse, runtime.NumGoroutine()
 }
