@@ -338,8 +338,9 @@ func BenchmarkKeptConnectionMemory(b *testing.B) {
 		<-release
 		_, _ = io.WriteString(w, "ok")
 	})}
-	go func() { _ = srv.Serve(ln) }()
-	defer srv.Close()
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	defer func() { srv.Close(); <-served }()
 	addr := ln.Addr().String()
 	target, _ := url.Parse("http://site.example/")
 	proxyURL := &url.URL{Scheme: "http", Host: addr}
