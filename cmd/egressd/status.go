@@ -21,7 +21,7 @@ import (
 )
 
 // statusViews are the views of `egressd status`; proxies is the default.
-var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns", "rollouts", "leasekeys"}
+var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns", "rollouts", "leasekeys", "quarantine"}
 
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
@@ -49,7 +49,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		what, args = args[0], args[1:]
 	}
 	if !slices.Contains(statusViews, what) {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders, leases, cooldowns, rollouts or leasekeys)\n", what)
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders, leases, cooldowns, rollouts, leasekeys or quarantine)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -114,6 +114,10 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return showList(ctx, *natsURL, events.BucketCooldowns, func(ctx context.Context, kv jetstream.KeyValue) ([]fleet.CooldownRow, error) {
 			return fleet.Cooldowns(ctx, kv, time.Now())
 		}, *output == "json", printCooldowns, stdout, stderr)
+	case "quarantine":
+		return showList(ctx, *natsURL, events.BucketQuarantine, func(ctx context.Context, kv jetstream.KeyValue) ([]events.Quarantine, error) {
+			return fleet.Quarantine(ctx, kv, time.Now())
+		}, *output == "json", printQuarantine, stdout, stderr)
 	case "rollouts":
 		return showList(ctx, *natsURL, events.BucketStatus, readRollouts, *output == "json", printRollouts, stdout, stderr)
 	case "leasekeys":
