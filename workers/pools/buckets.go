@@ -16,7 +16,7 @@ type Buckets struct {
 	Locks                  jetstream.KeyValue  // leader election
 	Leases                 kvstore.LeaseShards // the members' held slots, counted before a drain ends
 	PoolDemand             jetstream.KeyValue  // followed: the demand the leasers measure, for autoscale
-	// Quarantine: burned addresses, which it writes and follows; Health: a member's observed
+	// Quarantine: burned addresses, which it writes and reads; Health: a member's observed
 	// egress, read for the quarantine (quarantine.go).
 	Quarantine, Health jetstream.KeyValue
 }

@@ -75,8 +75,7 @@ func (c *Controller) lead(ctx context.Context) error {
 	watches := []struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
-	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}, {s.PoolDemand, v.applyDemand},
-		{s.Quarantine, v.applyQuarantine}}
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}, {s.PoolDemand, v.applyDemand}}
 	synced := make(chan struct{}, len(watches))
 	for _, w := range watches {
 		g.Go(func() error {

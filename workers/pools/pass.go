@@ -62,15 +62,15 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 		}
 	}
 	if needsEgress(in) {
-		in.Quarantine = v.quarantined()
+		if in.Quarantine, err = c.readQuarantine(rctx); err != nil {
+			return err
+		}
 		if in.Egress, err = c.egresses(rctx, v, names); err != nil {
 			return err
 		}
-	} else if quarantineOf(in.Spec) != nil {
-		in.Quarantine = v.quarantined()
 	}
 	out := plan(in)
-	if err := c.writeQuarantine(ctx, v, out.Quarantine); err != nil {
+	if err := c.writeQuarantine(ctx, out.Quarantine); err != nil {
 		return err // nothing recorded: the next pass plans again
 	}
 

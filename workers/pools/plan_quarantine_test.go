@@ -120,9 +120,9 @@ func TestNoQuarantine(t *testing.T) {
 func TestReplacementInQuarantineIsReplacedAgain(t *testing.T) {
 	cases := []struct {
 		name, quarantine, next string
-		after              time.Duration // the clock moves on before the successor's egress is known
-		replaced           int
-		kept               bool
+		after                  time.Duration // the clock moves on before the successor's egress is known
+		replaced               int
+		kept                   bool
 	}{
 		{"same address, default bound", "", "203.0.113.10", 0, 3, true},
 		{"same address, bound 1", `{"maxReplacements":1}`, "203.0.113.10", 0, 1, true},

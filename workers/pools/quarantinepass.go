@@ -11,7 +11,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // statusAddr is what a member's status says of where it is: its address, since when, and
@@ -22,37 +21,21 @@ type statusAddr struct {
 	since        time.Time
 }
 
-// applyQuarantine follows address_quarantine.
-func (v *view) applyQuarantine(e jetstream.KeyValueEntry) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	var q events.Quarantine
-	if !isPut(e) || json.Unmarshal(e.Value(), &q) != nil {
-		delete(v.quarantine, e.Key())
-	} else {
-		v.quarantine[e.Key()] = q
+// readQuarantine reads address_quarantine whole, fresh: only a pass that needs it (a burn
+// pending, a replacement to check) does, which is rare, so no watch is kept for it.
+func (c *Controller) readQuarantine(ctx context.Context) ([]events.Quarantine, error) {
+	m, err := kvstore.Latest(ctx, c.cfg.Buckets.Quarantine)
+	if err != nil {
+		return nil, fmt.Errorf("read the quarantine: %w", err)
 	}
-	for n := range v.pools {
-		v.mark(n) // a member of any pool may leave from it
+	out := make([]events.Quarantine, 0, len(m))
+	for _, k := range sortedKeys(m) {
+		var q events.Quarantine
+		if json.Unmarshal(m[k].Value(), &q) == nil {
+			out = append(out, q)
+		}
 	}
-}
-
-// noteQuarantine folds the controller's own quarantine write in at once.
-func (v *view) noteQuarantine(q events.Quarantine) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.quarantine[events.QuarantineKey(q.Address)] = q
-}
-
-// quarantined is every record of address_quarantine; the plan judges which are live.
-func (v *view) quarantined() []events.Quarantine {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	out := make([]events.Quarantine, 0, len(v.quarantine))
-	for _, k := range sortedKeys(v.quarantine) {
-		out = append(out, v.quarantine[k])
-	}
-	return out
+	return out, nil
 }
 
 // needsEgress says whether a pass of a pool with quarantine must know its members' egress: a
@@ -111,7 +94,7 @@ const quarantineSlack = time.Minute
 
 // writeQuarantine records the plan's quarantine before its ledger: a burned member is never
 // retired (and later deleted, its address freed) without its address in quarantine first.
-func (c *Controller) writeQuarantine(ctx context.Context, v *view, qs []events.Quarantine) error {
+func (c *Controller) writeQuarantine(ctx context.Context, qs []events.Quarantine) error {
 	for _, q := range qs {
 		b, err := json.Marshal(q)
 		if err != nil {
@@ -124,7 +107,6 @@ func (c *Controller) writeQuarantine(ctx context.Context, v *view, qs []events.Q
 		if err != nil {
 			return fmt.Errorf("quarantine %s: %w", q.Address, err)
 		}
-		v.noteQuarantine(q)
 	}
 	return nil
 }

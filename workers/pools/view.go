@@ -35,9 +35,8 @@ type view struct {
 	dirty    map[string]bool
 	wake     chan struct{}
 	demand   map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
-	// addrs: where each status says its proxy is; quarantine: address_quarantine (quarantinepass.go)
-	addrs      map[string]statusAddr
-	quarantine map[string]events.Quarantine
+	// addrs: where each status says its proxy is, for the quarantine (quarantinepass.go)
+	addrs map[string]statusAddr
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -60,8 +59,8 @@ func newView() *view {
 	return &view{pools: map[string]poolEntry{}, ledgers: map[string]bool{}, proxies: map[string]proxyEntry{},
 		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
 		stuck: map[string]stuck{}, boots: map[string]time.Duration{}, outdated: map[string]events.Reason{},
-		demand: map[string]map[string]events.PoolDemand{},
-		addrs:  map[string]statusAddr{}, quarantine: map[string]events.Quarantine{},
+		demand:  map[string]map[string]events.PoolDemand{},
+		addrs:   map[string]statusAddr{},
 		catalog: schemas.Catalog{}}
 }
 
