@@ -112,6 +112,9 @@ func goldenCases() map[string]any {
 			Until: at.Add(150 * time.Second), Because: "crawl-1", Neighbourhood: "203.0.113.0/24"},
 		"quarantine.v1.json": Quarantine{V: 1, Address: "203.0.113.10", Prefix: "203.0.113.10/32", Pool: "crawl", Proxy: "crawl-a1b2c",
 			Reason: ReasonBurned, At: at, Until: at.Add(24 * time.Hour)},
+		// A member whose traffic left from a NAT's address, not its own.
+		"quarantine_instance.v1.json": Quarantine{V: 1, Address: "198.51.100.1", Prefix: "198.51.100.0/24", Instance: "10.0.0.7", Pool: "crawl",
+			Proxy: "crawl-d3e4f", Reason: ReasonBurned, At: at, Until: at.Add(time.Hour)},
 		"strikes.v1.json": Strikes{V: 1, Proxy: "crawl-1", Target: "example.com", Count: 3, LastAt: at},
 		"lock.v1.json":    LockRecord{V: 1, Holder: "host-1", Purpose: "leader", Acquired: at},
 		// A pool rotating: one member drains for its successor, one is still being created,

@@ -32,17 +32,34 @@ type Quarantine struct {
 	// else its expected egress, else its own address).
 	Address string `json:"address"`
 	// Prefix is the neighbourhood quarantined with it (Address/32 or /128: the address alone).
-	Prefix string    `json:"prefix"`
-	Pool   string    `json:"pool"`
-	Proxy  string    `json:"proxy"`  // the burned member
-	Reason Reason    `json:"reason"` // Burned
-	At     time.Time `json:"at"`
-	Until  time.Time `json:"until"`
+	Prefix string `json:"prefix"`
+	// Instance is the burned member's own address when it is not Address (its traffic left
+	// from elsewhere: a NAT, a local proxy without bindSource): kept from new instances too,
+	// the address alone, so a provider never hands the burned instance's address back.
+	Instance string    `json:"instance,omitempty"`
+	Pool     string    `json:"pool"`
+	Proxy    string    `json:"proxy"`  // the burned member
+	Reason   Reason    `json:"reason"` // Burned
+	At       time.Time `json:"at"`
+	Until    time.Time `json:"until"`
 }
 
 // QuarantineKey is an address's key in BucketQuarantine: the address, with an IPv6
 // address's colons as underscores (a key may not hold a colon).
 func QuarantineKey(addr string) string { return strings.ReplaceAll(addr, ":", "_") }
+
+// Avoid is what q keeps from new instances: its prefix, and its instance's own address.
+func (q Quarantine) Avoid() []netip.Prefix {
+	var out []netip.Prefix
+	if p, err := netip.ParsePrefix(q.Prefix); err == nil {
+		out = append(out, p.Masked())
+	}
+	if a, err := netip.ParseAddr(q.Instance); err == nil {
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
+}
 
 // Live says whether q still holds at now.
 func (q Quarantine) Live(now time.Time) bool { return now.Before(q.Until) }

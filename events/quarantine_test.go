@@ -52,6 +52,13 @@ func TestQuarantineHolds(t *testing.T) {
 	if !q.Live(at.Add(-time.Nanosecond)) || q.Live(at) {
 		t.Error("Live: want true before Until, false from it")
 	}
+	avoid := Quarantine{Prefix: "198.51.100.0/24", Instance: "::ffff:10.0.0.7"}.Avoid()
+	if len(avoid) != 2 || avoid[0].String() != "198.51.100.0/24" || avoid[1].String() != "10.0.0.7/32" {
+		t.Errorf("Avoid = %v, want the prefix and the instance's own address", avoid)
+	}
+	if avoid := (Quarantine{Prefix: "garbage"}).Avoid(); len(avoid) != 0 {
+		t.Errorf("Avoid of a record that does not parse = %v", avoid)
+	}
 	if got := QuarantineKey("2001:db8::1"); got != "2001_db8__1" {
 		t.Errorf("QuarantineKey = %q", got)
 	}

@@ -18,9 +18,9 @@ func printQuarantine(w io.Writer, rows []events.Quarantine) {
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(w, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tPREFIX\tPOOL\tBURNED MEMBER\tSINCE\tUNTIL")
+	fmt.Fprintln(tw, "ADDRESS\tPREFIX\tINSTANCE\tPOOL\tBURNED MEMBER\tSINCE\tUNTIL")
 	for _, q := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s ago\t%s (in %s)\n", q.Address, q.Prefix, dash(q.Pool), dash(q.Proxy),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s ago\t%s (in %s)\n", q.Address, q.Prefix, dash(q.Instance), dash(q.Pool), dash(q.Proxy),
 			events.Age(now, q.At), q.Until.Local().Format(time.DateTime), events.Age(q.Until, now))
 	}
 	tw.Flush()

@@ -25,7 +25,7 @@ func quarantinePool(t *testing.T, quarantine string) *world {
 func (w *world) burn(addr string) (string, outcome) {
 	m := w.members()[0]
 	w.blocked[m] = 1
-	w.egress[m] = egress{addr: addr, observed: true}
+	w.egress[m] = egress{addr: addr, observed: true, own: addr}
 	return m, w.step()
 }
 
@@ -90,6 +90,19 @@ func TestBurnedAddressIsQuarantined(t *testing.T) {
 				t.Errorf("quarantine written again: %+v", again.Quarantine)
 			}
 		})
+	}
+}
+
+// A burned member whose traffic left from another address than its own (a NAT, a local
+// proxy without bindSource) puts its own address into quarantine with the egress.
+func TestBurnedInstanceAddressIsQuarantined(t *testing.T) {
+	w := quarantinePool(t, "")
+	m := w.members()[0]
+	w.blocked[m] = 1
+	w.egress[m] = egress{addr: "198.51.100.1", observed: true, own: "127.0.62.2"}
+	out := w.step()
+	if len(out.Quarantine) != 1 || out.Quarantine[0].Address != "198.51.100.1" || out.Quarantine[0].Instance != "127.0.62.2" {
+		t.Fatalf("quarantine %+v, want the egress with the instance's own address", out.Quarantine)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 type egress struct {
 	addr     string
 	observed bool
+	own      string // the member's own address
 }
 
 // quarantineOf is the pool's quarantine, nil when it has none.
@@ -136,6 +137,9 @@ func (p *planner) quarantineBurned() {
 		}
 		q := events.Quarantine{V: 1, Address: e.addr, Prefix: pfx.String(), Pool: p.in.Name, Proxy: m.Name, Reason: events.ReasonBurned,
 			At: p.in.Now, Until: p.in.Now.Add(time.Duration(*qc.Seconds) * time.Second)}
+		if e.own != e.addr {
+			q.Instance = e.own
+		}
 		p.out.Quarantine = append(p.out.Quarantine, q)
 		p.emitQuarantine(events.ReasonAddressQuarantined, m.Name, q, "address %s (%s) of burned member %s is in quarantine until %s",
 			e.addr, q.Prefix, m.Name, q.Until.UTC().Format(time.RFC3339))

@@ -70,7 +70,7 @@ func (c *Controller) egresses(ctx context.Context, v *view, names []string) (map
 		if !ok || st.ip == "" {
 			continue
 		}
-		e := egress{addr: st.expected}
+		e := egress{addr: st.expected, own: st.ip}
 		if e.addr == "" {
 			e.addr = st.ip
 		}
@@ -81,7 +81,7 @@ func (c *Controller) egresses(ctx context.Context, v *view, names []string) (map
 		case err != nil:
 			return nil, fmt.Errorf("read health of %s: %w", n, err)
 		case h.EgressIP != "" && h.About(net.JoinHostPort(st.ip, strconv.Itoa(st.port)), st.since):
-			e = egress{addr: h.EgressIP, observed: true}
+			e = egress{addr: h.EgressIP, observed: true, own: st.ip}
 		}
 		out[n] = e
 	}

@@ -34,9 +34,7 @@ func (p *Provisioner) avoid(ctx context.Context, op events.Op) ([]netip.Prefix, 
 		if json.Unmarshal(e.Value(), &q) != nil || !q.Live(now) {
 			continue // a record this version cannot read avoids nothing; an expired one is over
 		}
-		if pfx, err := netip.ParsePrefix(q.Prefix); err == nil {
-			out = append(out, pfx.Masked())
-		}
+		out = append(out, q.Avoid()...)
 	}
 	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
 	return slices.Compact(out), nil

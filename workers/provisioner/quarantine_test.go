@@ -12,14 +12,14 @@ import (
 )
 
 // A create is given what is in quarantine now (CreateRequest.Avoid): each live record's
-// prefix, once; an ended record and one that does not decode avoid nothing. The margins are
+// prefix and instance address, once; an ended record and one that does not decode avoid nothing. The margins are
 // an hour, so the test does not depend on the clock.
 func TestCreateIsGivenTheQuarantine(t *testing.T) {
 	r := newRig(t)
 	now := time.Now()
 	for _, q := range []events.Quarantine{
 		{Address: "203.0.113.10", Prefix: "203.0.113.0/24", Until: now.Add(time.Hour)},
-		{Address: "2001:db8::7", Prefix: "2001:db8::7/128", Until: now.Add(time.Hour)},
+		{Address: "2001:db8::7", Prefix: "2001:db8::7/128", Instance: "10.0.0.7", Until: now.Add(time.Hour)},
 		{Address: "198.51.100.1", Prefix: "198.51.100.1/32", Until: now.Add(-time.Hour)}, // ended
 	} {
 		q.V, q.Pool, q.Proxy, q.Reason, q.At = 1, "web", "web-a", events.ReasonBurned, now.Add(-2*time.Hour)
@@ -36,7 +36,7 @@ func TestCreateIsGivenTheQuarantine(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 	req, _ := r.fake.Request(op.InstanceName)
-	want := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::7/128")}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.7/32"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("2001:db8::7/128")}
 	if !slices.Equal(req.Avoid, want) {
 		t.Errorf("Avoid %v, want %v", req.Avoid, want)
 	}
