@@ -157,7 +157,7 @@ func TestReplacementInQuarantineIsReplacedAgain(t *testing.T) {
 				if !ok {
 					break
 				}
-				w.egress[s.Name] = egress{addr: c.next, observed: true}
+				w.egress[s.Name] = egress{addr: c.next, observed: true, own: c.next}
 				out := w.step()
 				for _, ev := range out.Events {
 					if ev.Pool.Quarantine == nil {
@@ -194,12 +194,12 @@ func TestExpectedEgressReplacesButDoesNotClear(t *testing.T) {
 	w := quarantinePool(t, "")
 	burned, _ := w.burn("203.0.113.10")
 	s, _ := w.successorOf(burned)
-	w.egress[s.Name] = egress{addr: "198.51.100.7"}
+	w.egress[s.Name] = egress{addr: "198.51.100.7", own: "198.51.100.7"}
 	w.step()
 	if m, _ := w.member(s.Name); m.QuarantineRound != 1 || m.Retire != "" {
 		t.Fatalf("after an expected egress out of quarantine: %+v, want still checked", m)
 	}
-	w.egress[s.Name] = egress{addr: "203.0.113.10"}
+	w.egress[s.Name] = egress{addr: "203.0.113.10", own: "203.0.113.10"}
 	if out := w.step(); !slices.Contains(reasons(out), events.ReasonQuarantined) {
 		t.Fatalf("events %v, want Quarantined on the expected egress", reasons(out))
 	}
@@ -217,7 +217,24 @@ func TestSharedEgressIsKept(t *testing.T) {
 	w.blocked[ms[0]] = 1
 	w.step()
 	s, _ := w.successorOf(ms[0])
-	w.egress[s.Name] = egress{addr: "198.51.100.1", observed: true}
+	w.egress[s.Name] = egress{addr: "198.51.100.1", observed: true, own: "198.51.100.1"}
+	out := w.step()
+	if !slices.Contains(reasons(out), events.ReasonQuarantineKept) || slices.Contains(reasons(out), events.ReasonQuarantined) {
+		t.Fatalf("events %v, want QuarantineKept and no Quarantined", reasons(out))
+	}
+}
+
+// A replacement whose egress in quarantine is not its own address leaves through a NAT or
+// its host (a local proxy without bindSource, a VM on a NAT network): a new instance would
+// leave through it too, so it is kept at once, even as a pool's only member.
+func TestEgressThatIsNotTheMembersOwnIsKept(t *testing.T) {
+	w := quarantinePool(t, "")
+	m := w.members()[0]
+	w.blocked[m] = 1
+	w.egress[m] = egress{addr: "127.0.0.1", observed: true, own: "127.0.62.2"}
+	w.step()
+	s, _ := w.successorOf(m)
+	w.egress[s.Name] = egress{addr: "127.0.0.1", observed: true, own: "127.0.62.3"}
 	out := w.step()
 	if !slices.Contains(reasons(out), events.ReasonQuarantineKept) || slices.Contains(reasons(out), events.ReasonQuarantined) {
 		t.Fatalf("events %v, want QuarantineKept and no Quarantined", reasons(out))
@@ -235,7 +252,7 @@ func TestQuarantinedMemberWithLeasesDrains(t *testing.T) {
 		t.Fatal("the burned member is still there")
 	}
 	w.leases[s.Name] = 2
-	w.egress[s.Name] = egress{addr: "203.0.113.10", observed: true}
+	w.egress[s.Name] = egress{addr: "203.0.113.10", observed: true, own: "203.0.113.10"}
 	for range 10 {
 		w.step()
 		w.now = w.now.Add(drainSettle)

@@ -63,9 +63,10 @@ func (p *planner) holding(member, addr string) (events.Quarantine, bool) {
 }
 
 // requarantine checks each member that replaced a burned one: once its egress is known it
-// is replaced again if that egress is in quarantine (within maxReplacements, and unless
-// other members leave from there too: then the egress is shared, and a new member would get
-// it as well), or cleared once a probe saw it leave from elsewhere. It runs before retire.
+// is replaced again if that egress is in quarantine (within maxReplacements), or cleared once
+// a probe saw it leave from elsewhere. It is kept at once where a new member would get the
+// same egress: the egress is not the member's own address (a NAT, its host), or other
+// members leave from there too. It runs before retire.
 func (p *planner) requarantine() {
 	qc := quarantineOf(p.in.Spec)
 	for i := range p.members {
@@ -90,6 +91,10 @@ func (p *planner) requarantine() {
 		}
 		why := fmt.Sprintf("its egress %s is in quarantine until %s (%s, burned on %s)", e.addr, q.Until.UTC().Format(time.RFC3339), q.Prefix, q.Proxy)
 		switch shared := p.sharing(m.Name, q); {
+		case e.own != "" && e.own != e.addr:
+			m.QuarantineRound = 0
+			p.emitQuarantine(events.ReasonQuarantineKept, m.Name, q, "member %s is kept: %s, but that is not its own address %s: "+
+				"its traffic leaves through a NAT or its host, which a new instance would leave through too", m.Name, why, e.own)
 		case len(shared) > 0:
 			m.QuarantineRound = 0
 			p.emitQuarantine(events.ReasonQuarantineKept, m.Name, q, "member %s is kept: %s, but %s leave from it too: the egress is shared, a new member would get it again",
