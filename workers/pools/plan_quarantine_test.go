@@ -205,39 +205,35 @@ func TestExpectedEgressReplacesButDoesNotClear(t *testing.T) {
 	}
 }
 
-// Where other members leave from the quarantined address too, the egress is shared (a NAT,
-// local proxies without bindSource): the replacement is kept at once, not churned.
-func TestSharedEgressIsKept(t *testing.T) {
-	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2,"recycle":{"blockedTargets":1}}`)
-	w.settle()
-	ms := w.members()
-	for _, m := range ms {
-		w.egress[m] = egress{addr: "198.51.100.1", observed: true}
+// A replacement is kept at once where a new member would get the same egress: other
+// members leave from the quarantined address too (the egress is shared), or it is not the
+// member's own address (a NAT, its host: local proxies without bindSource, a VM on a NAT
+// network), even as a pool's only member.
+func TestKeptWhereANewMemberWouldLeaveFromItToo(t *testing.T) {
+	cases := []struct {
+		name, egress, burnedOwn, nextOwn string
+		replicas                         int
+	}{
+		{"shared by the other members", "198.51.100.1", "198.51.100.1", "198.51.100.1", 2},
+		{"not the member's own address", "127.0.0.1", "127.0.62.2", "127.0.62.3", 1},
 	}
-	w.blocked[ms[0]] = 1
-	w.step()
-	s, _ := w.successorOf(ms[0])
-	w.egress[s.Name] = egress{addr: "198.51.100.1", observed: true, own: "198.51.100.1"}
-	out := w.step()
-	if !slices.Contains(reasons(out), events.ReasonQuarantineKept) || slices.Contains(reasons(out), events.ReasonQuarantined) {
-		t.Fatalf("events %v, want QuarantineKept and no Quarantined", reasons(out))
-	}
-}
-
-// A replacement whose egress in quarantine is not its own address leaves through a NAT or
-// its host (a local proxy without bindSource, a VM on a NAT network): a new instance would
-// leave through it too, so it is kept at once, even as a pool's only member.
-func TestEgressThatIsNotTheMembersOwnIsKept(t *testing.T) {
-	w := quarantinePool(t, "")
-	m := w.members()[0]
-	w.blocked[m] = 1
-	w.egress[m] = egress{addr: "127.0.0.1", observed: true, own: "127.0.62.2"}
-	w.step()
-	s, _ := w.successorOf(m)
-	w.egress[s.Name] = egress{addr: "127.0.0.1", observed: true, own: "127.0.62.3"}
-	out := w.step()
-	if !slices.Contains(reasons(out), events.ReasonQuarantineKept) || slices.Contains(reasons(out), events.ReasonQuarantined) {
-		t.Fatalf("events %v, want QuarantineKept and no Quarantined", reasons(out))
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(t, fmt.Sprintf(`{"template":{"provider":"local"},"replicas":%d,"recycle":{"blockedTargets":1}}`, c.replicas))
+			w.settle()
+			ms := w.members()
+			for _, m := range ms {
+				w.egress[m] = egress{addr: c.egress, observed: true, own: c.burnedOwn}
+			}
+			w.blocked[ms[0]] = 1
+			w.step()
+			s, _ := w.successorOf(ms[0])
+			w.egress[s.Name] = egress{addr: c.egress, observed: true, own: c.nextOwn}
+			out := w.step()
+			if !slices.Contains(reasons(out), events.ReasonQuarantineKept) || slices.Contains(reasons(out), events.ReasonQuarantined) {
+				t.Fatalf("events %v, want QuarantineKept and no Quarantined", reasons(out))
+			}
+		})
 	}
 }
 
