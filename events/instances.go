@@ -42,17 +42,6 @@ func (s ProxyStatus) InstanceNames() []string {
 	return out
 }
 
-// Retires reports whether incarnation is one of the proxy's retiring instances: a lease
-// granted on it runs on until it ends, although the status names another instance.
-func (s ProxyStatus) Retires(incarnation string) bool {
-	for _, r := range s.Retiring {
-		if r.Incarnation() == incarnation {
-			return true
-		}
-	}
-	return false
-}
-
 // ExtraHosts are the hosts of the instances the proxy may have besides the one its status
 // describes (its successor and retiring predecessors), one per instance: the instance limits
 // count them.
