@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,7 +20,7 @@ import (
 func BenchmarkPass(b *testing.B) {
 	for _, fleet := range []int{10, 10000} {
 		b.Run(fmt.Sprintf("fleet=%d", fleet), func(b *testing.B) {
-			c, v, blk := settledPool(b, fleet)
+			c, v, blk := settledPool(b, fleet, `{"template":{"provider":"local"},"replicas":20}`)
 			ctx, cancel := context.WithCancel(context.Background())
 			pub := kvstore.NewPublisher(c.cfg.Buckets.JS, c.cfg.Log, maxPendingEvents)
 			var ran sync.WaitGroup
@@ -47,9 +48,9 @@ func BenchmarkPass(b *testing.B) {
 	})
 }
 
-// settledPool seeds fleet proxies of no pool and a pool of 20, lets a controller settle it,
+// settledPool seeds fleet proxies of no pool and a pool of 20 (doc), lets a controller settle it,
 // and returns a controller with a synced view of it all.
-func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
+func settledPool(b *testing.B, fleet int, doc string) (*Controller, *view, *blocks) {
 	r := newRig(b)
 	ctx := context.Background()
 	for i := range fleet {
@@ -60,7 +61,7 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 	r.reconcile()
 	_, current := r.watchMembers("web")
 	stop := r.controller("settle")
-	r.putPool("web", `{"template":{"provider":"local"},"replicas":20}`)
+	r.putPool("web", doc)
 	r.settled("web", 20, current)
 	stop()
 
@@ -93,4 +94,40 @@ func settledPool(b *testing.B, fleet int) (*Controller, *view, *blocks) {
 		}
 	}
 	return c, v, newBlocks()
+}
+
+// BenchmarkPassQuarantine is a pass of a settled pool of 20 that recycles, in a fleet of 10:
+// steady (nothing to check: the quarantine costs nothing), and while one member's egress is
+// checked against the quarantine (a burned member's replacement not yet probed): the pass
+// then reads address_quarantine whole and every member's probe record.
+//
+//	go test -run '^$' -bench PassQuarantine -benchtime 200x ./workers/pools/
+func BenchmarkPassQuarantine(b *testing.B) {
+	for _, checking := range []bool{false, true} {
+		b.Run(fmt.Sprintf("checking=%v", checking), func(b *testing.B) {
+			c, v, blk := settledPool(b, 10, `{"template":{"provider":"local"},"replicas":20,"recycle":{"blockedTargets":3}}`)
+			ctx, cancel := context.WithCancel(context.Background())
+			pub := kvstore.NewPublisher(c.cfg.Buckets.JS, c.cfg.Log, maxPendingEvents)
+			var ran sync.WaitGroup
+			ran.Go(func() { pub.Run(ctx) })
+			b.Cleanup(func() { pub.Close(); cancel(); ran.Wait() })
+			if checking {
+				var st events.PoolStatus
+				rev, err := kvstore.GetJSON(ctx, c.cfg.Buckets.PoolStatus, "web", &st)
+				if err != nil {
+					b.Fatal(err)
+				}
+				st.Members[0].QuarantineRound = 1
+				if _, err := kvstore.WriteJSON(ctx, c.cfg.Buckets.PoolStatus, "web", st, rev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := c.pass(ctx, v, blk, pub, "web"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
