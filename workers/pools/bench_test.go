@@ -70,15 +70,18 @@ func settledPool(b *testing.B, fleet int, doc string) (*Controller, *view, *bloc
 		b.Fatal(err)
 	}
 	v := newView()
+	s := r.store
 	wctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	b.Cleanup(func() { cancel(); wg.Wait() })
-	synced := make(chan struct{}, 4)
-	s := r.store
-	for _, w := range []struct {
+	// The catalog too: without it the pass judges the pool's provider unknown and measures an
+	// Invalid pool's pass.
+	watches := []struct {
 		kv    jetstream.KeyValue
 		apply func(jetstream.KeyValueEntry)
-	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}} {
+	}{{s.Pools, v.applyPool}, {s.PoolStatus, v.applyLedger}, {s.Proxies, v.applyProxy}, {s.Status, v.applyStatus}, {s.Catalog, v.applyCatalog}}
+	synced := make(chan struct{}, len(watches))
+	for _, w := range watches {
 		kw, err := kvstore.WatchBucket(wctx, w.kv)
 		if err != nil {
 			b.Fatal(err)
@@ -86,7 +89,7 @@ func settledPool(b *testing.B, fleet int, doc string) (*Controller, *view, *bloc
 		wg.Go(func() { _ = kw.Follow(wctx, w.apply, func() { synced <- struct{}{} }) })
 	}
 	deadline := time.After(time.Minute)
-	for range 4 {
+	for range watches {
 		select {
 		case <-synced:
 		case <-deadline:
@@ -121,6 +124,13 @@ func BenchmarkPassQuarantine(b *testing.B) {
 				if _, err := kvstore.WriteJSON(ctx, c.cfg.Buckets.PoolStatus, "web", st, rev); err != nil {
 					b.Fatal(err)
 				}
+				// The members have addresses (the rig's statuses have none), so each one's
+				// probe record is read, as in a real fleet.
+				v.mu.Lock()
+				for i, m := range st.Members {
+					v.addrs[m.Name] = statusAddr{ip: fmt.Sprintf("127.0.62.%d", i+2), port: 3128}
+				}
+				v.mu.Unlock()
 			}
 			b.ResetTimer()
 			for range b.N {
