@@ -27,8 +27,8 @@ func TestRolesCreateTheBucketsAnUpgradeAdded(t *testing.T) {
 	}{
 		{"leaser", []string{events.BucketLeaseState, events.BucketCooldowns, events.BucketPoolDemand}},
 		{"prober", []string{events.BucketProbers, events.BucketHealth}},
-		{"reconciler", []string{events.BucketPoolStatus, events.BucketProviderHealth, events.BucketPoolDemand}},
-		{"provisioner-local", []string{events.BucketProviderHealth, events.BucketCatalog}},
+		{"reconciler", []string{events.BucketPoolStatus, events.BucketProviderHealth, events.BucketPoolDemand, events.BucketQuarantine}},
+		{"provisioner-local", []string{events.BucketProviderHealth, events.BucketCatalog, events.BucketQuarantine}},
 	} {
 		for _, b := range tc.buckets {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

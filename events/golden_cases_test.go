@@ -75,6 +75,16 @@ func goldenCases() map[string]any {
 			ProvisionAt: at.Add(-time.Hour), Generation: "9f3a0c1d2e4b5a70", AddressAt: at.Add(-time.Hour), CreatedAt: at.Add(-time.Hour),
 			ReadyAt: at.Add(-time.Hour), UpdatedAt: at,
 			Rollout: &Rollout{Reason: ReasonCredentialsChanged, Stage: RolloutDraining, Scope: "provider pve", Since: at.Add(-time.Minute), StartedAt: at}},
+		// A proxy of its own rolled successor first (decision 98): its successor being built,
+		// and the instance it replaced before, retiring while leases granted on it run.
+		"proxy_status_successor.v1.json": ProxyStatus{V: 1, Phase: PhaseReady, Mode: "managed", UID: "u4",
+			InstanceName: "egress-defghijklmnopqrs", InstanceID: "pve/pv1-1/105", Provider: "pve", Host: "pv1-1",
+			IP: "192.0.2.15", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 45,
+			ProvisionAt: at.Add(-time.Hour), Generation: "9f3a0c1d2e4b5a71", AddressAt: at.Add(-time.Hour), CreatedAt: at.Add(-2 * time.Hour),
+			ReadyAt: at.Add(-time.Hour), UpdatedAt: at,
+			Successor: &InstanceRef{Name: "egress-efghijklmnopqrst", Host: "pv1-1", Generation: "9f3a0c1d2e4b5a72", ProvisionAt: at},
+			Retiring: []InstanceRef{{Name: "egress-fghijklmnopqrstu", ID: "pve/pv1-1/101", Host: "pv1-1", Generation: "9f3a0c1d2e4b5a69",
+				ProvisionAt: at.Add(-2 * time.Hour)}}},
 		"provider_catalog_inplace.v1.json": CatalogRecord{V: 1, Provider: "local", Type: "local",
 			Hosts: []CatalogHost{{Name: "local", MaxConcurrentOps: 8}}, Limits: map[string]int{"addresses": 249, LimitMaxUnavailable: 2},
 			CredentialsInPlace: true, UpdatedAt: at},
@@ -110,6 +120,11 @@ func goldenCases() map[string]any {
 			Until: at.Add(40 * time.Minute), Strikes: 3},
 		"cooldown_neighbour.v1.json": Cooldown{V: 1, Proxy: "crawl-2", Target: "example.com", Result: CooldownNeighbour, Holder: "crawler-7",
 			Until: at.Add(150 * time.Second), Because: "crawl-1", Neighbourhood: "203.0.113.0/24"},
+		"quarantine.v1.json": Quarantine{V: 1, Address: "203.0.113.10", Prefix: "203.0.113.10/32", Pool: "crawl", Proxy: "crawl-a1b2c",
+			Reason: ReasonBurned, At: at, Until: at.Add(24 * time.Hour)},
+		// A member whose traffic left from a NAT's address, not its own.
+		"quarantine_instance.v1.json": Quarantine{V: 1, Address: "198.51.100.1", Prefix: "198.51.100.0/24", Instance: "10.0.0.7", Pool: "crawl",
+			Proxy: "crawl-d3e4f", Reason: ReasonBurned, At: at, Until: at.Add(time.Hour)},
 		"strikes.v1.json": Strikes{V: 1, Proxy: "crawl-1", Target: "example.com", Count: 3, LastAt: at},
 		"lock.v1.json":    LockRecord{V: 1, Holder: "host-1", Purpose: "leader", Acquired: at},
 		// A pool rotating: one member drains for its successor, one is still being created,
@@ -130,6 +145,13 @@ func goldenCases() map[string]any {
 				LastDecisionAt: at.Add(-time.Hour)},
 			UpdatedAt: at},
 		// Autoscale with spares from boot times, and a placement held for quota.
+		// A burned member draining for its successor, whose egress is checked against the quarantine.
+		"pool_status_quarantine.v1.json": PoolStatus{V: 1, Phase: PoolProgressing, Reason: ReasonBurned, SpecRevision: 2, Replicas: 1, MaxMembers: 2,
+			Members: []PoolMember{
+				{Name: "web-a1b2c", CreatedAt: at.Add(-time.Hour), Rev: 3, Retire: ReasonBurned, Successor: "web-k7m8n", DrainingSince: at},
+				{Name: "web-k7m8n", CreatedAt: at.Add(-time.Minute), Rev: 9, QuarantineRound: 1},
+			},
+			UpdatedAt: at},
 		"pool_status_spares.v1.json": PoolStatus{V: 1, Phase: PoolProgressing, Reason: ReasonPlacementFallback,
 			Message:      "placement 0 (gcp europe-west1-b) is held (QuotaExceeded): new members go to placement 1 (gcp europe-west4-a)",
 			SpecRevision: 4, Replicas: 3, MaxMembers: 4,
@@ -194,6 +216,10 @@ func goldenCases() map[string]any {
 			Reason: ReasonPlacementFallback, Message: "placement 1 (gcp europe-west1-b) answered QuotaExceeded: new members go to placement 2 (gcp europe-west4-a) until 12:05:00Z",
 			Pool: &PoolEvent{Pool: "web", Member: "web-d3e4f", Fallback: &PlacementFallback{From: 1, To: 2,
 				Hold: PlacementHold{Reason: ReasonQuota, Message: "Quota 'CPUS' exceeded.", Member: "web-d3e4f", Since: at, Until: at.Add(5 * time.Minute)}}}},
+		"event_pool_quarantined.v1.json": Event{V: 1, ID: "pool:8a4f3d6c2b1e0d9f", Kind: KindPool, Proxy: "web", At: at,
+			Reason: ReasonQuarantined, Message: "member web-k7m8n will be replaced: its egress 203.0.113.10 is in quarantine until 2026-12-01T12:00:00Z (burned on web-a1b2c); replacement 1 of at most 3",
+			Pool: &PoolEvent{Pool: "web", Member: "web-k7m8n", Quarantine: &Quarantine{V: 1, Address: "203.0.113.10", Prefix: "203.0.113.10/32",
+				Pool: "web", Proxy: "web-a1b2c", Reason: ReasonBurned, At: at.Add(-time.Hour), Until: at.Add(23 * time.Hour)}}},
 		"event_prober.v1.json": Event{V: 1, ID: "e3", Kind: KindProber, Proxy: "3f9a0c1d2e4b5a69", At: at, Reason: ReasonProberBehind,
 			Prober: &ProberLag{Worker: "host-1", Owned: 5000, Backlog: 1200, LagSeconds: 16.5, Concurrency: 1}},
 

@@ -185,6 +185,10 @@ type PoolMember struct {
 	DrainSeen time.Time `json:"drainSeen,omitzero"`
 	// Booted says its boot is in the record's Boots (counted once).
 	Booted bool `json:"booted,omitempty"`
+	// QuarantineRound, when above 0, says the member replaced a burned one (1) or one
+	// replaced for a quarantined egress (its round + 1): its egress is checked against the
+	// quarantine until a probe has seen it leave from elsewhere (then 0).
+	QuarantineRound int `json:"quarantineRound,omitempty"`
 }
 
 // PoolEvent is the detail of a pool event.
@@ -197,6 +201,9 @@ type PoolEvent struct {
 	Scale *PoolScale `json:"scale,omitempty"`
 	// Fallback is a placement's hold starting: new members go to To instead of From.
 	Fallback *PlacementFallback `json:"fallback,omitempty"`
+	// Quarantine is the address an AddressQuarantined, Quarantined or QuarantineKept event
+	// is about.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
 }
 
 // PlacementFallback is where new members go instead of a placement on hold, and why.

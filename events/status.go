@@ -132,6 +132,11 @@ type ProxyStatus struct {
 	// Rollout, on a proxy whose instance must be replaced for a change, says why and how far
 	// (events.Rollout, decision 86).
 	Rollout *Rollout `json:"rollout,omitempty"`
+	// Successor is the instance being built to take the proxy's place in a rollout, and
+	// Retiring the instances it replaced that serve the leases granted on them until those
+	// end (events.InstanceRef, decision 98).
+	Successor *InstanceRef  `json:"successor,omitempty"`
+	Retiring  []InstanceRef `json:"retiring,omitempty"`
 }
 
 // Scopes of the brake: a provider target, or a pool.

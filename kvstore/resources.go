@@ -42,6 +42,7 @@ type Store struct {
 	Pools      jetstream.KeyValue // PoolSpec by pool name
 	PoolStatus jetstream.KeyValue // PoolStatus (the members' ledger), written by the pool controller
 	PoolDemand jetstream.KeyValue // PoolDemand per scope and leaser replica, with TTLs, written by the leasers
+	Quarantine jetstream.KeyValue // addresses in quarantine (events.Quarantine), with TTLs, written by the pool controller
 	// Created names the buckets Open found missing and created (an upgrade added them).
 	Created []string
 }
@@ -97,6 +98,7 @@ func (s *Store) buckets() []bucket {
 		{&s.PoolStatus, jetstream.KeyValueConfig{Bucket: events.BucketPoolStatus, History: 1, Description: "pools and their members' ledger (PoolStatus), written by the pool controller"}},
 		{&s.Cooldowns, jetstream.KeyValueConfig{Bucket: events.BucketCooldowns, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "cooldowns <proxy> and <proxy>.<b64url(target)> with a TTL"}},
 		{&s.PoolDemand, jetstream.KeyValueConfig{Bucket: events.BucketPoolDemand, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "demand the leasers measure, <scope>.<leaser> (PoolDemand), each with a TTL of a few publish intervals"}},
+		{&s.Quarantine, jetstream.KeyValueConfig{Bucket: events.BucketQuarantine, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "burned addresses in quarantine (Quarantine), each with a TTL a little past its until"}},
 		{&s.LeaseState, jetstream.KeyValueConfig{Bucket: events.BucketLeaseState, History: 1, LimitMarkerTTL: lockMarkerTTL, Description: "holder slots holder.<pool>.<b64url(holder)>.<n> and sticky sessions session.<b64url(key)>, with TTLs"}},
 	}
 }

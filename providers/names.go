@@ -17,6 +17,16 @@ func InstanceName(installation, uid string) string {
 	return "egress-" + strings.ToLower(nameEncoding.EncodeToString(sum[:]))[:16]
 }
 
+// SuccessorName is the name of a successor instance of the proxy with this UID: the one
+// built beside its running instance when a change needs a new one (decision 98), named by
+// the generation the reconciler records for it before the create is sent, so that a create
+// sent again after a crash makes the same instance. It has InstanceName's form, so every
+// provider takes it as it takes that; the instance carries the proxy's UID in its marks like
+// the first, which keeps the orphan collector off it.
+func SuccessorName(installation, uid, generation string) string {
+	return InstanceName(installation, uid+"/"+generation)
+}
+
 // PickKey resolves a placement key (machine type, image) against a provider's config: an
 // empty key means the only entry, when there is exactly one.
 func PickKey[V any](key string, m map[string]V) (string, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 )
 
@@ -84,6 +85,23 @@ type CreateRequest struct {
 	// Marks.ExpiresAt (its CreatedAt plus Lifetime) on the instance, in the same call, so the
 	// orphan collector can delete it when that passes without asking anyone (decision 0076).
 	Lifetime time.Duration
+	// Avoid are the addresses (each a prefix: an address alone, or its neighbourhood) in
+	// quarantine: burned, so a new instance should not leave from them (decision 96). A
+	// provider that picks its instances' addresses (local) hands out none of them, and fails
+	// with ErrQuota rather than do so; one that cannot choose ignores it, and the pool
+	// controller replaces a member that got one anyway. It is data, read by the caller.
+	Avoid []netip.Prefix
+}
+
+// Avoided reports whether addr is in one of req's Avoid prefixes.
+func (req CreateRequest) Avoided(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range req.Avoid {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // Auth is a forward proxy's basic-auth credential: a static username and password, or a

@@ -84,6 +84,9 @@ type Rotation struct {
 type Recycle struct {
 	BlockedTargets int `json:"blockedTargets"`
 	WindowSeconds  int `json:"windowSeconds,omitempty"`
+	// Quarantine keeps a burned member's address from coming back (quarantine.go); with
+	// recycle set it is on unless its seconds is 0.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
 }
 
 // ParsePoolSpec decodes and validates a pool spec as strictly as ParseProxySpec, applies the
@@ -141,6 +144,12 @@ func (s *PoolSpec) applyDefaults() {
 	}
 	if s.Recycle != nil && s.Recycle.WindowSeconds == 0 {
 		s.Recycle.WindowSeconds = DefaultRecycleWindow
+	}
+	if s.Recycle != nil {
+		if s.Recycle.Quarantine == nil {
+			s.Recycle.Quarantine = &Quarantine{}
+		}
+		s.Recycle.Quarantine.applyDefaults()
 	}
 }
 
@@ -265,6 +274,9 @@ func (s PoolSpec) Validate() error {
 		}
 		if c.WindowSeconds < 60 || c.WindowSeconds > 7*86400 {
 			bad("recycle.windowSeconds", "must be between 60 and 604800, got %d", c.WindowSeconds)
+		}
+		if c.Quarantine != nil {
+			c.Quarantine.problems(bad)
 		}
 	}
 	if c := s.Leases; c != nil && c.MaxPerHolder != nil && (*c.MaxPerHolder < 0 || *c.MaxPerHolder > MaxPerHolder) {

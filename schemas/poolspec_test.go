@@ -50,17 +50,19 @@ func TestParsePoolSpecDefaults(t *testing.T) {
 			name: "explicit values are kept",
 			doc: `{"template":{"provider":"p"},"replicas":3,"spread":"least-loaded","placements":[{"zone":"a"}],
 				"rotation":{"maxAgeSeconds":600,"jitterSeconds":60,"maxSurge":2,"minAvailable":1,"drainTimeoutSeconds":30},
-				"recycle":{"blockedTargets":4,"windowSeconds":120}}`,
+				"recycle":{"blockedTargets":4,"windowSeconds":120,"quarantine":{"seconds":600,"ipv4Prefix":24,"ipv6Prefix":64,"maxReplacements":0}}}`,
 			want: PoolSpec{V: 1, Template: template, Replicas: intp(3), Spread: SpreadLeastLoaded, Placements: []PoolPlacement{{Zone: "a"}},
 				Rotation: Rotation{MaxAgeSeconds: 600, JitterSeconds: 60, MaxSurge: intp(2), MinAvailable: intp(1), DrainTimeoutSeconds: 30},
-				Recycle:  &Recycle{BlockedTargets: 4, WindowSeconds: 120}},
+				Recycle: &Recycle{BlockedTargets: 4, WindowSeconds: 120,
+					Quarantine: &Quarantine{Seconds: intp(600), IPv4Prefix: 24, IPv6Prefix: 64, MaxReplacements: intp(0)}}},
 		},
 		{
 			name: "recycle window, empty placements and attributes",
 			doc:  `{"template":{"provider":"p","attributes":{}},"replicas":1,"placements":[],"spread":"","recycle":{"blockedTargets":2}}`,
 			want: PoolSpec{V: 1, Template: template, Replicas: intp(1), Spread: SpreadRoundRobin,
 				Rotation: Rotation{MaxSurge: intp(1), MinAvailable: intp(1), DrainTimeoutSeconds: 900},
-				Recycle:  &Recycle{BlockedTargets: 2, WindowSeconds: 3600}},
+				Recycle: &Recycle{BlockedTargets: 2, WindowSeconds: 3600, Quarantine: &Quarantine{Seconds: intp(DefaultQuarantineSeconds),
+					IPv4Prefix: DefaultQuarantineIPv4Prefix, IPv6Prefix: DefaultQuarantineIPv6Prefix, MaxReplacements: intp(DefaultQuarantineReplacements)}}},
 		},
 	}
 	for _, tc := range tests {

@@ -61,7 +61,7 @@ var roleTable = []role{
 	{name: "leasemasters", wanted: func(d *daemon) bool { return d.leaseKeys != nil }, build: buildLeaseMasters},
 	{name: "provisioner", wanted: func(d *daemon) bool { return len(d.backends) > 0 }, build: buildProvisioners,
 		buckets: []string{events.BucketProxies, events.BucketStatus, events.BucketCloudInit, events.BucketCatalog, events.BucketProviderHealth, events.BucketLocks,
-			events.BucketLeaseState}},
+			events.BucketLeaseState, events.BucketQuarantine}},
 	{name: "echo", wanted: func(d *daemon) bool { return d.ls.echo != nil },
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			ln := d.ls.echo
@@ -99,7 +99,7 @@ var roleTable = []role{
 	// only writes specs, which the reconciler then acts on like any other.
 	{name: "pools", after: []string{"reconciler"}, wanted: func(d *daemon) bool { return d.roles.reconciler },
 		buckets: []string{events.BucketPools, events.BucketStatus, events.BucketCatalog, events.BucketProxies, events.BucketPoolStatus, events.BucketLocks,
-			events.BucketPoolDemand},
+			events.BucketPoolDemand, events.BucketHealth, events.BucketQuarantine},
 		build: func(_ context.Context, d *daemon) (runner, error) {
 			pc, err := pools.New(pools.Config{Buckets: pools.BucketsOf(d.store), Holder: d.holder, LeaderTTL: d.f.leaderTTL, Log: d.log})
 			if err != nil {
@@ -112,7 +112,7 @@ var roleTable = []role{
 // allBuckets is every bucket: the status page shows them all.
 var allBuckets = []string{events.BucketProxies, events.BucketCloudInit, events.BucketStatus, events.BucketCatalog,
 	events.BucketLocks, events.BucketHealth, events.BucketProviderHealth, events.BucketProbers, events.BucketPools,
-	events.BucketPoolStatus, events.BucketCooldowns, events.BucketLeaseState, events.BucketPoolDemand}
+	events.BucketPoolStatus, events.BucketCooldowns, events.BucketLeaseState, events.BucketPoolDemand, events.BucketQuarantine}
 
 // bucketsOf is every bucket the wanted parts use, and what every process reads: the
 // installation ID (egress_locks) and, for its health check, proxies.

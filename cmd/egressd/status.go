@@ -21,7 +21,7 @@ import (
 )
 
 // statusViews are the views of `egressd status`; proxies is the default.
-var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns", "rollouts", "leasekeys"}
+var statusViews = []string{"proxies", "pools", "providers", "probers", "holders", "leases", "cooldowns", "rollouts", "leasekeys", "quarantine"}
 
 // listFlag is a flag that may be repeated; each value may also be comma-separated.
 type listFlag []string
@@ -49,7 +49,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		what, args = args[0], args[1:]
 	}
 	if !slices.Contains(statusViews, what) {
-		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders, leases, cooldowns, rollouts or leasekeys)\n", what)
+		fmt.Fprintf(stderr, "egressd status: unknown view %q (proxies, pools, providers, probers, holders, leases, cooldowns, rollouts, leasekeys or quarantine)\n", what)
 		return 2
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
@@ -71,7 +71,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders, leases, cooldowns or rollouts, comes before the flags)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "egressd status: unexpected argument %q (a view, proxies, pools, providers, probers, holders, leases, cooldowns, rollouts, leasekeys or quarantine, comes before the flags)\n", fs.Arg(0))
 		return 2
 	}
 	if *output != "table" && *output != "json" {
@@ -103,21 +103,8 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	switch what {
-	case "holders", "leases":
-		return showLeases(ctx, *natsURL, what, holderSet, *output == "json", stdout, stderr)
-	case "probers":
-		return showList(ctx, *natsURL, events.BucketProbers, fleet.Probers, *output == "json", printProbers, stdout, stderr)
-	case "providers":
-		return showProviders(ctx, *natsURL, *output == "json", stdout, stderr)
-	case "cooldowns":
-		return showList(ctx, *natsURL, events.BucketCooldowns, func(ctx context.Context, kv jetstream.KeyValue) ([]fleet.CooldownRow, error) {
-			return fleet.Cooldowns(ctx, kv, time.Now())
-		}, *output == "json", printCooldowns, stdout, stderr)
-	case "rollouts":
-		return showList(ctx, *natsURL, events.BucketStatus, readRollouts, *output == "json", printRollouts, stdout, stderr)
-	case "leasekeys":
-		return showLeaseKeys(ctx, *natsURL, *output == "json", stdout, stderr)
+	if code, ok := showView(ctx, *natsURL, what, holderSet, *output == "json", stdout, stderr); ok {
+		return code
 	}
 	return showFleet(ctx, *natsURL, what, filter, *output == "json", *check, stdout, stderr)
 }
@@ -292,4 +279,29 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// showView is each view but proxies and pools (showFleet); ok is false for those two.
+func showView(ctx context.Context, natsURL, what string, holderSet *string, asJSON bool, stdout, stderr io.Writer) (code int, ok bool) {
+	switch what {
+	case "holders", "leases":
+		return showLeases(ctx, natsURL, what, holderSet, asJSON, stdout, stderr), true
+	case "probers":
+		return showList(ctx, natsURL, events.BucketProbers, fleet.Probers, asJSON, printProbers, stdout, stderr), true
+	case "providers":
+		return showProviders(ctx, natsURL, asJSON, stdout, stderr), true
+	case "cooldowns":
+		return showList(ctx, natsURL, events.BucketCooldowns, func(ctx context.Context, kv jetstream.KeyValue) ([]fleet.CooldownRow, error) {
+			return fleet.Cooldowns(ctx, kv, time.Now())
+		}, asJSON, printCooldowns, stdout, stderr), true
+	case "quarantine":
+		return showList(ctx, natsURL, events.BucketQuarantine, func(ctx context.Context, kv jetstream.KeyValue) ([]events.Quarantine, error) {
+			return fleet.Quarantine(ctx, kv, time.Now())
+		}, asJSON, printQuarantine, stdout, stderr), true
+	case "rollouts":
+		return showList(ctx, natsURL, events.BucketStatus, readRollouts, asJSON, printRollouts, stdout, stderr), true
+	case "leasekeys":
+		return showLeaseKeys(ctx, natsURL, asJSON, stdout, stderr), true
+	}
+	return 0, false
 }

@@ -33,3 +33,25 @@ func TestPrintCooldowns(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintQuarantine(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		name string
+		rows []events.Quarantine
+		want []string
+	}{
+		{"none", nil, []string{"No addresses in quarantine"}},
+		{"a burned address", []events.Quarantine{{V: 1, Address: "127.0.62.2", Prefix: "127.0.62.2/32", Pool: "web", Proxy: "web-a1b2c",
+			Reason: events.ReasonBurned, At: now.Add(-5 * time.Minute), Until: now.Add(23 * time.Hour)}},
+			[]string{"ADDRESS", "UNTIL", "127.0.62.2/32", "web-a1b2c", "5m ago", "(in 22h"}},
+	} {
+		var b bytes.Buffer
+		printQuarantine(&b, c.rows)
+		for _, w := range c.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: no %q in\n%s", c.name, w, b.String())
+			}
+		}
+	}
+}

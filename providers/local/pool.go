@@ -46,7 +46,7 @@ func (p *Provider) allocate(ctx context.Context, req providers.CreateRequest, sk
 	if len(skip) > 0 {
 		from = rand.IntN(len(p.pool))
 	}
-	addr, err := p.pick(used, req.Port, from)
+	addr, err := p.pick(used, req, from)
 	if err != nil {
 		return nil, err
 	}
@@ -144,14 +144,19 @@ func (p *Provider) usedAddresses() (map[netip.Addr]bool, error) {
 	return used, nil
 }
 
-// pick returns the first pool address, from index from on and round, that no instance holds
-// and on which port can be listened on.
-func (p *Provider) pick(used map[netip.Addr]bool, port, from int) (netip.Addr, error) {
-	var taken, foreign int
+// pick returns the first pool address, from index from on and round, that no instance holds,
+// that is not in quarantine (req.Avoid) and on which req.Port can be listened on.
+func (p *Provider) pick(used map[netip.Addr]bool, req providers.CreateRequest, from int) (netip.Addr, error) {
+	var taken, foreign, quarantined int
+	port := req.Port
 	for i := range p.pool {
 		a := p.pool[(from+i)%len(p.pool)]
 		if used[a] {
 			taken++
+			continue
+		}
+		if req.Avoided(a) {
+			quarantined++
 			continue
 		}
 		err := canListen(a, port)
@@ -170,6 +175,9 @@ func (p *Provider) pick(used map[netip.Addr]bool, port, from int) (netip.Addr, e
 	msg := fmt.Sprintf("%d addresses, %d held by instances or busy on port %d", len(p.pool), taken, port)
 	if foreign > 0 {
 		msg += fmt.Sprintf(", %d not on this host", foreign)
+	}
+	if quarantined > 0 {
+		msg += fmt.Sprintf(", %d in quarantine (burned)", quarantined)
 	}
 	return netip.Addr{}, fmt.Errorf("%w: %s", errPoolExhausted, msg)
 }

@@ -399,3 +399,32 @@ func TestCheck(t *testing.T) {
 		t.Errorf("Create with foreign addresses = %v, want ErrQuota", err)
 	}
 }
+
+// A freed address in quarantine is not handed out again: the next instance takes another,
+// and with only quarantined addresses free, Create fails with ErrQuota saying so. Out of
+// quarantine, the address is free again (the lowest first, as before).
+func TestQuarantinedAddressIsNotHandedOut(t *testing.T) {
+	p := newProvider(t, testConfig(t, 2))
+	port := freePort(t)
+	a := mustCreate(t, p, request("egress-burned", port))
+	if err := p.Delete(ctxT(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	burned := netip.MustParsePrefix(a.Address + "/32")
+	req := request("egress-next", port)
+	req.Avoid = []netip.Prefix{burned}
+	b := mustCreate(t, p, req)
+	if b.Address == a.Address {
+		t.Fatalf("the quarantined address %s was handed out again", a.Address)
+	}
+	req = request("egress-third", port)
+	req.Avoid = []netip.Prefix{burned}
+	_, err := p.Create(ctxT(t), req)
+	if !errors.Is(err, providers.ErrQuota) || !strings.Contains(err.Error(), "1 in quarantine") {
+		t.Fatalf("Create with only a quarantined address free: %v, want ErrQuota naming the quarantine", err)
+	}
+	c := mustCreate(t, p, request("egress-third", port)) // the quarantine is over
+	if c.Address != a.Address {
+		t.Errorf("out of quarantine, %s was not handed out, got %s", a.Address, c.Address)
+	}
+}

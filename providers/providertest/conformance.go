@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 		{"MarksReadBack", testMarksReadBack},
 		{"LifetimeMarkReadBack", testLifetimeMarkReadBack},
 		{"DeleteIsIdempotent", testDeleteIsIdempotent},
+		{"SuccessorBesideInstance", testSuccessorBesideInstance},
 		{"MalformedIDIsPermanent", testMalformedIDIsPermanent},
 		{"ListOnlyMarked", testListOnlyMarked},
 		{"CancelledContextReturns", testCancelledContextReturns},

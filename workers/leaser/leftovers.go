@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -22,7 +23,9 @@ import (
 //   - deleted: the proxy's spec key is deleted (or absent) and the view has read the
 //     proxies bucket up to the spec revision the lease was granted under;
 //   - replaced: the view holds a newer status than the grant's, and it names another
-//     instance, or says the instance must go.
+//     instance, or says the instance must go. An instance the status lists as retiring is
+//     not gone: a proxy rolled successor first keeps it serving the leases granted on it
+//     until they end (decision 98), unless the proxy itself is being deleted.
 //
 // A view that lags behind the grant sees neither, so it never removes a fresh lease.
 
@@ -54,7 +57,11 @@ func (v *view) staleEnd(h selection.Heard, l events.Lease) events.Reason {
 	switch {
 	case (h.SpecRev == 0 || h.SpecGone) && v.specHigh >= l.SpecRevision:
 		return events.ReasonProxyDeleted
-	case l.StatusRevision != 0 && h.HasStatus && h.StatusRev > l.StatusRevision && (h.Instance != l.Instance || h.Teardown != ""):
+	case l.StatusRevision == 0 || !h.HasStatus || h.StatusRev <= l.StatusRevision:
+		return "" // a lease from before the records, or a view that lags behind the grant
+	case slices.Contains(h.Retiring, l.Instance) && h.Teardown != events.ReasonProxyDeleted:
+		return ""
+	case h.Instance != l.Instance || h.Teardown != "":
 		// The status may say "deleting" before the spec's deletion reaches this view (a pool
 		// deleting its member): the lease ended because its proxy was deleted all the same.
 		if h.Teardown == events.ReasonProxyDeleted {

@@ -28,6 +28,11 @@ func TestLeaseStaleEnd(t *testing.T) {
 		{"the instance must go", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@1", Teardown: events.ReasonSpecChanged}, lease, events.ReasonProxyReplaced},
 		// A pool deleting its member: the status says so before the spec's deletion arrives.
 		{"the instance must go, its proxy deleted", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@1", Teardown: events.ReasonProxyDeleted}, lease, events.ReasonProxyDeleted},
+		// Rolled successor first (decision 98): the instance retires and serves its leases on.
+		{"its instance retires", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2", Retiring: []string{"i@1"}}, lease, ""},
+		{"its instance retires, the new one must go", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2", Teardown: events.ReasonSpecChanged, Retiring: []string{"i@1"}}, lease, ""},
+		{"its instance retired and was deleted", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 27, Instance: "i@2", Retiring: []string{"i@0"}}, lease, events.ReasonProxyReplaced},
+		{"its instance retires, its proxy deleted", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2", Teardown: events.ReasonProxyDeleted, Retiring: []string{"i@1"}}, lease, events.ReasonProxyDeleted},
 		{"status older than the grant", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 15, Instance: "i@0"}, lease, ""},
 		{"a lease from before the records", 30, selection.Heard{SpecRev: 10, HasStatus: true, StatusRev: 25, Instance: "i@2"}, events.Lease{}, ""},
 		{"a lease from before the records, proxy deleted", 30, selection.Heard{SpecRev: 25, SpecGone: true}, events.Lease{}, events.ReasonProxyDeleted},

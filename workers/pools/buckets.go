@@ -16,16 +16,20 @@ type Buckets struct {
 	Locks                  jetstream.KeyValue  // leader election
 	Leases                 kvstore.LeaseShards // the members' held slots, counted before a drain ends
 	PoolDemand             jetstream.KeyValue  // followed: the demand the leasers measure, for autoscale
+	// Quarantine: burned addresses, which it writes and reads; Health: a member's observed
+	// egress, read for the quarantine (quarantine.go).
+	Quarantine, Health jetstream.KeyValue
 }
 
 // BucketsOf picks the pool controller's buckets out of a store.
 func BucketsOf(s *kvstore.Store) Buckets {
 	return Buckets{JS: s.JS, Pools: s.Pools, Status: s.Status, Catalog: s.Catalog, Proxies: s.Proxies,
-		PoolStatus: s.PoolStatus, Locks: s.Locks, Leases: s.Leases, PoolDemand: s.PoolDemand}
+		PoolStatus: s.PoolStatus, Locks: s.Locks, Leases: s.Leases, PoolDemand: s.PoolDemand,
+		Quarantine: s.Quarantine, Health: s.Health}
 }
 
 // complete reports whether every handle is there.
 func (b Buckets) complete() bool {
 	return b.JS != nil && b.Pools != nil && b.Status != nil && b.Catalog != nil && b.Proxies != nil &&
-		b.PoolStatus != nil && b.Locks != nil && b.PoolDemand != nil
+		b.PoolStatus != nil && b.Locks != nil && b.PoolDemand != nil && b.Quarantine != nil && b.Health != nil
 }

@@ -78,7 +78,7 @@ func (p *planner) newMember(idx int, replaces string) string {
 		}
 	}
 	p.members = append(p.members, events.PoolMember{Name: name, Placement: idx, CreatedAt: p.in.Now,
-		RotateAt: rotateAt(p.in.Spec.Rotation, name, p.in.Now)})
+		RotateAt: rotateAt(p.in.Spec.Rotation, name, p.in.Now), QuarantineRound: p.roundAfter(replaces)})
 	return name
 }
 

@@ -49,8 +49,8 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	if len(in.Outdated) > 0 {
 		in.RolloutPaused = c.rolloutPaused(rctx, name)
 	}
+	names := memberNames(ledger, snap.owned)
 	if in.Spec != nil {
-		names := memberNames(ledger, snap.owned)
 		if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
 			return fmt.Errorf("count leases: %w", err)
 		}
@@ -61,7 +61,18 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 			}
 		}
 	}
+	if needsEgress(in) {
+		if in.Quarantine, err = c.readQuarantine(rctx); err != nil {
+			return err
+		}
+		if in.Egress, err = c.egresses(rctx, v, names); err != nil {
+			return err
+		}
+	}
 	out := plan(in)
+	if err := c.writeQuarantine(ctx, out.Quarantine); err != nil {
+		return err // nothing recorded: the next pass plans again
+	}
 
 	// The ledger is written even unchanged when there are member writes: the compare-and-set
 	// is what proves that no other controller moved the pool since it was read.

@@ -53,11 +53,15 @@ type input struct {
 	// RolloutPaused: the pool's rollout is paused, so no outdated member is retired for it.
 	RolloutPaused bool
 	Leases        map[string]int
-	Blocked       map[string]int   // distinct targets the member was reported blocked on in the window
-	Demand        events.DemandSum // what the leasers measured of the pool (autoscale)
-	Load          func(provider, zone string) int
-	Now           time.Time
-	NewSuffix     func() string
+	Blocked       map[string]int // distinct targets the member was reported blocked on in the window
+	// Egress is where members leave from (quarantine.go), for the members that need it;
+	// Quarantine the records of address_quarantine.
+	Egress     map[string]egress
+	Quarantine []events.Quarantine
+	Demand     events.DemandSum // what the leasers measured of the pool (autoscale)
+	Load       func(provider, zone string) int
+	Now        time.Time
+	NewSuffix  func() string
 }
 
 // write is a change to proxies, made after the ledger that allows it is recorded.
@@ -76,6 +80,8 @@ type outcome struct {
 	Ledger *events.PoolStatus
 	Writes []write
 	Events []events.Event
+	// Quarantine are the records to write into address_quarantine, before the ledger.
+	Quarantine []events.Quarantine
 }
 
 // plan decides one pass for one pool. It is pure: the same input gives the same outcome but
@@ -123,7 +129,9 @@ func (p *planner) run() {
 	p.recordBoots()
 	p.holdPlacements()
 	p.autoscale()
+	p.requarantine()
 	p.retire()
+	p.quarantineBurned()
 	p.replace()
 	p.scale()
 	p.promote()

@@ -40,20 +40,23 @@ type world struct {
 	boot    map[string]time.Duration
 	stale   map[string]events.Reason // outdated members, as the reconciler marks them
 	paused  bool                     // the pool's rollout is paused
+	egress  map[string]egress        // where members leave from (quarantine)
+	quar    []events.Quarantine      // address_quarantine: what the plans wrote
 	now     time.Time
 	next    int
 }
 
 func newWorld(t *testing.T, doc string) *world {
 	return &world{t: t, spec: poolSpec(t, doc), owned: map[string]owned{}, taken: map[string]bool{},
-		phase: map[string]events.Phase{}, limited: map[string]string{}, leases: map[string]int{}, blocked: map[string]int{}, now: t0}
+		phase: map[string]events.Phase{}, limited: map[string]string{}, leases: map[string]int{}, blocked: map[string]int{}, now: t0,
+		egress: map[string]egress{}}
 }
 
 func (w *world) input() input {
 	return input{Name: "web", Spec: w.spec, SpecRev: 1, Ledger: w.ledger, Owned: w.owned,
 		Taken: func(n string) bool { _, own := w.owned[n]; return w.taken[n] && !own },
 		InUse: func(n string) bool { return w.taken[n] }, Phase: w.phase, Limited: w.limited, Leases: w.leases, Blocked: w.blocked, Expiry: w.expiry, Now: w.now,
-		Stuck: w.stuck, Boot: w.boot, Outdated: w.stale, RolloutPaused: w.paused,
+		Stuck: w.stuck, Boot: w.boot, Outdated: w.stale, RolloutPaused: w.paused, Egress: w.egress, Quarantine: w.quar,
 		NewSuffix: func() string { w.next++; return fmt.Sprintf("m%04d", w.next) }}
 }
 
@@ -69,6 +72,7 @@ func (w *world) step() outcome {
 func (w *world) apply(out outcome) {
 	before := len(w.owned)
 	w.ledger = out.Ledger
+	w.quar = append(w.quar, out.Quarantine...)
 	rev := uint64(100 * w.next)
 	for _, wr := range out.Writes {
 		rev++

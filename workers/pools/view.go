@@ -35,6 +35,8 @@ type view struct {
 	dirty    map[string]bool
 	wake     chan struct{}
 	demand   map[string]map[string]events.PoolDemand // pool → pool_demand key → record (demand.go)
+	// addrs: where each status says its proxy is, for the quarantine (quarantinepass.go)
+	addrs map[string]statusAddr
 	// catalog is provider_catalog as the reconciler reads it: a pool whose members the
 	// reconciler would refuse (an unknown provider, a zone that is not a host) creates none.
 	catalog schemas.Catalog
@@ -58,6 +60,7 @@ func newView() *view {
 		gone: map[string]uint64{}, byOwner: map[string]map[string]bool{}, load: map[[2]string]int{}, phases: map[string]events.Phase{}, limited: map[string]string{}, expiry: map[string]expiry{}, dirty: map[string]bool{}, wake: make(chan struct{}, 1),
 		stuck: map[string]stuck{}, boots: map[string]time.Duration{}, outdated: map[string]events.Reason{},
 		demand:  map[string]map[string]events.PoolDemand{},
+		addrs:   map[string]statusAddr{},
 		catalog: schemas.Catalog{}}
 }
 
@@ -250,6 +253,11 @@ type phaseOnly struct {
 	CreatedAt   time.Time       `json:"createdAt"`
 	ReadyAt     time.Time       `json:"readyAt"`
 	Rollout     *events.Rollout `json:"rollout"`
+	// Where it is, for the quarantine of burned addresses.
+	IP             string    `json:"ip"`
+	Port           int       `json:"port"`
+	ExpectedEgress string    `json:"expectedEgress"`
+	AddressAt      time.Time `json:"addressAt"`
 }
 
 func (v *view) applyStatus(e jetstream.KeyValueEntry) {
@@ -262,6 +270,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 	delete(v.stuck, name)
 	delete(v.boots, name)
 	delete(v.outdated, name)
+	delete(v.addrs, name)
 	if !isPut(e) || json.Unmarshal(e.Value(), &st) != nil {
 		delete(v.phases, name)
 	} else {
@@ -281,6 +290,7 @@ func (v *view) applyStatus(e jetstream.KeyValueEntry) {
 		if st.Rollout != nil {
 			v.outdated[name] = st.Rollout.Reason
 		}
+		v.addrs[name] = statusAddr{ip: st.IP, port: st.Port, expected: st.ExpectedEgress, since: st.AddressAt}
 	}
 	if pe, ok := v.proxies[name]; ok {
 		v.mark(pe.owner)

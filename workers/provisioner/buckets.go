@@ -17,12 +17,15 @@ type Buckets struct {
 	// LeaseState: its revoked.> keys only, watched (Revocations), for providers that deliver
 	// revocation lists. Optional: without it no list is delivered.
 	LeaseState jetstream.KeyValue
+	// Quarantine: the addresses in quarantine, read for each create (quarantine.go).
+	// Optional: without it nothing is in quarantine.
+	Quarantine jetstream.KeyValue
 }
 
 // BucketsOf picks a provisioner's buckets out of a store.
 func BucketsOf(s *kvstore.Store) Buckets {
 	return Buckets{JS: s.JS, Proxies: s.Proxies, Status: s.Status, CloudInit: s.CloudInit, Catalog: s.Catalog,
-		Providers: s.Providers, Locks: s.Locks, LeaseState: s.LeaseState}
+		Providers: s.Providers, Locks: s.Locks, LeaseState: s.LeaseState, Quarantine: s.Quarantine}
 }
 
 // complete reports whether every handle is there.

@@ -191,6 +191,11 @@ func (p *Provisioner) liveIdentities(ctx context.Context) (uids, names map[strin
 		if st.InstanceName != "" {
 			names[st.InstanceName] = true
 		}
+		// A successor and retiring instances carry the proxy's UID, so they are no orphans;
+		// their names keep their leftovers from the sweep while their creates and deletes run.
+		for _, n := range st.InstanceNames() {
+			names[n] = true
+		}
 	}
 	return uids, names, nil
 }

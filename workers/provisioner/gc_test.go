@@ -32,13 +32,19 @@ func TestGCCollectsOnlyOldUnownedLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	live := providers.InstanceName("inst", "live-uid")
-	if _, err := kvstore.PutJSON(ctx, store.Status, "p1", events.ProxyStatus{V: 1, UID: "live-uid", InstanceName: live}); err != nil {
+	// A proxy rolled successor first (decision 98) holds its successor's and its retiring
+	// instances' names too.
+	succ, retiring := providers.SuccessorName("inst", "live-uid", "g3"), providers.SuccessorName("inst", "live-uid", "g1")
+	if _, err := kvstore.PutJSON(ctx, store.Status, "p1", events.ProxyStatus{V: 1, UID: "live-uid", InstanceName: live, InstanceID: "fake/h1/" + live,
+		Successor: &events.InstanceRef{Name: succ}, Retiring: []events.InstanceRef{{Name: retiring, ID: "fake/h1/" + retiring}}}); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-time.Hour)
 	leftovers := staticLeftovers{
 		{ID: "fake/h1/egress-aaaaaaaaaaaaaaaa", Host: "h1", Name: "egress-aaaaaaaaaaaaaaaa", ModifiedAt: old},
 		{ID: "fake/h1/" + live, Host: "h1", Name: live, ModifiedAt: old},
+		{ID: "fake/h1/" + succ, Host: "h1", Name: succ, ModifiedAt: old},
+		{ID: "fake/h1/" + retiring, Host: "h1", Name: retiring, ModifiedAt: old},
 		{ID: "fake/h1/egress-bbbbbbbbbbbbbbbb", Host: "h1", Name: "egress-bbbbbbbbbbbbbbbb", ModifiedAt: time.Now()},
 		{ID: "fake/h2/egress-cccccccccccccccc", Host: "h2", Name: "egress-cccccccccccccccc", ModifiedAt: old},
 	}

@@ -40,6 +40,8 @@ type Config struct {
 	// LeaseMaster derives the key delivered to a proxy whose auth.mode is "lease"; without it
 	// such a create fails as permanent.
 	LeaseMaster leaseauth.Source
+	// Now is the clock quarantine is judged by; default time.Now.
+	Now func() time.Time
 }
 
 // Observer counts what leaves no state behind (metrics).
@@ -92,6 +94,9 @@ func New(cfg Config) (*Provisioner, error) {
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if cfg.Timings == (Timings{}) {
 		cfg.Timings = DefaultTimings()

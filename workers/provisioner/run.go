@@ -102,6 +102,9 @@ func (p *Provisioner) request(ctx context.Context, op events.Op) (providers.Crea
 	if req.Auth, err = p.credentials(op, spec.Auth); err != nil {
 		return providers.CreateRequest{}, hash, err
 	}
+	if req.Avoid, err = p.avoid(ctx, op); err != nil {
+		return providers.CreateRequest{}, hash, err
+	}
 	return req, hash, nil
 }
 

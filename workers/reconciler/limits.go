@@ -68,10 +68,12 @@ func (d *decider) limitReached(host string) bool {
 // instanceCap is one provider's limits, from its catalog record.
 type instanceCap struct{ max, perTarget int }
 
-// tally counts, per provider and target, the proxies whose status says an instance may exist,
-// and keeps the proxies waiting for room.
+// tally counts, per provider and target, the instances the statuses say may exist (a proxy's
+// own, and its successor and retiring instances while it is rolled successor first, decision
+// 98), and keeps the proxies waiting for room.
 type tally struct {
-	counted  map[string][2]string // proxy → its provider and target, when counted
+	counted  map[string]placed // proxy → where its instances are, when it has any
+	n        int               // instances counted, across every provider
 	provider map[string]int
 	target   map[[2]string]int
 	waiting  map[string]map[string]time.Time // provider → waiting proxy → when declared
@@ -81,21 +83,31 @@ type tally struct {
 	freedAny bool
 }
 
+// placed is where a proxy's counted instances are (provider and target each): the one its
+// status describes first when main, then its successor's and retiring instances.
+type placed struct {
+	main bool
+	at   [][2]string
+}
+
 func newTally() *tally {
-	return &tally{counted: map[string][2]string{}, provider: map[string]int{}, target: map[[2]string]int{},
+	return &tally{counted: map[string]placed{}, provider: map[string]int{}, target: map[[2]string]int{},
 		waiting: map[string]map[string]time.Time{}, freed: map[string]bool{}}
 }
 
 // total is how many instances may exist, across every provider.
-func (t *tally) total() int { return len(t.counted) }
+func (t *tally) total() int { return t.n }
 
 // set records name's status (nil: none).
 func (t *tally) set(name string, st *events.ProxyStatus) {
-	if at, ok := t.counted[name]; ok {
+	if c, ok := t.counted[name]; ok {
 		delete(t.counted, name)
-		t.provider[at[0]]--
-		t.target[at]--
-		t.freed[at[0]], t.freedAny = true, true
+		for _, at := range c.at {
+			t.provider[at[0]]--
+			t.target[at]--
+			t.freed[at[0]], t.freedAny = true, true
+			t.n--
+		}
 	}
 	for p, w := range t.waiting {
 		delete(w, name)
@@ -106,13 +118,24 @@ func (t *tally) set(name string, st *events.ProxyStatus) {
 	if st == nil || st.Mode == schemas.ModeExternal {
 		return
 	}
+	var c placed
 	if st.MayExist() {
-		at := [2]string{st.Provider, st.Host}
-		t.counted[name] = at
-		t.provider[at[0]]++
-		t.target[at]++
-		delete(t.freed, at[0]) // this one took what room there was
+		c = placed{main: true, at: [][2]string{{st.Provider, st.Host}}}
+	}
+	for _, h := range st.ExtraHosts() {
+		c.at = append(c.at, [2]string{st.Provider, cmp.Or(h, st.Host)})
+	}
+	if len(c.at) > 0 {
+		t.counted[name] = c
+		for _, at := range c.at {
+			t.provider[at[0]]++
+			t.target[at]++
+			delete(t.freed, at[0]) // this one took what room there was
+			t.n++
+		}
 		t.freedAny = false
+	}
+	if st.MayExist() {
 		return
 	}
 	if st.Reason == events.ReasonLimitReached && st.Provider != "" {
@@ -132,8 +155,14 @@ func (t *tally) limit(caps map[string]*instanceCap, global int, provider, name s
 	}
 	lim := &InstanceLimit{Count: t.provider[provider], TargetCount: map[string]int{}}
 	// The proxy's own instance, counted from its stored status, is not in its way: a
-	// decision that folds its delete's result may create again in the same step.
-	self, counted := t.counted[name]
+	// decision that folds its delete's result may create again in the same step. Its
+	// successor and retiring instances are (a successor's create counts its own instance).
+	own, ok := t.counted[name]
+	counted := ok && own.main
+	var self [2]string
+	if counted {
+		self = own.at[0]
+	}
 	if counted && self[0] == provider {
 		lim.Count--
 	}

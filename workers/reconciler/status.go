@@ -3,6 +3,7 @@ package reconciler
 import (
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -17,6 +18,11 @@ func cloneStatus(s events.ProxyStatus) events.ProxyStatus {
 		le := *s.LastError
 		s.LastError = &le
 	}
+	if s.Successor != nil {
+		succ := *s.Successor
+		s.Successor = &succ
+	}
+	s.Retiring = slices.Clone(s.Retiring)
 	return s
 }
 

@@ -121,6 +121,10 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt
 	p.gen, p.expected = st.Generation, st.ExpectedEgress
+	p.retiring = p.retiring[:0]
+	for _, r := range st.Retiring {
+		p.retiring = append(p.retiring, r.Incarnation())
+	}
 	p.creds.SetStatus(st.AuthRevision)
 	f.changed(p)
 }

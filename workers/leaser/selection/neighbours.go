@@ -1,7 +1,6 @@
 package selection
 
 import (
-	"net/netip"
 	"slices"
 
 	"github.com/egressd/egressd/events"
@@ -33,20 +32,8 @@ func (n Neighbourhood) key(p *proxyView) string {
 	if e == "" {
 		e = p.ip
 	}
-	a, err := netip.ParseAddr(e)
-	if err != nil {
-		return ""
-	}
-	a = a.Unmap()
-	bits := n.V6Bits
-	if a.Is4() {
-		bits = n.V4Bits
-	}
-	if bits <= 0 || bits > a.BitLen() {
-		return ""
-	}
-	pfx, err := a.Prefix(bits)
-	if err != nil {
+	pfx, ok := events.AddressPrefix(e, n.V4Bits, n.V6Bits)
+	if !ok {
 		return ""
 	}
 	return pfx.String()

@@ -36,6 +36,7 @@ type proxyView struct {
 	instance  string        // events.ProxyStatus.Incarnation
 	gen       string        // events.ProxyStatus.Generation: what lease tokens name
 	teardown  events.Reason // why the instance must go (replaced, recreated, deleted); "" while it stays
+	retiring  []string      // incarnations of the retiring instances, which serve their leases on (decision 98)
 	addressAt time.Time
 	expected  string // events.ProxyStatus.ExpectedEgress
 	// proxy_health
@@ -93,6 +94,9 @@ type Heard struct {
 	StatusRev uint64
 	Instance  string
 	Teardown  events.Reason
+	// Retiring are the incarnations of the proxy's retiring instances: replaced successor
+	// first, each serves the leases granted on it until they end (decision 98).
+	Retiring []string
 }
 
 // setSlot records a held slot, keeping held.
@@ -137,7 +141,7 @@ func (p *proxyView) basis() Basis {
 
 func (p *proxyView) heard() Heard {
 	return Heard{SpecRev: p.specRev, SpecGone: p.specGone, HasStatus: p.hasStatus, StatusRev: p.statusRev,
-		Instance: p.instance, Teardown: p.teardown}
+		Instance: p.instance, Teardown: p.teardown, Retiring: p.retiring}
 }
 
 // anonymity is the probers' verdict on the proxy's current instance (events.AnonymityVerdict:
