@@ -10,7 +10,9 @@
 // once idle; a gateway killed outright leaves them to run out at their TTL.
 //
 // CONNECT is chained through the leased proxy with the lease's credentials and stays a
-// tunnel (no byte of it is read); plain HTTP is forwarded in absolute form. Rules (status
+// tunnel (no byte of it is read); plain HTTP is forwarded in absolute form, a request that
+// may be sent again on the gateway's own kept connections to the proxy (upstream.go, decision
+// 89), one with a body through net/http's Transport. Rules (status
 // codes, a body marker on plain HTTP, failures to connect) report blocked or failed for the
 // target through the client's report call, and a rotating idempotent request is retried once
 // on another proxy. Answers the gateway makes itself carry RFC 9209 Proxy-Status; none of

@@ -75,16 +75,7 @@ func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, r
 		rq.fail(w, gatewayError{status: http.StatusBadGateway, kind: psInternalError, detail: "the lease's URL does not parse"})
 		return true
 	}
-	out := r.Clone(context.WithValue(r.Context(), proxyKey{}, up.url))
-	out.RequestURI, out.Close = "", false
-	if r.ContentLength == 0 {
-		out.Body = nil
-	}
-	removeHopHeaders(out.Header)
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header.Set("User-Agent", "") // otherwise the transport announces itself
-	}
-	resp, err := g.transport.RoundTrip(out)
+	resp, err := g.send(r, up)
 	if err != nil {
 		verdict, gerr := g.judgeTransport(err, h.lease.Proxy)
 		g.afterFailure(r.Context(), rq, h, verdict, host, hop{err: err})
@@ -123,6 +114,30 @@ func (g *Gateway) forwardOnce(w http.ResponseWriter, r *http.Request, h *held, r
 	rq.in += max(r.ContentLength, 0)
 	g.relay(w, resp, head, h, rq)
 	return true
+}
+
+// send sends r on through the proxy up: on a kept connection of the gateway's own when r
+// may be sent again (most crawling), through the Transport otherwise.
+func (g *Gateway) send(r *http.Request, up *upstream) (*http.Response, error) {
+	h := r.Header.Clone()
+	removeHopHeaders(h)
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""} // otherwise net/http announces itself
+	}
+	if replayable(r) {
+		if up.basicAuth != "" {
+			h["Proxy-Authorization"] = []string{up.basicAuth}
+		}
+		out := &http.Request{Method: r.Method, URL: r.URL, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: h, Host: r.Host}
+		return g.upstreams.roundTrip(r.Context(), up.url.Host, out)
+	}
+	out := r.WithContext(context.WithValue(r.Context(), proxyKey{}, up.url))
+	out.Header, out.RequestURI, out.Close = h, "", false
+	if r.ContentLength == 0 {
+		out.Body = nil
+	}
+	return g.transport.RoundTrip(out)
 }
 
 // judgeTransport judges a request that got no answer through the proxy.

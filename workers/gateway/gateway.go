@@ -69,6 +69,7 @@ type Gateway struct {
 	crawlers  crawlers
 	pool      *leasePool
 	transport *http.Transport
+	upstreams *upstreams
 	dialer    *net.Dialer
 	tunnels   *relay.Tunnels
 }
@@ -118,7 +119,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err := g.crawlers.set(cfg.Crawlers); err != nil {
 		return nil, err
 	}
-	g.transport = newTransport(g.dialer)
+	g.transport, g.upstreams = newTransport(g.dialer), newUpstreams(g.dialer)
 	return g, nil
 }
 
@@ -142,6 +143,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	poolCtx, stopPool := context.WithCancel(context.Background())
 	wg.Add(1)
 	go func() { defer wg.Done(); g.pool.run(poolCtx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); g.upstreams.run(poolCtx) }()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(g.cfg.Listener) }()
 	g.cfg.Log.Info("gateway serving", "addr", g.cfg.Listener.Addr().String())

@@ -50,6 +50,50 @@ func TestGatewayFetchesThroughTheFleet(t *testing.T) {
 	})
 }
 
+// Every method and body goes through: those that may be sent again on the gateway's own kept
+// connections, the others (a body, a POST) through net/http's Transport.
+func TestGatewayForwardsMethodsAndBodies(t *testing.T) {
+	r := newRig(t, 1)
+	gw, _ := r.gateway(nil)
+	c := r.client(gw, "crawler-7", testToken)
+	for _, tc := range []struct {
+		method, body string
+		chunked      bool
+		header       http.Header
+		want         string
+	}{
+		{method: "GET", want: "GET "},
+		{method: "HEAD", want: ""},
+		{method: "OPTIONS", want: "OPTIONS "},
+		{method: "POST", body: "a=1", want: "POST a=1"},
+		{method: "POST", want: "POST "},
+		{method: "POST", body: "streamed", chunked: true, want: "POST streamed"},
+		{method: "PUT", header: http.Header{"Idempotency-Key": {"k1"}}, want: "PUT "},
+		{method: "DELETE", want: "DELETE "},
+	} {
+		var body io.Reader
+		if tc.body != "" {
+			body = strings.NewReader(tc.body)
+			if tc.chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+		}
+		req, _ := http.NewRequest(tc.method, r.origin.url+"/echo", body)
+		for k, v := range tc.header {
+			req.Header[k] = v
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %q: %v", tc.method, tc.body, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(b) != tc.want {
+			t.Errorf("%s %q: %d %q, want %q", tc.method, tc.body, resp.StatusCode, b, tc.want)
+		}
+	}
+}
+
 // A wrong token is a 407 saying why; a bad username key a 400 naming the key; both with
 // Proxy-Status. Neither leases anything.
 func TestGatewayRefusesBadCredentialsAndKeys(t *testing.T) {

@@ -37,6 +37,7 @@ type held struct {
 type upstream struct {
 	raw         string
 	url         *url.URL
+	basicAuth   string // "Basic …", the Proxy-Authorization of a plain-HTTP request, or "" without credentials
 	connectAuth string // "Proxy-Authorization: Basic …\r\n", or "" for a proxy without credentials
 }
 
@@ -54,7 +55,8 @@ func (h *held) upstream() (*upstream, error) {
 	c := &upstream{raw: raw, url: u}
 	if u.User != nil {
 		pass, _ := u.User.Password()
-		c.connectAuth = "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass)) + "\r\n"
+		c.basicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.User.Username()+":"+pass))
+		c.connectAuth = "Proxy-Authorization: " + c.basicAuth + "\r\n"
 	}
 	h.up.Store(c)
 	return c, nil

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -271,6 +272,11 @@ func startOrigin(t testing.TB, tc *tls.Config) *origin {
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.URL.Path == "/bulk" {
 			serveBulk(w)
+			return
+		}
+		if req.URL.Path == "/echo" {
+			b, _ := io.ReadAll(req.Body)
+			fmt.Fprintf(w, "%s %s", req.Method, b)
 			return
 		}
 		host, _, _ := net.SplitHostPort(req.RemoteAddr)
