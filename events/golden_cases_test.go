@@ -243,6 +243,10 @@ func goldenCases() map[string]any {
 		// Idempotent acquires (docs/leases.md#retries).
 		"lease_acquire_retry_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Holder: "crawler-7",
 			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		"lease_error_shard_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Reason: ErrorShardUnavailable,
+			Message:      "no proxy available outside stalled lease shards: lease shard [2] has no stream leader right now (a NATS node was lost; an election takes seconds); 3 candidates passed over; retry",
+			Availability: &Availability{Matched: 8, Ready: 8, AtCapacity: 5}, Retry: true,
+			Shards: &ShardDetail{Stalled: []int{2}, Skipped: 3, Shards: 3, RetryAfterMs: 200}}},
 		"lease_error_internal.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeInternal, Message: "internal error in the lease service; retry",
 			Retry: true}},
 		"lease_request.v1.json": LeaseRequest{V: 1, Holder: "crawler-7", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48",

@@ -191,6 +191,12 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 	}
 	prior, err := l.recordRequest(ctx, r, lr, ri)
 	switch {
+	case errors.Is(err, errShardStalled):
+		// lease_state has no leader now (shards.go). Answered all the same: a retry, were
+		// this reply lost, finds the lease by its request ID in the view (unrecordedGrant),
+		// as it would after a 500, and an election no longer stops every acquire.
+		l.log.Warn("an acquire's request record could not be written (lease_state stalled); the grant is answered unrecorded", "id", lr.Lease.ID, "err", err)
+		return g, nil
 	case err != nil:
 		// Not given back: the record may have landed all the same, and name it. The caller,
 		// told to retry, gets it back from the record or, unrecorded, from the view's request
@@ -215,7 +221,17 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	// With lease shards, lease_state's health is tracked as theirs is: a record write that
+	// a stream election would hold up has the shard budget, and none is tried while it is
+	// stalled (errShardStalled: grantOnce answers unrecorded).
+	budget := l.cfg.RequestBudget
+	if l.shards.tracked() {
+		if l.shards.stateStalled() {
+			return nil, fmt.Errorf("record request %s: %w", ri.key, errShardStalled)
+		}
+		budget = l.shards.budget
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		prior, done, err := l.writeRequest(rctx, r, lr, ri, b)
@@ -224,7 +240,12 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 		}
 		select {
 		case <-rctx.Done():
-			return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+			err = fmt.Errorf("record request %s: %w", ri.key, err)
+			if l.shards.tracked() && ctx.Err() == nil {
+				l.shards.markStateStalled()
+				err = fmt.Errorf("%w: %w", errShardStalled, err)
+			}
+			return nil, err
 		case <-time.After(wait):
 		}
 	}

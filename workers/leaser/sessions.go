@@ -209,8 +209,13 @@ func (l *Leaser) acquireStrict(ctx context.Context, r events.AcquireRequest, ttl
 	if cause != "" {
 		return nil, sessionError(s, cause, phase)
 	}
-	g, _, err := l.tryCandidateTraced(ctx, r, ttl, c, at, true)
+	if l.shards.stalled(c.Name) {
+		return nil, l.shardUnavailable("the session's proxy "+c.Name+" is in a stalled lease shard", map[int]int{l.cfg.Buckets.Leases.Index(c.Name): 1}, nil)
+	}
+	g, _, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
 	switch {
+	case errors.Is(err, errShardStalled):
+		return nil, l.shardUnavailable("the session's proxy "+c.Name+" is in a stalled lease shard", map[int]int{l.cfg.Buckets.Leases.Index(c.Name): 1}, nil)
 	case err != nil:
 		return nil, err
 	case g != nil:
