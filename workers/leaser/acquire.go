@@ -262,7 +262,7 @@ func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string, pace time.Du
 		keys = append(keys, targetCooldownKey(proxy, tgt))
 	}
 	for i, key := range keys {
-		b, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
+		b, rev, err := l.get(ctx, l.cfg.Buckets.Cooldowns, key)
 		if errors.Is(err, kvstore.ErrNotFound) {
 			continue
 		}

@@ -15,7 +15,7 @@ import (
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
 	key := events.SlotKey(id.Proxy, id.Slot)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		// A direct get is served by any replica of the shard, which may be a moment behind a
 		// grant (or a restarted server catching up). If this replica's view holds the grant,

@@ -70,7 +70,7 @@ func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*even
 		return nil, nil, nil
 	}
 	key := requestKey(r.Holder, r.RequestID)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, key)
 	switch {
 	case errors.Is(err, kvstore.ErrNotFound):
 		return l.unrecordedGrant(ctx, r, key)
@@ -265,7 +265,7 @@ func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr e
 	}
 	// Recorded meanwhile: by this very write (it landed though its answer was lost), or by
 	// another try of the request, whose lease answers if it is still held.
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, ri.key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		*ri = idem{key: ri.key}
 		return nil, false, err

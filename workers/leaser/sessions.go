@@ -56,7 +56,7 @@ func (l *Leaser) openSession(ctx context.Context, r events.AcquireRequest) (*ses
 	if s.ref, s.bound = l.view.session(s.key, l.now()); s.bound && !s.strict {
 		return s, nil
 	}
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, s.key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, s.key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		s.ref, s.bound = sessionRef{}, false
 		return s, nil
@@ -158,7 +158,7 @@ func (l *Leaser) bindSession(ctx context.Context, s *session, proxy string) sess
 	}
 	if errors.Is(err, kvstore.ErrConflict) {
 		// Bound (or moved) by a concurrent acquire since the view saw it: that binding holds.
-		raw, crev, gerr := kvstore.Get(ctx, kv, s.key)
+		raw, crev, gerr := l.get(ctx, kv, s.key)
 		var rec events.Session
 		if gerr == nil && json.Unmarshal(raw, &rec) == nil && rec.Proxy != "" {
 			l.view.noteState(s.key, crev, true, raw)

@@ -190,3 +190,20 @@ func (l *Leaser) shardUnavailable(what string, skipped map[int]int, avail *event
 	return &apiError{code: events.CodeUnavailable, reason: events.ErrorShardUnavailable, msg: msg, avail: avail, retry: true,
 		shards: &events.ShardDetail{Stalled: shards, Skipped: n, Shards: l.cfg.Buckets.Leases.Len(), RetryAfterMs: int(healthProbeEvery / time.Millisecond)}}
 }
+
+// get reads key with a direct get, which any replica of the stream answers. A get in flight
+// to a server as it dies is never answered, and would hold its request (and, one at a time
+// per endpoint, every request behind it) for the whole request budget; so, with lease
+// shards, each try has the write budget, and one that runs out is sent again, to whichever
+// replica answers first now.
+func (l *Leaser) get(ctx context.Context, kv kvstore.Getter, key string) ([]byte, uint64, error) {
+	for {
+		rctx, cancel := l.shards.writeContext(ctx)
+		b, rev, err := kvstore.Get(rctx, kv, key)
+		expired := rctx.Err() != nil
+		cancel()
+		if err == nil || !expired || ctx.Err() != nil || !l.shards.tracked() {
+			return b, rev, err
+		}
+	}
+}
