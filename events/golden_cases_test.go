@@ -264,6 +264,10 @@ func goldenCases() map[string]any {
 			Holder: "crawler-7", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
 			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"},
 			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		// A grant a retry of its acquire took over (decision 97).
+		"lease_adopted.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
+			Holder: "crawler-7", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
+			Instance: "i-1@2026-11-30T11:00:00Z", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48", Adopted: true},
 	}
 }
 

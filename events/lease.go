@@ -39,6 +39,10 @@ type Lease struct {
 	Hold *LeaseHold `json:"hold,omitempty"`
 	// RequestID is the acquire's request ID, if it had one: a retry finds the lease by it.
 	RequestID string `json:"requestId,omitempty"`
+	// Adopted marks a grant whose first answer was lost and which a retry of its acquire took
+	// over (docs/leases.md#retries): the replica that gave up on its slot write must not
+	// give it back, whichever revision of it its watch brings first.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // SlotEnd is the body of the delete marker a leaser writes when it removes the slot of an

@@ -143,11 +143,12 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 	return &reply, nil, nil
 }
 
-// adopt makes the unrecorded lease id this request's answer: its slot is written again as it
-// is, at the revision read. The replica whose slot write seemed to fail gives such a grant
-// back when its watch brings it (view.abandon), with a delete at the revision it saw: after
-// the rewrite that delete fails, and before it the rewrite does, so a lease is never both
-// adopted and given back.
+// adopt makes the unrecorded lease id this request's answer: its slot is written again,
+// marked adopted, at the revision read. The replica whose slot write seemed to fail gives
+// such a grant back when its watch brings it (view.abandon), with a delete at the revision it
+// saw: after the rewrite that delete fails, and before it the rewrite does. A watch that
+// starts again (its stream elected a leader) may bring only the rewrite: marked adopted, it is
+// not given back. So a lease is never both adopted and given back.
 func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool, error) {
 	rec, rev, err := l.readLease(ctx, id)
 	if _, ended := errors.AsType[*apiError](err); ended {
@@ -157,6 +158,7 @@ func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool
 		return events.LeaseGrant{}, false, err
 	}
 	left := time.Until(rec.ExpiresAt)
+	rec.Adopted = true
 	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
 	if left < time.Second || !known || !inRange {
 		return events.LeaseGrant{}, false, nil
