@@ -15,8 +15,9 @@ import (
 const failoverClients = 16
 
 // failoverGapBound is the longest gap between successful acquires a kill may cause (issue
-// 31). Measured 0.2–0.6 s with every kill of docs/reliability.md's runs on the shared 2-core
-// machine, so load alone does not reach it; before shard health it was 3.5–6.3 s.
+// 31). Measured 0.17–0.92 s (median 0.35 s) over 15 kills in docs/reliability.md's runs on
+// the shared 2-core machine at a load average of 15–25, so load alone does not reach it;
+// before shard health (decision 97) it was up to 6.6 s.
 const failoverGapBound = 2 * time.Second
 
 // The failover fleet: the lease shards are shaped so that one shard (bigShard) holds the
