@@ -35,7 +35,9 @@ import (
 //
 // lease_state, which holds every acquire's request record, is watched the same way: while it
 // is suspect a grant is answered without its record (requests.go). With one lease shard
-// there is nowhere to move on to, and writes keep the request's whole budget.
+// there is nowhere to move on to, and on a single server (streams of one replica) a write
+// that runs slow is only slow, never waiting for an election, and all shards are on the one
+// server anyway: then nothing is tracked, and writes keep the request's whole budget.
 
 // DefaultSlotWriteBudget is how long a write to a lease shard (or an acquire's request
 // record) may take before the shard counts as stalled: a few hundred times a write's p99 on
@@ -67,6 +69,8 @@ type shardHealth struct {
 	marked  []atomic.Int64       // unix nanoseconds: when a request last marked it
 	budget  time.Duration
 	wake    chan struct{}
+	// replicated: the lease streams have more than one replica (watch finds out at start).
+	replicated atomic.Bool
 }
 
 func newShardHealth(s kvstore.LeaseShards, state jetstream.KeyValue, budget time.Duration) *shardHealth {
@@ -75,8 +79,8 @@ func newShardHealth(s kvstore.LeaseShards, state jetstream.KeyValue, budget time
 		marked: make([]atomic.Int64, len(streams)), budget: budget, wake: make(chan struct{}, 1)}
 }
 
-// tracked: with one lease shard nothing is skipped.
-func (h *shardHealth) tracked() bool { return h.shards.Len() > 1 }
+// tracked: with one lease shard, or on a single server, nothing is skipped.
+func (h *shardHealth) tracked() bool { return h.shards.Len() > 1 && h.replicated.Load() }
 
 // stateIndex is lease_state's entry.
 func (h *shardHealth) stateIndex() int { return len(h.until) - 1 }
@@ -127,11 +131,28 @@ func (h *shardHealth) failed(ctx context.Context, proxy string, err error) error
 
 // watch probes the suspect streams until ctx ends (see the top of this file).
 func (h *shardHealth) watch(ctx context.Context) {
-	if !h.tracked() {
+	if h.shards.Len() <= 1 {
 		return
 	}
 	t := time.NewTicker(healthProbeEvery)
 	defer t.Stop()
+	for !h.replicated.Load() { // until the first shard's stream says how many replicas it has
+		pctx, cancel := context.WithTimeout(ctx, h.budget)
+		st, err := h.streams[0].Status(pctx)
+		cancel()
+		switch {
+		case err == nil && st.Config().Replicas <= 1:
+			return
+		case err == nil:
+			h.replicated.Store(true)
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
