@@ -15,7 +15,7 @@ import (
 const failoverClients = 16
 
 // failoverGapBound is the longest gap between successful acquires a kill may cause (issue
-// 31). Measured 0.17–0.92 s (median 0.35 s) over 15 kills in docs/reliability.md's runs on
+// 31). Measured 0.17–0.92 s (median 0.34 s) over 18 kills in docs/reliability.md's runs on
 // the shared 2-core machine at a load average of 15–25, so load alone does not reach it;
 // before shard health (decision 97) it was up to 6.6 s.
 const failoverGapBound = 2 * time.Second
