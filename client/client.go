@@ -205,7 +205,7 @@ func (c *Client) callOnce(ctx context.Context, subject string, data []byte, resp
 		if json.Unmarshal(m.Data, &er) == nil && er.Error.Code != 0 {
 			d := er.Error
 			return &Error{Code: d.Code, Message: d.Message, Field: d.Field, Availability: d.Availability, End: d.End,
-				Reason: d.Reason, Limit: d.Limit, Session: d.Session, Wait: d.Wait, Retry: d.Retry}
+				Reason: d.Reason, Limit: d.Limit, Session: d.Session, Wait: d.Wait, Shards: d.Shards, Retry: d.Retry}
 		}
 		n, _ := strconv.Atoi(code)
 		return &Error{Code: events.ErrorCode(n), Message: m.Header.Get(errorHeader)}

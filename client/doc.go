@@ -27,7 +27,7 @@
 // Requests ride out a leaser's restart and a lost reply: a try that failed on the way (no
 // responders, a timeout) or that the service answered with its retry hint (ErrInternal, a
 // waiting acquire whose replica stopped) is sent again with jittered backoff, within
-// WithRetryBudget (DefaultRetryBudget, 10 s) and the context; Retryable says which failures.
+// WithRetryBudget (DefaultRetryBudget, 15 s) and the context; Retryable says which failures.
 // Every acquire carries a request ID (AcquireOptions.RequestID, generated when empty), so the
 // service answers all its tries with one lease (docs/leases.md#retries); renew, release and
 // report act on a lease ID and are safe to repeat. A refusal is returned at once.

@@ -19,6 +19,10 @@ var (
 	ErrNoProxy    = errors.New("no proxy available")             // 503: see Error.Availability, or Error.Session for a strict session
 	ErrHolderCap  = errors.New("holder at its limit of leases")  // 429: Error.Limit is the limit
 	ErrExpired    = errors.New("lease expired: renewals failed") // local: the service was unreachable for a whole TTL
+	// ErrShardUnavailable (503 with the retry hint, Error.Shards says which): the request
+	// needed a lease shard whose stream has no leader right now (a NATS node was lost). The
+	// client tries again within its retry budget; a caller sees it only after that.
+	ErrShardUnavailable = errors.New("lease shard unavailable")
 )
 
 var byCode = map[events.ErrorCode]error{
@@ -42,6 +46,7 @@ type Error struct {
 	Limit        int                   // on ErrHolderCap: the holder's limit of concurrent leases
 	Session      *events.SessionDetail // with events.ErrorSessionUnavailable: the session's proxy and why it is unavailable
 	Wait         *events.WaitDetail    // on ErrNoProxy after AcquireOptions.Wait: how long it waited, its place, why it stopped
+	Shards       *events.ShardDetail   // on ErrShardUnavailable: the stalled shards, the candidates passed over
 	// Retry: the service failed on its side (ErrInternal, or a replica that stopped while the
 	// acquire waited): the client tried again within its retry budget, and this was the last
 	// try's answer.
@@ -52,8 +57,13 @@ func (e *Error) Error() string {
 	return "lease service: " + strconv.Itoa(int(e.Code)) + ": " + e.Message
 }
 
-// Is matches the sentinel of e's code.
-func (e *Error) Is(target error) bool { return byCode[e.Code] == target && target != nil }
+// Is matches the sentinel of e's code, and ErrShardUnavailable by its reason.
+func (e *Error) Is(target error) bool {
+	if target == ErrShardUnavailable {
+		return e.Reason == events.ErrorShardUnavailable
+	}
+	return byCode[e.Code] == target && target != nil
+}
 
 // expired is the error of a lease whose renewals all failed for a whole TTL.
 func expired(last error) error { return fmt.Errorf("%w (last error: %w)", ErrExpired, last) }

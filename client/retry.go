@@ -12,9 +12,12 @@ import (
 )
 
 // DefaultRetryBudget is how long a request is tried again, by default, after a failure that
-// another try can mend: long enough to ride out a leaser's restart, a NATS node's loss or a
-// reconnect, short enough that a crawler with no lease service at all hears of it.
-const DefaultRetryBudget = 10 * time.Second
+// another try can mend: long enough to ride out a leaser's restart, a reconnect or a NATS
+// node's loss (its streams elect new leaders within nats-server's 9 s longest election
+// timeout; a release into a lease shard stalled that long answers ShardUnavailable until
+// then, and the last backoff of 1 s comes on top), short enough that a crawler with no lease
+// service at all hears of it.
+const DefaultRetryBudget = 15 * time.Second
 
 // WithRetryBudget bounds how long a request is tried again after a failure that another try
 // can mend (see Retryable), within the context's own deadline; 0 tries once. Default
@@ -63,7 +66,7 @@ func (c *Client) call(ctx context.Context, subject string, req, resp any, hold t
 // a leaser restarting), a try that timed out (a reply lost, a node lost), or a service error
 // with its retry hint (500, a replica that stopped). Refusals are not: a bad request (400),
 // a lease unknown, lost or ended (404, 409, 410), a holder at its cap (429), no proxy
-// available (503 without the hint).
+// available (503 without the hint). ErrShardUnavailable (503 with the hint) is retryable.
 func Retryable(err error) bool {
 	if se, ok := errors.AsType[*Error](err); ok {
 		return se.Retry || se.Code == events.CodeInternal

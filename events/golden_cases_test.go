@@ -269,6 +269,10 @@ func goldenCases() map[string]any {
 		// Idempotent acquires (docs/leases.md#retries).
 		"lease_acquire_retry_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Holder: "crawler-7",
 			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		"lease_error_shard_unavailable.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Reason: ErrorShardUnavailable,
+			Message:      "no proxy available outside stalled lease shards: lease shard [2] has no stream leader right now (a NATS node was lost; an election takes seconds); 3 candidates passed over; retry",
+			Availability: &Availability{Matched: 8, Ready: 8, AtCapacity: 5}, Retry: true,
+			Shards: &ShardDetail{Stalled: []int{2}, Skipped: 3, Shards: 3, RetryAfterMs: 200}}},
 		"lease_error_internal.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeInternal, Message: "internal error in the lease service; retry",
 			Retry: true}},
 		"lease_request.v1.json": LeaseRequest{V: 1, Holder: "crawler-7", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48",
@@ -286,6 +290,10 @@ func goldenCases() map[string]any {
 			Holder: "crawler-7", Sticky: "session-42", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
 			Instance: "i-1@2026-11-30T11:00:00Z", Hold: &LeaseHold{Key: "holder.crawl.Y3Jhd2xlci03.0", Token: "89abcdef01234567"},
 			RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"},
+		// A grant a retry of its acquire took over (decision 97).
+		"lease_adopted.v1.json": Lease{V: 1, Proxy: "crawl-1", Slot: 1, Token: "0123456789abcdef", TTLSeconds: 60,
+			Holder: "crawler-7", AcquiredAt: at, ExpiresAt: at.Add(time.Minute), SpecRevision: 12, StatusRevision: 40,
+			Instance: "i-1@2026-11-30T11:00:00Z", RequestID: "5f0c2a9e8b7d4c31a6e2f90b1d3c7a48", Adopted: true},
 	}
 }
 

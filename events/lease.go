@@ -39,6 +39,10 @@ type Lease struct {
 	Hold *LeaseHold `json:"hold,omitempty"`
 	// RequestID is the acquire's request ID, if it had one: a retry finds the lease by it.
 	RequestID string `json:"requestId,omitempty"`
+	// Adopted marks a grant whose first answer was lost and which a retry of its acquire took
+	// over (docs/leases.md#retries): the replica that gave up on its slot write must not
+	// give it back, whichever revision of it its watch brings first.
+	Adopted bool `json:"adopted,omitempty"`
 }
 
 // SlotEnd is the body of the delete marker a leaser writes when it removes the slot of an
@@ -280,11 +284,28 @@ type ErrorDetail struct {
 	// Wait tells a waiting acquire that found nothing before its deadline how long it waited,
 	// its place in the queue at the end, and why it stopped.
 	Wait *WaitDetail `json:"wait,omitempty"`
+	// Shards says, with ErrorShardUnavailable, which lease shards were stalled and what the
+	// request passed over for them.
+	Shards *ShardDetail `json:"shards,omitempty"`
 	// Retry says that the failure was on the service's side (an internal error, a replica
 	// that stopped): the same request sent again shortly may succeed, and clients retry it
 	// with backoff within their budget. An acquire is safe to send again only with a
 	// requestId.
 	Retry bool `json:"retry,omitempty"`
+}
+
+// ShardDetail is what a request answered ShardUnavailable learns of the lease shards.
+type ShardDetail struct {
+	// Stalled are the shards (0 is proxy_leases, i is proxy_leases_<i>) the request needed and
+	// found without a stream leader, or marked so by a write that failed moments before.
+	Stalled []int `json:"stalled"`
+	// Skipped is how many of an acquire's candidates lay in them and were not tried (0 for
+	// a renew or release).
+	Skipped int `json:"skipped"`
+	Shards  int `json:"shards"` // how many lease shards there are
+	// RetryAfterMs is how often the service looks whether a stalled shard has a leader again:
+	// a retry sooner than that finds it as it was.
+	RetryAfterMs int `json:"retryAfterMs"`
 }
 
 // WaitDetail is what an acquire that waited in vain learns of its wait.

@@ -68,6 +68,12 @@ const (
 	// ErrorSessionUnavailable (503): a strict session's proxy cannot be leased now;
 	// ErrorDetail.Session says which proxy and why.
 	ErrorSessionUnavailable ErrorReason = "SessionUnavailable"
+	// ErrorShardUnavailable (503, with the retry hint): every candidate left, or the lease a
+	// renew or release names, lies in a lease shard whose stream has no leader right now (a
+	// NATS node was lost and its Raft group is electing one, seconds); ErrorDetail.Shards says
+	// which shards and how many candidates were passed over for them. The same request sent
+	// again shortly may succeed: clients retry it with backoff (docs/leases.md#shards).
+	ErrorShardUnavailable ErrorReason = "ShardUnavailable"
 )
 
 // SessionCause is why a session's proxy cannot be leased.

@@ -81,20 +81,10 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	q.Avoid = l.crowded(r)
 	tried := map[string]bool{}
 	lost := false // a Create race was lost: spread over equals from now on
-	// Candidates in a shard that stalled lately go last, and a shard that stalls now moves
-	// the acquire on: a node's crash then holds up only the acquires that nothing else fits.
-	// Those last tries have the rest of the request's budget: with nothing else to move on
-	// to, waiting for the shard is all there is (and a write that was only slow succeeds).
-	var later []selection.Candidate
-	try := func(c selection.Candidate, patient bool) (any, bool, error) {
-		g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at, patient)
-		if errors.Is(err, errShardStalled) {
-			later = append(later, c)
-			return nil, false, nil
-		}
-		lost = lost || conflicts > 0
-		return g, err != nil || g != nil, err
-	}
+	// Candidates in a stalled shard are passed over, and a shard that stalls now moves the
+	// acquire on (shards.go): a node's crash then holds up no acquire. What was passed over
+	// is counted, so that an acquire that found nothing else says so (ShardUnavailable).
+	skipped := map[int]int{} // shard → candidates passed over
 	for cur := (selection.Cursor{}); ; {
 		batch := l.view.fleet.Next(q, &cur, tried, candidateBatch)
 		if len(batch) == 0 && len(q.Avoid) > 0 {
@@ -111,20 +101,24 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 			c := batch[i]
 			tried[c.Name] = true
 			if l.shards.stalled(c.Name) {
-				later = append(later, c)
+				skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
 				continue
 			}
-			if g, done, err := try(c, false); done {
+			g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
+			if errors.Is(err, errShardStalled) {
+				skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
+				continue
+			}
+			lost = lost || conflicts > 0
+			if err != nil || g != nil {
 				return g, err
 			}
 		}
 	}
-	for _, c := range later {
-		if g, done, err := try(c, true); done {
-			return g, err
-		}
-	}
 	av := l.view.fleet.Availability(q, at.Learned)
+	if len(skipped) > 0 { // not demand: a retry may find the shard back
+		return nil, l.shardUnavailable("no proxy available outside stalled lease shards", skipped, &av)
+	}
 	if len(at.holderFull) > 0 {
 		return nil, holderAtCapError(r.Holder, at, &av)
 	}
@@ -144,7 +138,7 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 
 // tryCandidate tries c's free slots in turn while it reads c's cooldowns, returning the grant
 // or how many of its slots turned out taken.
-func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt, patient bool) (any, int, error) {
+func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt) (any, int, error) {
 	// The view learns of a cooldown through a watch, a moment after the report that set it;
 	// reading the keys here means a report answered before this acquire is honoured whichever
 	// replica served it. The read runs alongside the Create, since a proxy the view holds
@@ -170,7 +164,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			break
 		}
 		key = events.SlotKey(c.Name, slot)
-		wctx, cancel := l.shards.writeContext(ctx, patient)
+		wctx, cancel := l.shards.writeContext(ctx)
 		rev, err = l.createSlot(wctx, l.cfg.Buckets.Leases.Of(c.Name), key, slot, b, ttl)
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
@@ -182,11 +176,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			// The write may still be committed later: if it is, the slot is given back when
 			// the watch delivers it.
 			l.view.abandon(lease.Token)
-			err = fmt.Errorf("create %s: %w", key, err)
-			if ctx.Err() == nil && l.cfg.Buckets.Leases.Len() > 1 && !patient {
-				l.shards.markStalled(c.Name)
-				err = fmt.Errorf("%w: %w", errShardStalled, err)
-			}
+			err = l.shards.failed(ctx, c.Name, fmt.Errorf("create %s: %w", key, err))
 		}
 		break
 	}
@@ -272,7 +262,7 @@ func (l *Leaser) coolingNow(ctx context.Context, proxy, tgt string, pace time.Du
 		keys = append(keys, targetCooldownKey(proxy, tgt))
 	}
 	for i, key := range keys {
-		b, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
+		b, rev, err := l.get(ctx, l.cfg.Buckets.Cooldowns, key)
 		if errors.Is(err, kvstore.ErrNotFound) {
 			continue
 		}

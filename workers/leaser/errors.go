@@ -23,8 +23,9 @@ type apiError struct {
 	reason  events.ErrorReason
 	limit   int
 	session *events.SessionDetail
-	wait    *events.WaitDetail // a waiting acquire that stopped without a lease
-	retry   bool               // the service's side failed: the same request may succeed shortly
+	wait    *events.WaitDetail  // a waiting acquire that stopped without a lease
+	shards  *events.ShardDetail // with ErrorShardUnavailable
+	retry   bool                // the service's side failed: the same request may succeed shortly
 }
 
 func (e *apiError) Error() string { return strconv.Itoa(int(e.code)) + " " + e.msg }
@@ -54,7 +55,7 @@ func (l *Leaser) errorReply(endpoint string, err error) (*apiError, []byte) {
 		ae = errInternal
 	}
 	body, merr := json.Marshal(events.ErrorReply{Error: events.ErrorDetail{Code: ae.code, Message: ae.msg, Field: ae.field, Availability: ae.avail, End: ae.end,
-		Reason: ae.reason, Limit: ae.limit, Session: ae.session, Wait: ae.wait, Retry: ae.retry}})
+		Reason: ae.reason, Limit: ae.limit, Session: ae.session, Wait: ae.wait, Shards: ae.shards, Retry: ae.retry}})
 	if merr != nil {
 		body = nil
 	}
@@ -82,6 +83,9 @@ func result(endpoint string, err error) string {
 	case events.CodeGone:
 		return "gone"
 	case events.CodeUnavailable:
+		if ae.reason == events.ErrorShardUnavailable {
+			return "shard_unavailable"
+		}
 		return "unavailable"
 	case events.CodeUnauthorized:
 		return "unauthorized"

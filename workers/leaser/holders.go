@@ -278,7 +278,7 @@ func (l *Leaser) dropUnusedHold(at *attempt) {
 // readHold reads a lease's holder slot: its revision, or 0 when it is gone or holds another
 // lease's hold.
 func (l *Leaser) readHold(ctx context.Context, h *events.LeaseHold) (uint64, error) {
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, h.Key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, h.Key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		return 0, nil
 	}

@@ -15,8 +15,15 @@ import (
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
 	key := events.SlotKey(id.Proxy, id.Slot)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
+		// A direct get is served by any replica of the shard, which may be a moment behind a
+		// grant (or a restarted server catching up). If this replica's view holds the grant,
+		// it was made: its record and revision stand in, and the write that follows, at that
+		// revision, is exact whatever the read said.
+		if rec, rev, held := l.view.heldLease(key, id.Token); held {
+			return rec, rev, checkCaller(ctx, id, rec)
+		}
 		if gone := l.goneError(id); gone != nil {
 			return events.Lease{}, 0, gone
 		}
@@ -103,6 +110,9 @@ func (v *view) originOf(proxy string) origin {
 // why in words.
 func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, why string, err error) {
 	key := events.SlotKey(id.Proxy, id.Slot)
+	if l.shards.stalled(id.Proxy) {
+		return false, "", fmt.Errorf("release %s: %w", key, errShardStalled)
+	}
 	// The view usually holds the grant (this replica made it, or the watch brought it): a
 	// delete at the revision it knows is as exact as one after a read, and one call fewer.
 	// If the slot changed since, the delete fails and the read below decides.
@@ -126,12 +136,14 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, wh
 		}
 		// At rev only: if the lease expired and was granted again since the read, this fails
 		// instead of removing the new holder's lease.
-		err := kvstore.DeleteAt(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key, rev)
+		wctx, cancel := l.shards.writeContext(ctx)
+		err := kvstore.DeleteAt(wctx, l.cfg.Buckets.Leases.Of(id.Proxy), key, rev)
+		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue
 		}
 		if err != nil {
-			return false, "", fmt.Errorf("delete %s: %w", key, err)
+			return false, "", l.shards.failed(ctx, id.Proxy, fmt.Errorf("delete %s: %w", key, err))
 		}
 		l.view.noteReleased(key, rev)
 		l.dropHold(ctx, rec.Hold) // after the slot: a holder never has more leases than holder slots

@@ -59,8 +59,9 @@ type Config struct {
 	MaxWait time.Duration
 
 	RequestBudget time.Duration // all the KV calls of one request together; default 5s
-	// SlotWriteBudget bounds one slot write of an acquire when there are several lease
-	// shards: past it, or on an error, the acquire moves on to a proxy of another shard.
+	// SlotWriteBudget bounds one write to a lease shard (and an acquire's request record)
+	// when there are several lease shards: past it, or on an error, the shard counts as
+	// stalled, and the acquire moves on to a proxy of another shard (shards.go).
 	SlotWriteBudget time.Duration // default DefaultSlotWriteBudget
 	ShutdownBudget  time.Duration // for requests in flight when Run's context ends; default 5s
 
@@ -204,7 +205,7 @@ func New(cfg Config) (*Leaser, error) {
 		cfg.Observer = noObserver{}
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.SlotWriteBudget),
+	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.Buckets.LeaseState, cfg.SlotWriteBudget),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)

@@ -130,7 +130,9 @@ func (v *view) abandon(token string) {
 func (v *view) noteSlot(proxy, key string, rev uint64, l events.Lease) {
 	if _, ok := v.abandoned[l.Token]; ok && l.Token != "" {
 		delete(v.abandoned, l.Token)
-		v.queue(removal{key: key, rev: rev, lease: l})
+		if !l.Adopted { // a retry of its acquire answered with it meanwhile: it is held
+			v.queue(removal{key: key, rev: rev, lease: l})
+		}
 		return
 	}
 	if !v.sweeping {

@@ -46,7 +46,7 @@ func (l *Leaser) markPaced(ctx context.Context, proxy, target string, pace time.
 	rev, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.Cooldowns, key, b, pace)
 	if errors.Is(err, kvstore.ErrConflict) {
 		// Cooling already: learn until when, for the refusal's nextAllowedAt.
-		v, crev, gerr := kvstore.Get(ctx, l.cfg.Buckets.Cooldowns, key)
+		v, crev, gerr := l.get(ctx, l.cfg.Buckets.Cooldowns, key)
 		if gerr == nil {
 			l.view.noteCooldown(key, crev, true, cooldownEnd(v))
 		}

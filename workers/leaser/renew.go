@@ -20,6 +20,9 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	key := events.SlotKey(id.Proxy, id.Slot)
+	if l.shards.stalled(id.Proxy) {
+		return nil, l.shardUnavailable("lease "+id.String()+" cannot be renewed now", l.shardOf(id.Proxy), nil)
+	}
 	for range casRetries {
 		rec, rev, err := l.readLease(ctx, id)
 		if err != nil {
@@ -49,9 +52,15 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err := l.renewHold(ctx, rec, ttl); err != nil {
 			return nil, fmt.Errorf("renew the holder slot of %s: %w", key, err)
 		}
-		nrev, err := kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), key, b, rev, ttl)
+		wctx, cancel := l.shards.writeContext(ctx)
+		nrev, err := kvstore.PutTTL(wctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), key, b, rev, ttl)
+		cancel()
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue // renewed (or released) concurrently: read again
+		}
+		if err = l.shards.failed(ctx, id.Proxy, err); errors.Is(err, errShardStalled) {
+			// The write may still land: the retry reads it and renews again.
+			return nil, l.shardUnavailable("lease "+id.String()+" cannot be renewed now", l.shardOf(id.Proxy), nil)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("renew %s: %w", key, err)
@@ -72,7 +81,7 @@ func (l *Leaser) release(ctx context.Context, data []byte) (any, error) {
 	}
 	ok, why, err := l.deleteLease(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, l.stalledRelease(id, err)
 	}
 	return events.ReleaseReply{Released: ok, Reason: why}, nil
 }

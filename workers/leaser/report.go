@@ -70,7 +70,7 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 	if r.Release {
 		released, _, err := l.deleteLease(ctx, id)
 		if err != nil {
-			return nil, err
+			return nil, l.stalledRelease(id, err)
 		}
 		reply.Released = released
 	}

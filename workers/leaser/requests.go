@@ -70,7 +70,7 @@ func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*even
 		return nil, nil, nil
 	}
 	key := requestKey(r.Holder, r.RequestID)
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, key)
 	switch {
 	case errors.Is(err, kvstore.ErrNotFound):
 		return l.unrecordedGrant(ctx, r, key)
@@ -143,11 +143,12 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 	return &reply, nil, nil
 }
 
-// adopt makes the unrecorded lease id this request's answer: its slot is written again as it
-// is, at the revision read. The replica whose slot write seemed to fail gives such a grant
-// back when its watch brings it (view.abandon), with a delete at the revision it saw: after
-// the rewrite that delete fails, and before it the rewrite does, so a lease is never both
-// adopted and given back.
+// adopt makes the unrecorded lease id this request's answer: its slot is written again,
+// marked adopted, at the revision read. The replica whose slot write seemed to fail gives
+// such a grant back when its watch brings it (view.abandon), with a delete at the revision it
+// saw: after the rewrite that delete fails, and before it the rewrite does. A watch that
+// starts again (its stream elected a leader) may bring only the rewrite: marked adopted, it is
+// not given back. So a lease is never both adopted and given back.
 func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool, error) {
 	rec, rev, err := l.readLease(ctx, id)
 	if _, ended := errors.AsType[*apiError](err); ended {
@@ -157,6 +158,7 @@ func (l *Leaser) adopt(ctx context.Context, id leaseID) (events.LeaseGrant, bool
 		return events.LeaseGrant{}, false, err
 	}
 	left := time.Until(rec.ExpiresAt)
+	rec.Adopted = true
 	t, known, inRange := l.view.fleet.Endpoint(id.Proxy, id.Slot)
 	if left < time.Second || !known || !inRange {
 		return events.LeaseGrant{}, false, nil
@@ -191,6 +193,12 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 	}
 	prior, err := l.recordRequest(ctx, r, lr, ri)
 	switch {
+	case errors.Is(err, errShardStalled):
+		// lease_state has no leader now (shards.go). Answered all the same: a retry, were
+		// this reply lost, finds the lease by its request ID in the view (unrecordedGrant),
+		// as it would after a 500, and an election no longer stops every acquire.
+		l.log.Warn("an acquire's request record could not be written (lease_state stalled); the grant is answered unrecorded", "id", lr.Lease.ID, "err", err)
+		return g, nil
 	case err != nil:
 		// Not given back: the record may have landed all the same, and name it. The caller,
 		// told to retry, gets it back from the record or, unrecorded, from the view's request
@@ -215,7 +223,17 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.RequestBudget)
+	// With lease shards, lease_state's health is tracked as theirs is: a record write that
+	// a stream election would hold up has the shard budget, and none is tried while it is
+	// stalled (errShardStalled: grantOnce answers unrecorded).
+	budget := l.cfg.RequestBudget
+	if l.shards.tracked() {
+		if l.shards.stateStalled() {
+			return nil, fmt.Errorf("record request %s: %w", ri.key, errShardStalled)
+		}
+		budget = l.shards.budget
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
 	defer cancel()
 	for wait := 25 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		prior, done, err := l.writeRequest(rctx, r, lr, ri, b)
@@ -224,7 +242,12 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 		}
 		select {
 		case <-rctx.Done():
-			return nil, fmt.Errorf("record request %s: %w", ri.key, err)
+			err = fmt.Errorf("record request %s: %w", ri.key, err)
+			if l.shards.tracked() && ctx.Err() == nil {
+				l.shards.markStateStalled()
+				err = fmt.Errorf("%w: %w", errShardStalled, err)
+			}
+			return nil, err
 		case <-time.After(wait):
 		}
 	}
@@ -244,7 +267,7 @@ func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr e
 	}
 	// Recorded meanwhile: by this very write (it landed though its answer was lost), or by
 	// another try of the request, whose lease answers if it is still held.
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, ri.key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, ri.key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		*ri = idem{key: ri.key}
 		return nil, false, err

@@ -69,6 +69,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 		})
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
+	wg.Go(func() { l.shards.watch(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
 	dw := &demandWriter{book: l.demand, js: l.cfg.Buckets.JS, kv: l.cfg.Buckets.PoolDemand, log: l.log, member: l.stats.member,
 		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}

@@ -56,7 +56,7 @@ func (l *Leaser) openSession(ctx context.Context, r events.AcquireRequest) (*ses
 	if s.ref, s.bound = l.view.session(s.key, l.now()); s.bound && !s.strict {
 		return s, nil
 	}
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, s.key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, s.key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		s.ref, s.bound = sessionRef{}, false
 		return s, nil
@@ -158,7 +158,7 @@ func (l *Leaser) bindSession(ctx context.Context, s *session, proxy string) sess
 	}
 	if errors.Is(err, kvstore.ErrConflict) {
 		// Bound (or moved) by a concurrent acquire since the view saw it: that binding holds.
-		raw, crev, gerr := kvstore.Get(ctx, kv, s.key)
+		raw, crev, gerr := l.get(ctx, kv, s.key)
 		var rec events.Session
 		if gerr == nil && json.Unmarshal(raw, &rec) == nil && rec.Proxy != "" {
 			l.view.noteState(s.key, crev, true, raw)
@@ -209,8 +209,13 @@ func (l *Leaser) acquireStrict(ctx context.Context, r events.AcquireRequest, ttl
 	if cause != "" {
 		return nil, sessionError(s, cause, phase)
 	}
-	g, _, err := l.tryCandidateTraced(ctx, r, ttl, c, at, true)
+	if l.shards.stalled(c.Name) {
+		return nil, l.shardUnavailable("the session's proxy "+c.Name+" is in a stalled lease shard", map[int]int{l.cfg.Buckets.Leases.Index(c.Name): 1}, nil)
+	}
+	g, _, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
 	switch {
+	case errors.Is(err, errShardStalled):
+		return nil, l.shardUnavailable("the session's proxy "+c.Name+" is in a stalled lease shard", map[int]int{l.cfg.Buckets.Leases.Index(c.Name): 1}, nil)
 	case err != nil:
 		return nil, err
 	case g != nil:

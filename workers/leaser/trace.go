@@ -30,10 +30,10 @@ func requestResult(span trace.Span, result string) {
 }
 
 // tryCandidateTraced is tryCandidate inside a span naming the proxy and what became of it.
-func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt, patient bool) (any, int, error) {
+func (l *Leaser) tryCandidateTraced(ctx context.Context, r events.AcquireRequest, ttl time.Duration, c selection.Candidate, at *attempt) (any, int, error) {
 	ctx, span := l.tracer.Start(ctx, "lease candidate", trace.WithAttributes(tracing.Proxy.String(c.Name)))
 	defer span.End()
-	g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at, patient)
+	g, conflicts, err := l.tryCandidate(ctx, r, ttl, c, at)
 	outcome := "granted"
 	switch {
 	case errors.Is(err, errShardStalled):

@@ -113,10 +113,12 @@ func (l *Leaser) newWaiter(r events.AcquireRequest, ttl time.Duration, start tim
 	return w, nil
 }
 
-// waitable: err is a refusal that a slot freed later may turn into a grant.
+// waitable: err is a refusal that a slot freed later may turn into a grant. A stalled shard
+// is not: nothing wakes a waiter when it has a leader again, so the caller is told at once
+// and retries (with its request ID it keeps its place in the queue).
 func waitable(err error) bool {
 	ae, ok := errors.AsType[*apiError](err)
-	if !ok || ae.code != events.CodeUnavailable {
+	if !ok || ae.code != events.CodeUnavailable || ae.reason == events.ErrorShardUnavailable {
 		return false
 	}
 	if ae.session == nil {

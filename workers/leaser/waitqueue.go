@@ -202,7 +202,7 @@ func (l *Leaser) enqueue(ctx context.Context, w *waiter) error {
 // waitPlace reads the waiter record key: its revision, and the place it holds in the queue.
 // A record gone meanwhile is created anew (revision 0).
 func (l *Leaser) waitPlace(ctx context.Context, key string) (rev, place uint64, err error) {
-	raw, rev, err := kvstore.Get(ctx, l.cfg.Buckets.LeaseState, key)
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, key)
 	if errors.Is(err, kvstore.ErrNotFound) {
 		return 0, 0, nil
 	}

@@ -37,6 +37,9 @@ type leaseLoad struct {
 	checked  []leaseCheck
 	kills    []time.Time // when a failover began; leases granted before one are checked after it
 	unsettle int         // leases whose fate a verification could not learn within its budget
+	// visible are the failures another try could have mended (client.Retryable) that a call
+	// of the client returned to the crawler: the client is to ride them out (issue 31).
+	visible []error
 }
 
 type acquireSample struct {
@@ -97,8 +100,35 @@ func (ll *leaseLoad) drop(id, proxy string) {
 
 func (ll *leaseLoad) sample(start time.Time, err error) {
 	ll.mu.Lock()
+	ll.samples = append(ll.samples, acquireSample{start, time.Now(), err == nil, errors.Is(err, client.ErrNoProxy) && !client.Retryable(err)})
+	ll.mu.Unlock()
+	ll.saw("acquire", err)
+}
+
+// saw records err if it is one the client should have ridden out.
+func (ll *leaseLoad) saw(call string, err error) {
+	if err == nil || !client.Retryable(err) {
+		return
+	}
+	ll.mu.Lock()
 	defer ll.mu.Unlock()
-	ll.samples = append(ll.samples, acquireSample{start, time.Now(), err == nil, errors.Is(err, client.ErrNoProxy)})
+	ll.visible = append(ll.visible, fmt.Errorf("%s at %s: %w", call, time.Now().Format("15:04:05.000"), err))
+}
+
+// visibleErrors reports (as test errors) the failures that reached the crawlers though
+// another try could have mended them, and returns how many there were.
+func (ll *leaseLoad) visibleErrors(t *testing.T) int {
+	t.Helper()
+	ll.mu.Lock()
+	defer ll.mu.Unlock()
+	for i, err := range ll.visible {
+		if i == 10 {
+			t.Errorf("… and %d more", len(ll.visible)-i)
+			break
+		}
+		t.Errorf("caller-visible error the client should have ridden out: %v", err)
+	}
+	return len(ll.visible)
 }
 
 // markKill records the start of a failover.
@@ -128,6 +158,7 @@ func (ll *leaseLoad) verify(ctx context.Context, cl *client.Client, id string, g
 	defer cancel()
 	for ctx.Err() == nil {
 		_, err := cl.Renew(ctx, id, 0)
+		ll.saw("renew", err)
 		var se *client.Error
 		if err == nil || errors.As(err, &se) && se.Code >= 400 && se.Code < 500 {
 			ll.mu.Lock()
@@ -186,7 +217,7 @@ func (ll *leaseLoad) crawl(ctx context.Context, cl *client.Client, holder string
 			ll.verify(context.WithoutCancel(ctx), cl, g.ID, at)
 		}
 		ll.drop(g.ID, g.Proxy)
-		release(cl, g.ID)
+		ll.release(cl, g.ID)
 	}
 	if long == nil {
 		return
@@ -202,18 +233,21 @@ func (ll *leaseLoad) crawl(ctx context.Context, cl *client.Client, holder string
 	ll.drop(long.ID, long.Proxy)
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = long.Release(rctx)
+	ll.saw("release", long.Release(rctx))
 }
 
-// release gives a lease back, retrying while the cluster cannot answer; a release that never
-// gets through only leaves the slot to its TTL.
-func release(cl *client.Client, id string) {
+// release gives a lease back, trying again while the cluster cannot answer (each failure
+// one the client should have ridden out is recorded); a release that never gets through
+// only leaves the slot to its TTL.
+func (ll *leaseLoad) release(cl *client.Client, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
-		if _, err := cl.Release(ctx, id); err == nil {
+		_, err := cl.Release(ctx, id)
+		if err == nil {
 			return
 		}
+		ll.saw("release", err)
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
 }
@@ -300,26 +334,29 @@ func (sw *slotWatch) apply(bucket string, e jetstream.KeyValueEntry) {
 
 // failoverFigures are what one failover printed.
 type failoverFigures struct {
-	Test              string  `json:"test"`
-	Killed            string  `json:"killed"`
-	LeadStreams       int     `json:"leadStreams"` // lease streams the killed server led
-	Clients           int     `json:"clients"`
-	Acquires          int     `json:"acquires"` // successful, whole run
-	CheckedAcrossKill int     `json:"checkedAcrossKill"`
-	Lost              int     `json:"lost"`
-	Unsettled         int     `json:"unsettled"`
-	OverCapHolders    int     `json:"overCapHolders"`
-	OverCapBucket     int     `json:"overCapBucket"`
-	GapMs             float64 `json:"gapMs"`         // longest gap between successful acquires, kill to recovery
-	BaselineGapMs     float64 `json:"baselineGapMs"` // the same before the kill
-	P50Ms             float64 `json:"p50Ms"`         // acquires started during the failover, successful ones
-	P99Ms             float64 `json:"p99Ms"`
-	P99AllMs          float64 `json:"p99AllMs"` // every acquire started during the failover but those refused as full, failed ones at their duration
-	Failed            int     `json:"failed"`   // acquires started during the failover that failed (timeouts, no responders, 5xx)
-	Full              int     `json:"full"`     // acquires started during the failover refused as full (503)
-	BaselineP50Ms     float64 `json:"baselineP50Ms"`
-	BaselineP99Ms     float64 `json:"baselineP99Ms"`
-	RecoveredMs       float64 `json:"recoveredMs"` // kill to the restarted server healthy
+	Test              string   `json:"test"`
+	Killed            string   `json:"killed"`
+	LeadStreams       int      `json:"leadStreams"`          // lease streams the killed server led
+	Led               []string `json:"led,omitempty"`        // every KV stream the killed server led
+	FreeAtKill        []int    `json:"freeAtKill,omitempty"` // free slots per lease shard at the kill
+	VisibleErrors     int      `json:"visibleErrors"`        // retryable failures returned to the crawlers, whole run
+	Clients           int      `json:"clients"`
+	Acquires          int      `json:"acquires"` // successful, whole run
+	CheckedAcrossKill int      `json:"checkedAcrossKill"`
+	Lost              int      `json:"lost"`
+	Unsettled         int      `json:"unsettled"`
+	OverCapHolders    int      `json:"overCapHolders"`
+	OverCapBucket     int      `json:"overCapBucket"`
+	GapMs             float64  `json:"gapMs"`         // longest gap between successful acquires, kill to recovery
+	BaselineGapMs     float64  `json:"baselineGapMs"` // the same before the kill
+	P50Ms             float64  `json:"p50Ms"`         // acquires started during the failover, successful ones
+	P99Ms             float64  `json:"p99Ms"`
+	P99AllMs          float64  `json:"p99AllMs"` // every acquire started during the failover but those refused as full, failed ones at their duration
+	Failed            int      `json:"failed"`   // acquires started during the failover that failed (timeouts, no responders, 5xx)
+	Full              int      `json:"full"`     // acquires started during the failover refused as full (503)
+	BaselineP50Ms     float64  `json:"baselineP50Ms"`
+	BaselineP99Ms     float64  `json:"baselineP99Ms"`
+	RecoveredMs       float64  `json:"recoveredMs"` // kill to the restarted server healthy
 }
 
 // windowFigures describe the acquires of a time window.

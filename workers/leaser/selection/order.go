@@ -28,8 +28,8 @@ import (
 //
 // A strict session's proxy is judged on its own (SessionCandidate), and a refusal is explained
 // by Availability. The shell tries the candidates in this order with one exception, which is
-// about reaching the server and not about the proxy: a candidate whose lease shard stalled a
-// write within the last second is tried after the others (workers/leaser/acquire.go).
+// about reaching the server and not about the proxy: a candidate whose lease shard is stalled
+// (no stream leader) is passed over (workers/leaser/shards.go, decision 97).
 //
 // The index (index.go) only makes reading this order cheap: it keeps each selector's eligible
 // proxies sorted by orderCompare, and select_property_test.go holds it to a plain sort by
