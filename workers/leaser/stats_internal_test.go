@@ -18,7 +18,7 @@ func TestStatsPartsStayUnderTheBound(t *testing.T) {
 	for _, n := range []int{0, 1, 10, 20_000} {
 		rows := map[statsKey]*statsRow{}
 		for i := range n {
-			rows[statsKey{fmt.Sprintf("proxy-%05d", i), "example.com"}] = &statsRow{origin: origin{"local", "crawl"},
+			rows[statsKey{proxy: fmt.Sprintf("proxy-%05d", i), target: "example.com"}] = &statsRow{origin: origin{provider: "local", pool: "crawl"},
 				LeaseCounts: events.LeaseCounts{Granted: i, Released: i}}
 		}
 		parts := s.parts(rows, now, now.Add(time.Minute))
@@ -60,7 +60,7 @@ func TestStatsCountAnExpiryOnTheLastWriter(t *testing.T) {
 	s.forget("p1.2", 11) // the echo of its own write
 	s.expired(o, "p1", "", "p1.2", 11)
 	s.expired(o, "p1", "", "p1.2", 11) // seen twice
-	if got := s.rows[statsKey{"p1", ""}].Expired; got != 1 {
+	if got := s.rows[statsKey{proxy: "p1"}].Expired; got != 1 {
 		t.Fatalf("expired %d, want 1", got)
 	}
 	if len(s.mine) != 0 {
