@@ -72,7 +72,9 @@ func (c File) Tiers() leaser.Tiers {
 // validateLearning names the field of a bad leases.bestForTarget or leases.tiers.
 func (c File) validateLearning() error {
 	b, t := c.BestForTarget(), c.Tiers()
-	wholeUpTo := func(d time.Duration) bool { return d == 0 || (d >= time.Second && d%time.Second == 0 && d <= leaser.MaxTierPeriod) }
+	wholeUpTo := func(d time.Duration) bool {
+		return d == 0 || (d >= time.Second && d%time.Second == 0 && d <= leaser.MaxTierPeriod)
+	}
 	switch {
 	case b.Explore != nil && !(*b.Explore >= 0 && *b.Explore <= 1):
 		return fmt.Errorf("leases.bestForTarget.explore: must be a share between 0 and 1, got %v", *b.Explore)
