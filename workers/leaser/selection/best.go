@@ -2,8 +2,8 @@ package selection
 
 import (
 	"cmp"
+	"container/heap"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -163,9 +163,11 @@ const (
 )
 
 // history is the proxies with history for q's target that are members of s, scored at q.Now,
-// best first (ties in the balanced order). Callers hold mu.
-func (f *Fleet) history(q Query, s *selSet) []scored {
-	var out []scored
+// as a heap whose top is the best (ties in the balanced order): an acquire pops the few it
+// reads, so it costs one pass over the target's history and not a sort of it. Callers hold
+// mu.
+func (f *Fleet) history(q Query, s *selSet) scoredHeap {
+	var out scoredHeap
 	for name, o := range f.outcomes[q.target] {
 		p := f.proxies[name]
 		if p == nil || !s.member(p) {
@@ -177,10 +179,27 @@ func (f *Fleet) history(q Query, s *selSet) []scored {
 		}
 		out = append(out, scored{p: p, score: c.score(), rank: p.ix.rank})
 	}
-	slices.SortFunc(out, func(a, b scored) int {
-		return cmp.Or(cmp.Compare(b.score, a.score), a.rank.compare(b.rank))
-	})
+	heap.Init(&out)
 	return out
+}
+
+// scoredHeap orders proxies by score, best first, then in the balanced order.
+type scoredHeap []scored
+
+func (h scoredHeap) Len() int { return len(h) }
+func (h scoredHeap) Less(i, j int) bool {
+	if h[i].score != h[j].score {
+		return h[i].score > h[j].score
+	}
+	return h[i].rank.compare(h[j].rank) < 0
+}
+func (h scoredHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *scoredHeap) Push(x any)   { *h = append(*h, x.(scored)) }
+func (h *scoredHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // hasHistory says whether p has unfaded history for target at now. Callers hold mu.
@@ -201,8 +220,6 @@ func (f *Fleet) nextBest(q Query, s *selSet, cur *Cursor, out []Candidate, n int
 		cur.started = true
 		cur.history = f.history(q, s)
 		cur.explore = q.target != "" && q.Roll < f.learn.Explore
-		for cur.good = 0; cur.good < len(cur.history) && cur.history[cur.good].score > prior; cur.good++ {
-		}
 	}
 	phases := [...]int{bestGood, bestFresh, bestPoor}
 	if cur.explore {
@@ -218,16 +235,12 @@ func (f *Fleet) nextBest(q Query, s *selSet, cur *Cursor, out []Candidate, n int
 	for cur.phase < len(phases) && len(out) < n {
 		switch phases[cur.phase] {
 		case bestGood, bestPoor:
-			lo, hi := 0, cur.good
-			if phases[cur.phase] == bestPoor {
-				lo, hi = cur.good, len(cur.history)
+			good := phases[cur.phase] == bestGood
+			for len(cur.history) > 0 && len(out) < n && (!good || cur.history[0].score > prior) {
+				take(heap.Pop(&cur.history).(scored).p)
 			}
-			for i := max(cur.pos, lo); i < hi && len(out) < n; i++ {
-				cur.pos = i + 1
-				take(cur.history[i].p)
-			}
-			if cur.pos < hi {
-				return out
+			if len(cur.history) > 0 && (!good || cur.history[0].score > prior) {
+				return out // n read; the phase goes on at the next call
 			}
 		case bestFresh:
 			t := s.order(orderBalanced, q.min)
@@ -243,10 +256,6 @@ func (f *Fleet) nextBest(q Query, s *selSet, cur *Cursor, out []Candidate, n int
 			}
 		}
 		cur.phase++
-		cur.pos = 0
-		if cur.phase < len(phases) && phases[cur.phase] == bestPoor {
-			cur.pos = cur.good
-		}
 	}
 	return out
 }

@@ -204,12 +204,11 @@ type Cursor struct {
 	// entry (start): uniform for the first candidate, every other one still reachable.
 	started, wrapped, done bool
 	start                  *rank
-	// best-for-target (best.go): the proxies with history for the target, scored once, how
-	// many of them score above the prior, whether this acquire explores, and where it is.
-	history    []scored
-	good       int
-	explore    bool
-	phase, pos int
+	// best-for-target (best.go): the proxies with history for the target not read yet,
+	// scored once, whether this acquire explores, and which phase it is in.
+	history scoredHeap
+	explore bool
+	phase   int
 }
 
 // Candidate is a proxy an acquire may try, with the slots the fleet believes free.
