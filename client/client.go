@@ -52,7 +52,8 @@ type AcquireOptions struct {
 	// events.AnonymityAnonymous or events.AnonymityElite; "" takes any.
 	MinAnonymity events.Anonymity
 	// Strategy orders the eligible proxies: events.StrategyRoundRobin, StrategyRandom,
-	// StrategyLowestLatency; "" is balanced.
+	// StrategyLowestLatency, StrategyBestForTarget (what worked lately on Target first,
+	// exploring now and then); "" is balanced.
 	Strategy events.Strategy
 	// Session binds Sticky to the granted proxy for this long (whole seconds), across
 	// leases and releases; 0 keeps the plain preference. StickyMode events.StickyStrict makes
@@ -76,13 +77,17 @@ type AcquireOptions struct {
 	// unless leases.paceSeconds sets one. A refusal's Availability.NextAllowedAt says when
 	// the first paced proxy frees; with Wait the acquire is answered then.
 	Pace time.Duration
+	// Tiers are ordered selectors, cheapest first, each added to Selector: the service grants
+	// on the tier Target is at, moving it up after blocked reports and back down after a
+	// quiet period (it needs Target; at most events.MaxTiers). Lease.Tier says which and why.
+	Tiers []map[string]string
 }
 
 func (o AcquireOptions) request() events.AcquireRequest {
 	return events.AcquireRequest{Selector: o.Selector, Target: o.Target, TTLSeconds: seconds(o.TTL),
 		Holder: o.Holder, Sticky: o.Sticky, MinAnonymity: o.MinAnonymity,
 		Strategy: o.Strategy, SessionSeconds: seconds(o.Session), StickyMode: o.StickyMode, WaitSeconds: seconds(o.Wait),
-		PaceSeconds: seconds(o.Pace), RequestID: cmp.Or(o.RequestID, newRequestID())}
+		PaceSeconds: seconds(o.Pace), RequestID: cmp.Or(o.RequestID, newRequestID()), Tiers: o.Tiers}
 }
 
 // newRequestID is 128 random bits in hex.

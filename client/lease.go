@@ -25,6 +25,8 @@ type Lease struct {
 	// Egress is where the proxy's traffic leaves from, as the service knew it at the grant
 	// (address, provider, region, zone, attributes); nil from a service that predates it.
 	Egress *events.LeaseEgress
+	// Tier is, for an acquire with tiers, the tier granted (1 is the first) and why.
+	Tier *events.TierChoice
 
 	c       *Client
 	stop    context.CancelFunc
@@ -46,7 +48,7 @@ func (c *Client) Acquire(ctx context.Context, o AcquireOptions) (*Lease, error) 
 		return nil, err
 	}
 	rctx, stop := context.WithCancel(context.Background())
-	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, Egress: g.Egress, c: c, stop: stop,
+	l := &Lease{ID: g.ID, Proxy: g.Proxy, Host: g.Host, Port: g.Port, URL: g.URL, Egress: g.Egress, Tier: g.Tier, c: c, stop: stop,
 		done: make(chan struct{}), lost: make(chan struct{}), expires: g.ExpiresAt, url: g.URL, ttl: time.Duration(g.TTLSeconds) * time.Second}
 	go l.keepAlive(rctx, sent)
 	return l, nil

@@ -227,6 +227,11 @@ func goldenCases() map[string]any {
 		"lease_stats.v1.json": LeaseStats{V: 1, Leaser: "3f9a0c1d2e4b5a69", From: at, To: at.Add(time.Minute), Part: 1,
 			Rows: []LeaseStatsRow{{Proxy: "crawl-1", Target: "example.com", Provider: "local", Pool: "crawl",
 				LeaseCounts: LeaseCounts{Granted: 9, Renewed: 4, Released: 7, Expired: 1, Ended: 1, OK: 5, Blocked: 2, Failed: 1}}}},
+		"lease_stats_tiers.v1.json": LeaseStats{V: 1, Leaser: "3f9a0c1d2e4b5a69", From: at, To: at.Add(time.Minute),
+			Rows: []LeaseStatsRow{{Proxy: "resi-1", Target: "example.com", Provider: "local", Pool: "resi", Tier: 2,
+				LeaseCounts: LeaseCounts{Granted: 3, Blocked: 1}}, {Proxy: "dc-2", Target: "example.com", Provider: "local", Pool: "dc", Tier: 1,
+				LeaseCounts: LeaseCounts{Granted: 1, TierDown: 1}}, {Proxy: "dc-1", Target: "example.com", Provider: "local", Pool: "dc", Tier: 1,
+				LeaseCounts: LeaseCounts{Granted: 4, Blocked: 3, TierUp: 1}}}},
 
 		// The lease service: requests, replies and errors.
 		"lease_acquire_request.v1.json": AcquireRequest{Selector: map[string]string{"geo": "de"}, Target: "example.com",
@@ -263,6 +268,16 @@ func goldenCases() map[string]any {
 			Session: &SessionDetail{Proxy: "crawl-1", Cause: SessionProxyNotReady, Phase: PhaseUnhealthy, Until: at.Add(10 * time.Minute)}}},
 		// Acquires that wait (docs/leases.md#waiting).
 		"lease_acquire_paced_request.v1.json": AcquireRequest{Target: "example.com", PaceSeconds: 12, WaitSeconds: 30},
+		"lease_acquire_tiers_request.v1.json": AcquireRequest{Target: "example.com", Strategy: StrategyBestForTarget,
+			Tiers: []map[string]string{{"pool": "dc"}, {"pool": "resi"}}},
+		"lease_reply_tier.v1.json": LeaseReply{Lease: LeaseGrant{ID: "resi-1.0.0123456789abcdef", Proxy: "resi-1", Host: "127.0.0.2",
+			Port: 3128, URL: "http://127.0.0.2:3128", ExpiresAt: at.Add(5 * time.Minute), TTLSeconds: 300,
+			Tier: &TierChoice{Tier: 2, Of: 2, Selector: map[string]string{"pool": "resi"}, Reason: TierBlocked, Since: at}}},
+		"lease_report_reply_tier.v1.json": ReportReply{CooldownUntil: at.Add(10 * time.Minute), Tier: 2, TierMoved: true},
+		"tier_state.v1.json": TierState{V: 1, Target: "example.com", Of: 2, Tier: 1, Reason: TierBlocked, Since: at,
+			Blocks: 1, LastBlockAt: at.Add(time.Minute)},
+		"lease_tiered.v1.json": Lease{V: 1, Proxy: "resi-1", Slot: 0, Token: "0123456789abcdef", TTLSeconds: 300, Target: "example.com",
+			AcquiredAt: at, ExpiresAt: at.Add(5 * time.Minute), Tier: &LeaseTier{Key: "tier.ZXhhbXBsZS5jb20.0123456789abcdef", Index: 1, Of: 2}},
 		"lease_error_paced.v1.json": ErrorReply{Error: ErrorDetail{Code: CodeUnavailable, Message: "no proxy available",
 			Availability: &Availability{Matched: 2, Ready: 2, CoolingTarget: 2, NextAllowedAt: at.Add(12 * time.Second)}}},
 		"lease_acquire_wait_request.v1.json": AcquireRequest{Selector: map[string]string{"pool": "crawl"}, Target: "example.com", WaitSeconds: 30},

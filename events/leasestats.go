@@ -37,6 +37,9 @@ type LeaseStatsRow struct {
 	Target   string `json:"target,omitempty"`
 	Provider string `json:"provider,omitempty"`
 	Pool     string `json:"pool,omitempty"`
+	// Tier is, for leases granted in tiers, the tier they were granted on (1 is the first);
+	// 0 (absent) without tiers.
+	Tier int `json:"tier,omitempty"`
 	LeaseCounts
 }
 
@@ -51,6 +54,10 @@ type LeaseCounts struct {
 	OK       int `json:"ok,omitempty"`    // reports
 	Blocked  int `json:"blocked,omitempty"`
 	Failed   int `json:"failed,omitempty"`
+	// Tier moves (docs/leases.md#tiers): blocked reports that moved their target up from
+	// this tier, and grants that probed a target down to it after a quiet period.
+	TierUp   int `json:"tierUp,omitempty"`
+	TierDown int `json:"tierDown,omitempty"`
 }
 
 // Add adds o to c.
@@ -63,6 +70,8 @@ func (c *LeaseCounts) Add(o LeaseCounts) {
 	c.OK += o.OK
 	c.Blocked += o.Blocked
 	c.Failed += o.Failed
+	c.TierUp += o.TierUp
+	c.TierDown += o.TierDown
 }
 
 // Reports is the number of reports counted.

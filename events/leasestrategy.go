@@ -19,7 +19,13 @@ const (
 	StrategyRoundRobin    Strategy = "round-robin"    // least recently leased first, whatever their load
 	StrategyRandom        Strategy = "random"         // uniformly at random among the eligible
 	StrategyLowestLatency Strategy = "lowest-latency" // lowest probe latency first (unknown last), then balanced
+	// StrategyBestForTarget: the proxies that did best lately on the acquire's target first,
+	// exploring those without history there at a configured rate (docs/leases.md#best-for-target).
+	StrategyBestForTarget Strategy = "best-for-target"
 )
+
+// Strategies lists the strategies, the default first.
+var Strategies = []Strategy{StrategyBalanced, StrategyRoundRobin, StrategyRandom, StrategyLowestLatency, StrategyBestForTarget}
 
 // StickyMode says what an acquire of a sticky session does when the session's proxy is not
 // available.

@@ -18,7 +18,7 @@ import (
 )
 
 const leaseUsage = `Usage:
-  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency] [--wait 30s] [--pace 12s] [--url-only|--id-only]
+  egressd lease acquire [--selector k=v,...] [--target T] [--ttl 5m] [--holder H] [--sticky S [--session 10m] [--sticky-mode soft|strict]] [--min-anonymity anonymous|elite] [--strategy balanced|round-robin|random|lowest-latency|best-for-target] [--tier k=v,... --tier k=v,...] [--wait 30s] [--pace 12s] [--url-only|--id-only]
   egressd lease renew   --id ID [--ttl 5m]
   egressd lease release --id ID
   egressd lease report  --id ID --result ok|blocked|failed [--target T] [--cooldown 10m] [--release]
@@ -56,6 +56,7 @@ type leaseFlags struct {
 	session  ttlFlag
 	wait     ttlFlag
 	pace     ttlFlag
+	tiers    tierFlags
 	mode     string
 	urlOnly  bool
 	idOnly   bool
@@ -139,7 +140,7 @@ func leaseCall(ctx context.Context, c *client.Client, sub string, f *leaseFlags,
 	case "acquire":
 		g, err := c.AcquireOnce(ctx, client.AcquireOptions{Selector: selector, Target: f.target, TTL: f.ttl.d,
 			Holder: f.holder, Sticky: f.sticky, MinAnonymity: events.Anonymity(f.minAnon),
-			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode), Wait: f.wait.d, Pace: f.pace.d})
+			Strategy: events.Strategy(f.strategy), Session: f.session.d, StickyMode: events.StickyMode(f.mode), Wait: f.wait.d, Pace: f.pace.d, Tiers: f.tiers.sels})
 		if err != nil {
 			return nil, fail(stderr, sub, leaseErr(err)), true
 		}
@@ -195,7 +196,8 @@ func leaseFlagSet(sub string, f *leaseFlags, stderr io.Writer) *flag.FlagSet {
 		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
 		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
 		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
-		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random or lowest-latency")
+		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random, lowest-latency or best-for-target")
+		fs.Var(&f.tiers, "tier", "a tier, k=v,k=v added to --selector; repeat it, cheapest first: the target starts on the first and moves up after blocks (needs --target)")
 		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
 		fs.Var(&f.wait, "wait", "when nothing matching is free, wait up to this long (a duration or seconds) for a slot, first come first served")
 		fs.Var(&f.pace, "pace", "at least this long (a duration or seconds) between two grants of one proxy for --target, whoever asks")
@@ -250,6 +252,23 @@ func parseSelector(s string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// tierFlags collects --tier, each a selector k=v,k=v, in the order given.
+type tierFlags struct{ sels []map[string]string }
+
+func (t *tierFlags) String() string { return "" }
+
+func (t *tierFlags) Set(s string) error {
+	sel, err := parseSelector(s)
+	if err != nil {
+		return err
+	}
+	if sel == nil {
+		sel = map[string]string{} // an empty tier is every proxy the selector matches
+	}
+	t.sels = append(t.sels, sel)
+	return nil
 }
 
 // ttlFlag is a duration given as 5m or as plain seconds, 300.

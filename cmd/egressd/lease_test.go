@@ -90,6 +90,18 @@ func TestLeaseCommand(t *testing.T) {
 	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "strategy") {
 		t.Fatalf("acquire --strategy least-used: %d %q", code, errs)
 	}
+	code, _, errs = runLease(t, "acquire", "--tier", "pool=dc", "--tier", "pool=resi")
+	if code != 1 || !strings.Contains(errs, "400") || !strings.Contains(errs, "need target") {
+		t.Fatalf("acquire --tier without --target: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "acquire", "--target", "example.com", "--tier", "dc")
+	if code != 2 || !strings.Contains(errs, "key=value") {
+		t.Fatalf("acquire --tier dc: %d %q", code, errs)
+	}
+	code, _, errs = runLease(t, "acquire", "--target", "example.com", "--tier", "pool=none", "--strategy", "best-for-target")
+	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "0 match the selector") {
+		t.Fatalf("acquire --tier pool=none: %d %q", code, errs)
+	}
 	code, _, errs = runLease(t, "acquire", "--sticky", "s1", "--session", "10m", "--sticky-mode", "strict", "--strategy", "random")
 	if code != 1 || !strings.Contains(errs, "503") || !strings.Contains(errs, "1 at capacity") {
 		t.Fatalf("acquire a new strict session with both slots held: %d %q", code, errs)

@@ -213,7 +213,7 @@ func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(d.store), NC: d.nc, Worker: d.holder, Log: d.log, Observer: d.obs,
 		RawEvents: raw, StatsInterval: interval, LeaseMaster: d.leaseKeys, HTTP: lh, MaxPerHolder: d.cfg.MaxPerHolder(),
 		MaxWait: d.cfg.MaxWait(), DemandWindow: d.cfg.DemandWindow(), Escalation: d.cfg.Escalation(), Pace: d.cfg.Pace(),
-		Neighbours: d.cfg.Neighbours()})
+		Neighbours: d.cfg.Neighbours(), BestForTarget: d.cfg.BestForTarget(), Tiers: d.cfg.Tiers()})
 	if err != nil {
 		return nil, err
 	}

@@ -133,10 +133,10 @@ func (r *Route) set(key, value string) error {
 	case keyStrategy:
 		s := events.Strategy(strings.ReplaceAll(value, "_", "-"))
 		switch s {
-		case events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency:
+		case events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency, events.StrategyBestForTarget:
 			r.Strategy = s
 		default:
-			return bad(fmt.Sprintf("must be balanced, round_robin, random or lowest_latency, got %q", value))
+			return bad(fmt.Sprintf("must be balanced, round_robin, random, lowest_latency or best_for_target, got %q", value))
 		}
 	case keyAnon:
 		switch events.Anonymity(value) {

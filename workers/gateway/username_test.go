@@ -25,6 +25,7 @@ func TestParseUsername(t *testing.T) {
 		{"session-s1", "c", Route{Session: "s1", SessionTTL: DefaultSessionTTL}},
 		{"session-s1-sticky-strict", "c", Route{Session: "s1", SessionTTL: DefaultSessionTTL, StickyMode: events.StickyStrict}},
 		{"strategy-round_robin-anon-elite", "c", Route{Strategy: events.StrategyRoundRobin, MinAnonymity: events.AnonymityElite}},
+		{"strategy-best_for_target", "c", Route{Strategy: events.StrategyBestForTarget}},
 		{"strategy-lowest%2Dlatency", "c", Route{Strategy: events.StrategyLowestLatency}},
 		{"region-us%2Deast", "c", Route{Selector: map[string]string{"region": "us-east"}}},
 		// A crawler whose name is not at the front: the username is pairs alone.

@@ -22,6 +22,7 @@ type attempt struct {
 	holderFull map[string]int // pool → the holder's limit there
 	capped     map[string]bool
 	hold       *hold
+	tier       *events.LeaseTier // the tier a tiered acquire tries (tiers.go); nil without
 }
 
 func newAttempt() *attempt {
@@ -38,8 +39,18 @@ const candidateBatch = 4
 // session (sessionSeconds) goes to the proxy it is bound to first, and only there when it is
 // strict (sessions.go); a capped holder takes a holder slot before each grant (holders.go).
 func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, ttl time.Duration) (any, error) {
+	if len(r.Tiers) > 0 {
+		return l.acquireTiered(ctx, r, ttl)
+	}
+	return l.acquireOn(ctx, r, ttl, nil)
+}
+
+// acquireOn is acquireDecoded on one tier (nil: without tiers), recorded in the lease.
+func (l *Leaser) acquireOn(ctx context.Context, r events.AcquireRequest, ttl time.Duration, tier *events.LeaseTier) (any, error) {
 	q := selection.NewQuery(r)
+	q.Now = l.now()
 	at := newAttempt()
+	at.tier = tier
 	q.Capped = at.holderFull
 	defer l.dropUnusedHold(at)
 	if r.SessionSeconds == 0 {
@@ -159,6 +170,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	)
 	for _, slot := range c.Free {
 		lease = l.newLease(r, c, slot, ttl, h)
+		lease.Tier = at.tier
 		var b []byte
 		if b, err = json.Marshal(lease); err != nil {
 			break
@@ -205,6 +217,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 	}
 	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
 	l.view.noteLease(key, rev, lease)
+	l.view.fleet.Outcome(c.Name, r.Target, 1, 0, 0, lease.AcquiredAt) // best-for-target learns from every grant
 	l.granted(ctx, at, h)
 	l.demand.grantedAnswering(c.Pool, r.Selector, r.Holder, !forWaiter(ctx))
 	id := leaseID{Proxy: c.Name, Slot: lease.Slot, Token: lease.Token}.String()

@@ -2,6 +2,7 @@ package leaser
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/egressd/egressd/events"
@@ -89,6 +90,9 @@ func (l *Leaser) decodeAcquire(data []byte) (events.AcquireRequest, time.Duratio
 	if err := checkSession(r); err != nil {
 		return r, 0, err
 	}
+	if err := checkTiers(r); err != nil {
+		return r, 0, err
+	}
 	if err := checkRequestID(r.RequestID); err != nil {
 		return r, 0, err
 	}
@@ -120,12 +124,9 @@ func (l *Leaser) checkWait(seconds int) error {
 
 // checkSession checks strategy and the session fields of an acquire.
 func checkSession(r events.AcquireRequest) error {
-	switch r.Strategy {
-	case "", events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency:
-	default:
-		return badRequest("strategy", "strategy must be %q, %q, %q or %q (or absent for balanced), got %q",
-			events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency,
-			truncate(string(r.Strategy), 40))
+	if r.Strategy != "" && !slices.Contains(events.Strategies, r.Strategy) {
+		return badRequest("strategy", "strategy must be one of %q (or absent for balanced), got %q",
+			events.Strategies, truncate(string(r.Strategy), 40))
 	}
 	switch {
 	case r.SessionSeconds < 0 || r.SessionSeconds > MaxSessionSeconds:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 		`{"requestId":"5f0c2a9e8b7d4c31a6e2f90b1d3c7a48"}`, `{"requestId":""}`, `{"requestId":"a b"}`, `{"requestId":"\u00e9"}`,
 		`{"requestId":null}`, `{"requestId":7}`,
 		`{"waitSeconds":30}`, `{"waitSeconds":61}`, `{"waitSeconds":-1}`, `{"waitSeconds":9223372036854775807}`,
+		`{"strategy":"best-for-target","target":"a"}`, `{"target":"a","tiers":[{"pool":"dc"},{"pool":"resi"}]}`,
+		`{"target":"a","selector":{"pool":"x"},"tiers":[{"pool":"dc"}]}`, `{"tiers":[{}]}`, `{"target":"a","tiers":[]}`,
+		`{"target":"a","tiers":[null]}`, `{"target":"a","tiers":[{"":"x"}]}`, `{"target":"a","tiers":[{"pool":"dc"}],"waitSeconds":1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -66,12 +70,22 @@ func FuzzLeaseRequestDecoders(f *testing.F) {
 			if len(r.RequestID) > events.MaxRequestIDLen || strings.ContainsFunc(r.RequestID, func(c rune) bool { return c <= ' ' || c > '~' }) {
 				t.Fatalf("accepted requestId %q", r.RequestID)
 			}
+			if r.Tiers != nil && (len(r.Tiers) == 0 || len(r.Tiers) > events.MaxTiers || r.Target == "" || r.WaitSeconds > 0) {
+				t.Fatalf("accepted tiers %+v", r)
+			}
+			for _, tier := range r.Tiers {
+				for k, v := range tier {
+					if sv, ok := r.Selector[k]; k == "" || (ok && sv != v) {
+						t.Fatalf("accepted tier %v against selector %v", tier, r.Selector)
+					}
+				}
+			}
 			b, _ := json.Marshal(r)
 			again, ttl2, err := l.decodeAcquire(b)
 			if err != nil || ttl2 != ttl || !maps.Equal(again.Selector, r.Selector) || again.Target != r.Target ||
 				again.Holder != r.Holder || again.Sticky != r.Sticky || again.Strategy != r.Strategy ||
 				again.SessionSeconds != r.SessionSeconds || again.StickyMode != r.StickyMode || again.WaitSeconds != r.WaitSeconds ||
-				again.RequestID != r.RequestID {
+				again.RequestID != r.RequestID || !slices.EqualFunc(again.Tiers, r.Tiers, maps.Equal) {
 				t.Fatalf("round trip of %s: %+v %v", b, again, err)
 			}
 		}

@@ -176,6 +176,8 @@ func TestHTTPFaceAnswersAsNATSDoes(t *testing.T) {
 		{"acquire", `{"ttlSeconds":7200}`, 400, `between 1 and 3600`, false, false},
 		{"acquire", `{"target":"a","target":"b"}`, 400, `more than once`, false, false},
 		{"acquire", `{"minAnonymity":"high"}`, 400, `"field":"minAnonymity"`, false, false},
+		{"acquire", `{"tiers":[{"geo":"de"}]}`, 400, `"field":"tiers"`, false, false},
+		{"acquire", `{"target":"a","strategy":"best-for-target","tiers":[{"geo":"de"}],"waitSeconds":5}`, 400, `"field":"waitSeconds"`, false, false},
 		{"renew", `{"id":"{{A}}","ttlSeconds":30}`, 0, `"ttlSeconds":30`, false, false},
 		{"renew", `{"id":"px-b.0.0123456789abcdef"}`, 404, `unknown or has expired`, false, false},
 		{"renew", `{"id":"px-a"}`, 400, `"field":"id"`, false, false},

@@ -76,7 +76,7 @@ const casRetries = 3
 // another replica may see too is deduplicated by ID.
 func (l *Leaser) emitLease(reason events.Reason, msgID string, lease events.Lease, wrote uint64) {
 	key := events.SlotKey(lease.Proxy, lease.Slot)
-	l.stats.lease(l.view.originOf(lease.Proxy), lease.Proxy, lease.Target, key, reason, wrote)
+	l.stats.lease(l.view.originOf(lease.Proxy).inTier(lease.Tier), lease.Proxy, lease.Target, key, reason, wrote)
 	if !l.cfg.RawEvents.Publishes(reason) {
 		return
 	}

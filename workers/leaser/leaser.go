@@ -15,6 +15,7 @@ import (
 	"github.com/egressd/egressd/internal/leaseauth"
 	"github.com/egressd/egressd/tracing"
 	"github.com/egressd/egressd/workers/leaser/httpface"
+	"github.com/egressd/egressd/workers/leaser/selection"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -48,6 +49,12 @@ type Config struct {
 	// Pace is the least time between two grants of one proxy for one target when an acquire
 	// names none (pace.go); 0: no pacing. Whole seconds, at most MaxPace.
 	Pace time.Duration
+	// BestForTarget tunes the best-for-target strategy (selection/best.go): how fast what a
+	// proxy did for a target fades, and the share of acquires that explore. Zero: the
+	// defaults (an hour, a tenth).
+	BestForTarget BestForTarget
+	// Tiers tunes the tiers of acquires that name them (tiers.go).
+	Tiers Tiers
 
 	// MaxPerHolder caps the leases one holder may hold at once on the proxies of one pool
 	// (and on the proxies in no pool), exactly across replicas; a pool's leases.maxPerHolder
@@ -157,6 +164,12 @@ func New(cfg Config) (*Leaser, error) {
 	if err := cfg.checkCooldowns(); err != nil {
 		return nil, err
 	}
+	if err := cfg.BestForTarget.check(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Tiers.check(); err != nil {
+		return nil, err
+	}
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = DefaultStatsInterval
 	}
@@ -209,6 +222,7 @@ func New(cfg Config) (*Leaser, error) {
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
+	l.view.fleet.SetLearning(selection.Learning{HalfLife: cfg.BestForTarget.HalfLife, Explore: *cfg.BestForTarget.Explore})
 	if cfg.HTTP != nil {
 		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
 	}

@@ -62,7 +62,19 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 			l.log.Warn("take a strike off after a success; it fades at the strike memory", "proxy", id.Proxy, "err", err)
 		}
 	}
-	l.stats.report(l.view.originOf(id.Proxy), id.Proxy, r.Target, r.Result)
+	o := l.view.originOf(id.Proxy).inTier(rec.Tier)
+	if r.Result == events.ReportBlocked && rec.Tier != nil && r.Target == rec.Target {
+		tier, moved, err := l.tierBlocked(ctx, *rec.Tier, r.Target, now)
+		if err != nil {
+			return nil, err
+		}
+		reply.Tier, reply.TierMoved = tier+1, moved
+		if moved {
+			l.stats.tierMoved(o, id.Proxy, r.Target, true)
+		}
+	}
+	l.learn(id.Proxy, r.Target, r.Result, now)
+	l.stats.report(o, id.Proxy, r.Target, r.Result)
 	l.emitter.emitUnique(events.Event{ID: "report:" + id.String() + ":" + newToken(), Kind: events.KindReport, Proxy: id.Proxy,
 		At: now, Reason: events.Reason(r.Result), Lease: &events.LeaseEvent{ID: id.String(), Holder: rec.Holder, Target: r.Target,
 			Result: r.Result, Until: reply.CooldownUntil}})
@@ -75,6 +87,17 @@ func (l *Leaser) report(ctx context.Context, data []byte) (any, error) {
 		reply.Released = released
 	}
 	return reply, nil
+}
+
+// learn tells best-for-target what a report says of proxy on target: ok and blocked are
+// about the site; failed is about the proxy, and cools it for every target instead.
+func (l *Leaser) learn(proxy, target string, r events.ReportResult, now time.Time) {
+	switch r {
+	case events.ReportOK:
+		l.view.fleet.Outcome(proxy, target, 0, 1, 0, now)
+	case events.ReportBlocked:
+		l.view.fleet.Outcome(proxy, target, 0, 0, 1, now)
+	}
 }
 
 // probeNow asks the probers to check proxy at once (core NATS, like the reconciler's

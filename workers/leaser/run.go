@@ -134,7 +134,7 @@ func (l *Leaser) applyLease(e jetstream.KeyValueEntry) {
 	old := l.view.applyLease(e)
 	if old != nil {
 		lease := old.lease
-		l.stats.expired(l.view.originOf(lease.Proxy), lease.Proxy, lease.Target, e.Key(), old.rev)
+		l.stats.expired(l.view.originOf(lease.Proxy).inTier(lease.Tier), lease.Proxy, lease.Target, e.Key(), old.rev)
 	}
 	l.stats.forget(e.Key(), e.Revision())
 	if old == nil || !l.cfg.RawEvents.Publishes(events.ReasonExpired) {

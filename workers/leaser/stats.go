@@ -38,15 +38,42 @@ type stats struct {
 	mine map[string]uint64 // slot key → the revision this replica last wrote to it
 }
 
-type statsKey struct{ proxy, target string }
+type statsKey struct {
+	proxy, target string
+	tier          int // 1-based, for leases granted in tiers; 0 without
+}
 
 type statsRow struct {
 	origin
 	events.LeaseCounts
 }
 
-// origin is what a row carries of its proxy besides the name.
-type origin struct{ provider, pool string }
+// origin is what a row carries of its proxy besides the name, and the tier (1-based) of a
+// lease granted in tiers, which keys a row of its own.
+type origin struct {
+	provider, pool string
+	tier           int
+}
+
+// inTier is o for a lease granted on t (nil: not in tiers).
+func (o origin) inTier(t *events.LeaseTier) origin {
+	if t != nil {
+		o.tier = t.Index + 1
+	}
+	return o
+}
+
+// tierMoved counts a move of target up from (a blocked report on proxy) or down to (a grant
+// of proxy that probed) the tier of o.
+func (s *stats) tierMoved(o origin, proxy, target string, up bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.row(o, proxy, target); up {
+		r.TierUp++
+	} else {
+		r.TierDown++
+	}
+}
 
 // maxStatsPart bounds one published message's JSON, under the server's default 1 MiB
 // max_payload with room to spare.
@@ -99,7 +126,7 @@ func (s *stats) report(o origin, proxy, target string, r events.ReportResult) {
 
 // row is the row of proxy and target, created with o. Callers hold mu.
 func (s *stats) row(o origin, proxy, target string) *statsRow {
-	k := statsKey{proxy, target}
+	k := statsKey{proxy, target, o.tier}
 	r := s.rows[k]
 	if r == nil {
 		r = &statsRow{origin: o}
@@ -156,7 +183,7 @@ func (s *stats) flush(ctx context.Context) {
 // parts splits rows, sorted, into messages of at most maxStatsPart bytes.
 func (s *stats) parts(rows map[statsKey]*statsRow, from, to time.Time) []events.LeaseStats {
 	keys := slices.SortedFunc(maps.Keys(rows), func(a, b statsKey) int {
-		return cmp.Or(cmp.Compare(a.proxy, b.proxy), cmp.Compare(a.target, b.target))
+		return cmp.Or(cmp.Compare(a.proxy, b.proxy), cmp.Compare(a.target, b.target), cmp.Compare(a.tier, b.tier))
 	})
 	var out []events.LeaseStats
 	cur := events.LeaseStats{V: 1, Leaser: s.member, From: from, To: to}
@@ -164,7 +191,7 @@ func (s *stats) parts(rows map[statsKey]*statsRow, from, to time.Time) []events.
 	size := header
 	for _, k := range keys {
 		r := rows[k]
-		row := events.LeaseStatsRow{Proxy: k.proxy, Target: k.target, Provider: r.provider, Pool: r.pool, LeaseCounts: r.LeaseCounts}
+		row := events.LeaseStatsRow{Proxy: k.proxy, Target: k.target, Provider: r.provider, Pool: r.pool, Tier: k.tier, LeaseCounts: r.LeaseCounts}
 		n := rowSize(row)
 		if size+n > maxStatsPart && len(cur.Rows) > 0 {
 			out = append(out, cur)

@@ -37,6 +37,11 @@ type Fleet struct {
 	hood  Neighbourhood
 	hoods map[string]map[*proxyView]struct{}
 	held  map[holderTarget]map[*proxyView]int
+
+	// best-for-target (best.go): what each proxy did lately per target, by name.
+	learn     Learning
+	outcomes  map[string]map[string]*outcome
+	nOutcomes int
 }
 
 type stickyRef struct {
@@ -53,7 +58,8 @@ func NewFleet(defaultCap int) *Fleet {
 	return &Fleet{proxies: map[string]*proxyView{}, sticky: map[string]stickyRef{}, poolCaps: map[string]int{},
 		defaultCap: defaultCap, specced: map[*proxyView]struct{}{}, byAttr: map[attrPair]map[*proxyView]struct{}{},
 		sets: map[string]*selSet{}, coolTarget: map[string]map[*proxyView]struct{}{},
-		hoods: map[string]map[*proxyView]struct{}{}, held: map[holderTarget]map[*proxyView]int{}}
+		hoods: map[string]map[*proxyView]struct{}{}, held: map[holderTarget]map[*proxyView]int{},
+		learn: Learning{HalfLife: DefaultHalfLife, Explore: DefaultExplore}, outcomes: map[string]map[string]*outcome{}}
 }
 
 // proxy returns the entry of name, creating it. Callers hold mu.
@@ -117,6 +123,9 @@ func (f *Fleet) SetStatus(name string, rev uint64, st events.ProxyStatus, ok boo
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	p := f.proxy(name)
+	if p.ip != "" && st.IP != p.ip {
+		f.forgetOutcomes(name) // a site's verdict is on the address it saw
+	}
 	p.hasStatus = ok
 	p.phase, p.ip, p.port, p.provider, p.host = st.Phase, st.IP, st.Port, st.Provider, st.Host
 	p.statusRev, p.instance, p.teardown, p.addressAt = rev, st.Incarnation(), st.Teardown, st.AddressAt

@@ -22,7 +22,9 @@ import (
 //       latency (unknown last), name;
 //     - round-robin: least recently leased, name — the next in turn whatever the load;
 //     - lowest-latency: lowest latency (unknown last), then as balanced;
-//     - random: the balanced order read from a random entry to its end, then from its start.
+//     - random: the balanced order read from a random entry to its end, then from its start;
+//     - best-for-target: by each proxy's recent success on the target, exploring proxies
+//       without history there at a configured rate (best.go states it).
 //  4. Once an acquire has lost a Create race, the leading candidates that tie in all but the
 //     name are shuffled (SpreadTies), so that replicas do not all go for the same next proxy.
 //
@@ -52,6 +54,9 @@ const (
 	orderRoundRobin        // least recently leased, name: the next in turn whatever the load
 	orderLatency           // lowest latency (unknown last), then as balanced
 	numOrders
+	// orderBest marks candidates read in the best-for-target order (best.go), which no set
+	// keeps: it depends on the target.
+	orderBest = numOrders
 )
 
 // orderCompare is the comparison of each order; every one ends with the name, so no two
@@ -167,12 +172,16 @@ type Query struct {
 	// Avoid are neighbourhoods whose proxies are passed over (the holder already holds one
 	// there for the target: Crowded), so that its leases spread; a sticky proxy is not.
 	Avoid map[string]bool
+	// Roll, uniform in [0, 1), decides whether a best-for-target acquire explores (best.go);
+	// Now is when it scores the history. NewQuery draws the one and leaves the other zero.
+	Roll float64
+	Now  time.Time
 }
 
 // NewQuery is the selection request of r.
 func NewQuery(r events.AcquireRequest) Query {
 	return Query{selector: r.Selector, key: selectorKey(r.Selector), target: r.Target, sticky: r.Sticky, min: r.MinAnonymity,
-		strategy: r.Strategy, session: r.SessionSeconds > 0}
+		strategy: r.Strategy, session: r.SessionSeconds > 0, Roll: rand.Float64()}
 }
 
 // order is the set order the query's strategy reads.
@@ -195,6 +204,11 @@ type Cursor struct {
 	// entry (start): uniform for the first candidate, every other one still reachable.
 	started, wrapped, done bool
 	start                  *rank
+	// best-for-target (best.go): the proxies with history for the target not read yet,
+	// scored once, whether this acquire explores, and which phase it is in.
+	history scoredHeap
+	explore bool
+	phase   int
 }
 
 // Candidate is a proxy an acquire may try, with the slots the fleet believes free.
@@ -233,6 +247,10 @@ func (f *Fleet) Next(q Query, cur *Cursor, skip map[string]bool, n int) []Candid
 			}
 		}
 		cur.stickyDone = true
+		if q.usesBest() {
+			out = f.nextBest(q, s, cur, out, n, func(p *proxyView) bool { return q.usable(p, s, cur, skip) })
+			return
+		}
 		t := s.order(q.order(), q.min)
 		if q.strategy == events.StrategyRandom && !cur.started {
 			cur.started = true
@@ -249,10 +267,7 @@ func (f *Fleet) Next(q Query, cur *Cursor, skip map[string]bool, n int) []Candid
 				return false
 			}
 			cur.after = &k
-			if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) || q.Avoid[p.hood] {
-				return true
-			}
-			if _, full := q.Capped[p.origin.Pool]; full {
+			if !q.usable(p, s, cur, skip) {
 				return true
 			}
 			c := f.candidate(p, false)
@@ -271,6 +286,21 @@ func (f *Fleet) Next(q Query, cur *Cursor, skip map[string]bool, n int) []Candid
 		}
 	})
 	return out
+}
+
+// usable says whether p, an eligible member of s, may be returned to q now: not passed over
+// by the acquire (skip, its sticky proxy), not cooling for the target, not in a neighbourhood
+// it avoids nor a pool where its holder is capped. A proxy read outside the ordered sets
+// (best-for-target's history) is also checked for eligibility and anonymity.
+func (q Query) usable(p *proxyView, s *selSet, cur *Cursor, skip map[string]bool) bool {
+	if !s.member(p) || !p.ix.st.eligible || !p.ix.st.anon.AtLeast(q.min) {
+		return false
+	}
+	if skip[p.name] || p.name == cur.sticky || (q.target != "" && p.cooling[q.target]) || q.Avoid[p.hood] {
+		return false
+	}
+	_, full := q.Capped[p.origin.Pool]
+	return !full
 }
 
 // candidate is p as an acquire tries it. Callers hold mu.

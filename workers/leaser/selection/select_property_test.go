@@ -61,7 +61,7 @@ func TestLeaseIndexMatchesFullSort(t *testing.T) {
 }
 
 // strategies are those a property check draws from ("" is balanced).
-var strategies = []events.Strategy{events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency}
+var strategies = events.Strategies
 
 // world drives a fleet with random updates as the shell would make them from the watches.
 type world struct {
@@ -142,6 +142,11 @@ func (w *world) randomChange() {
 		w.f.SlotHeld(name, slot, Slot{Rev: w.nextRev(), Lease: l}) // a grant, or a slot a watch brought
 	case op < 80:
 		w.f.SlotFreed(name, slot) // released, expired or removed, held or not
+	case op < 84:
+		// What a proxy did for a target, for best-for-target: a few outcomes, some old
+		// enough to have faded by the time the checks score them (learnedAt).
+		at := learnedAt.Add(-time.Duration(w.rng.IntN(12)) * time.Hour)
+		w.f.Outcome(name, []string{"t1", "t2"}[w.rng.IntN(2)], w.rng.IntN(3), w.rng.IntN(3), w.rng.IntN(3), at)
 	case op < 88:
 		w.f.SetCooling(name, w.cooldownTarget(), true, time.Time{})
 	default:
@@ -162,6 +167,7 @@ func (w *world) cooldownTarget() string {
 func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) {
 	w.t.Helper()
 	q := NewQuery(events.AcquireRequest{Selector: sel, Target: tgt, Sticky: sticky, MinAnonymity: minAnon, Strategy: strategy})
+	q.Now = learnedAt
 	var cur Cursor
 	var got []string
 	for {
@@ -174,6 +180,9 @@ func (w *world) compare(sel map[string]string, tgt, sticky string, minAnon event
 		}
 	}
 	want := refCandidates(w.f, sel, tgt, sticky, minAnon, strategy)
+	if strategy == events.StrategyBestForTarget {
+		want = refBest(w.f, want, q)
+	}
 	if strategy == events.StrategyRandom {
 		// Any order but the sticky proxy's first place; every candidate once.
 		if len(got) > 0 && len(want) > 0 && (w.f.proxies[want[0]].name == w.f.sticky[sticky].proxy) && got[0] != want[0] {
@@ -323,6 +332,48 @@ func refHeldBelowMax(p *proxyView) int {
 		}
 	}
 	return n
+}
+
+// learnedAt is when the property check scores the history of best-for-target.
+var learnedAt = time.Unix(100_000, 0)
+
+// refBest is best.go's rule written out: from the eligible proxies in the balanced order
+// (balanced, from refCandidates), the sticky one first, then, exploiting, those whose history
+// scores above ½ best first (ties in the balanced order), those without history, and the rest
+// best first; exploring, those without history first.
+func refBest(v *Fleet, balanced []string, q Query) []string {
+	type cand struct {
+		name  string
+		score float64
+		pos   int
+	}
+	var good, fresh, poor []cand
+	var out []string
+	for i, name := range balanced {
+		switch score, trials := v.Score(name, q.target, q.Now); {
+		case i == 0 && q.sticky != "" && v.sticky[q.sticky].proxy == name:
+			out = append(out, name)
+		case trials == 0:
+			fresh = append(fresh, cand{name, score, i})
+		case score > 0.5:
+			good = append(good, cand{name, score, i})
+		default:
+			poor = append(poor, cand{name, score, i})
+		}
+	}
+	byScore := func(a, b cand) int { return cmp.Or(cmp.Compare(b.score, a.score), cmp.Compare(a.pos, b.pos)) }
+	slices.SortFunc(good, byScore)
+	slices.SortFunc(poor, byScore)
+	phases := [][]cand{good, fresh, poor}
+	if q.target != "" && q.Roll < v.learn.Explore {
+		phases = [][]cand{fresh, good, poor}
+	}
+	for _, ph := range phases {
+		for _, c := range ph {
+			out = append(out, c.name)
+		}
+	}
+	return out
 }
 
 // batchSize is how many candidates the shell's acquire reads at a time.

@@ -73,6 +73,14 @@ func TestParseConfig(t *testing.T) {
 		{"neighbours empty", "providers:\n  - {name: a, type: local}\nleases:\n  neighbours: {cooldownSeconds: 60}\n", "leases.neighbours: set ipv4Prefix"},
 		{"pace too long", "providers:\n  - {name: a, type: local}\nleases:\n  paceSeconds: 3601\n", "leases.paceSeconds: must be between 0"},
 		{"escalation unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  cooldowns: {factr: 2}\n", "factr"},
+		{"explore above 1", "providers:\n  - {name: a, type: local}\nleases:\n  bestForTarget: {explore: 1.5}\n", "leases.bestForTarget.explore: must be a share between 0 and 1"},
+		{"explore negative", "providers:\n  - {name: a, type: local}\nleases:\n  bestForTarget: {explore: -0.1}\n", "leases.bestForTarget.explore"},
+		{"half-life fractional", "providers:\n  - {name: a, type: local}\nleases:\n  bestForTarget: {halfLife: 1500ms}\n", "leases.bestForTarget.halfLife: must be whole seconds"},
+		{"best-for-target unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  bestForTarget: {explor: 0.2}\n", "explor"},
+		{"tier blocks negative", "providers:\n  - {name: a, type: local}\nleases:\n  tiers: {blocks: -1}\n", "leases.tiers.blocks: must be between 1"},
+		{"tier quiet too long", "providers:\n  - {name: a, type: local}\nleases:\n  tiers: {quiet: 31d}\n", "leases.tiers.quiet: must be whole seconds"},
+		{"tier memory below quiet", "providers:\n  - {name: a, type: local}\nleases:\n  tiers: {quiet: 2h, memory: 1h}\n", "leases.tiers.memory: must be whole seconds between the quiet period"},
+		{"tiers unknown key", "providers:\n  - {name: a, type: local}\nleases:\n  tiers: {quite: 1h}\n", "quite"},
 		{"max wait not a number", "providers:\n  - {name: a, type: local}\nleases:\n  maxWaitSeconds: soon\n", "line 4: cannot unmarshal"},
 		{"demand window", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 10s\n", ""},
 		{"demand window too long", "providers:\n  - {name: a, type: local}\nleases:\n  demandWindow: 2h\n", "leases.demandWindow: must be whole seconds"},
@@ -139,6 +147,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("providers:\n  - name: a\n    type: local\n    libvirt: {}\n"))
 	f.Add([]byte("providers:\n  - name: v\n    type: libvirt\n    libvirt:\n      hosts: [{name: h, uri: 'qemu+ssh://x/system'}]\n"))
 	f.Add([]byte("version: 1\nproviders: []\nleases: {maxPerHolder: 2}\n"))
+	f.Add([]byte("providers: []\nleases: {bestForTarget: {explore: 0.2, halfLife: 30m}, tiers: {blocks: 2, quiet: 10m, memory: 1d}}\n"))
 	f.Add([]byte("providers:\n  - name: g\n    type: gcp\n    gcp: {project: p-123456, zones: [{name: us-east1-b}], budgets: {call: 5s}}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		cfg, err := Parse(b)
@@ -162,6 +171,27 @@ func TestEscalation(t *testing.T) {
 	}
 	if e := cfg.Escalation(); e.Factor != 2 || e.Cap != 6*time.Hour || e.Memory != 48*time.Hour {
 		t.Fatalf("escalation %+v", e)
+	}
+}
+
+// leases.bestForTarget and leases.tiers as the leaser gets them; unset, the leaser's defaults.
+func TestLearningAndTiers(t *testing.T) {
+	cfg, err := Parse([]byte("providers:\n  - {name: a, type: local}\nleases:\n  bestForTarget: {explore: 0, halfLife: 2h}\n  tiers: {blocks: 2, quiet: 15m, memory: 2d}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := cfg.BestForTarget(); b.Explore == nil || *b.Explore != 0 || b.HalfLife != 2*time.Hour {
+		t.Fatalf("best-for-target %+v", b)
+	}
+	if tr := cfg.Tiers(); tr.Blocks != 2 || tr.Quiet != 15*time.Minute || tr.Memory != 48*time.Hour {
+		t.Fatalf("tiers %+v", tr)
+	}
+	cfg, err = Parse([]byte("providers:\n  - {name: a, type: local}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, tr := cfg.BestForTarget(), cfg.Tiers(); b != (leaser.BestForTarget{}) || tr != (leaser.Tiers{}) {
+		t.Fatalf("unset: %+v %+v", b, tr)
 	}
 }
 

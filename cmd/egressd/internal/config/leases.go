@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -30,6 +31,63 @@ type leasesConfig struct {
 	// Neighbours cools a blocked proxy's neighbours for the site too
 	// (docs/leases.md#neighbours); unset: a block cools only its proxy.
 	Neighbours *neighboursConfig `yaml:"neighbours"`
+	// BestForTarget tunes the best-for-target strategy (docs/leases.md#best-for-target);
+	// unset: explore a tenth, history halves every hour.
+	BestForTarget *bestForTargetConfig `yaml:"bestForTarget"`
+	// Tiers tunes acquires with tiers (docs/leases.md#tiers); unset: the defaults.
+	Tiers *tiersConfig `yaml:"tiers"`
+}
+
+// bestForTargetConfig is `leases.bestForTarget:`.
+type bestForTargetConfig struct {
+	Explore  *float64       `yaml:"explore"`  // the share of acquires that try a proxy without history first
+	HalfLife configDuration `yaml:"halfLife"` // how long until what a proxy did weighs half
+}
+
+// tiersConfig is `leases.tiers:`.
+type tiersConfig struct {
+	Blocks int            `yaml:"blocks"` // blocked reports on a target's tier that move it up
+	Quiet  configDuration `yaml:"quiet"`  // without a block this long, an acquire probes the tier below
+	Memory configDuration `yaml:"memory"` // how long a target's tier is kept after its last change
+}
+
+// BestForTarget is the configured tuning of best-for-target (zero: the defaults).
+func (c File) BestForTarget() leaser.BestForTarget {
+	if c.Leases == nil || c.Leases.BestForTarget == nil {
+		return leaser.BestForTarget{}
+	}
+	b := c.Leases.BestForTarget
+	return leaser.BestForTarget{Explore: b.Explore, HalfLife: time.Duration(b.HalfLife)}
+}
+
+// Tiers is the configured tuning of tiers (zero: the defaults).
+func (c File) Tiers() leaser.Tiers {
+	if c.Leases == nil || c.Leases.Tiers == nil {
+		return leaser.Tiers{}
+	}
+	t := c.Leases.Tiers
+	return leaser.Tiers{Blocks: t.Blocks, Quiet: time.Duration(t.Quiet), Memory: time.Duration(t.Memory)}
+}
+
+// validateLearning names the field of a bad leases.bestForTarget or leases.tiers.
+func (c File) validateLearning() error {
+	b, t := c.BestForTarget(), c.Tiers()
+	wholeUpTo := func(d time.Duration) bool {
+		return d == 0 || (d >= time.Second && d%time.Second == 0 && d <= leaser.MaxTierPeriod)
+	}
+	switch {
+	case b.Explore != nil && !(*b.Explore >= 0 && *b.Explore <= 1):
+		return fmt.Errorf("leases.bestForTarget.explore: must be a share between 0 and 1, got %v", *b.Explore)
+	case !wholeUpTo(b.HalfLife):
+		return fmt.Errorf("leases.bestForTarget.halfLife: must be whole seconds between 1s and %s, got %s", leaser.MaxTierPeriod, b.HalfLife)
+	case t.Blocks < 0 || t.Blocks > leaser.MaxTierBlocks:
+		return fmt.Errorf("leases.tiers.blocks: must be between 1 and %d (0: %d), got %d", leaser.MaxTierBlocks, leaser.DefaultTierBlocks, t.Blocks)
+	case !wholeUpTo(t.Quiet):
+		return fmt.Errorf("leases.tiers.quiet: must be whole seconds between 1s and %s, got %s", leaser.MaxTierPeriod, t.Quiet)
+	case !wholeUpTo(t.Memory) || (t.Memory != 0 && t.Memory < cmp.Or(t.Quiet, leaser.DefaultTierQuiet)):
+		return fmt.Errorf("leases.tiers.memory: must be whole seconds between the quiet period and %s, got %s", leaser.MaxTierPeriod, t.Memory)
+	}
+	return nil
 }
 
 // neighboursConfig is `leases.neighbours:`.
@@ -135,6 +193,9 @@ func (c File) validateLeases() error {
 		return err
 	}
 	if err := c.validateNeighbours(); err != nil {
+		return err
+	}
+	if err := c.validateLearning(); err != nil {
 		return err
 	}
 	if p := c.Pace(); p < 0 || p > leaser.MaxPace {
