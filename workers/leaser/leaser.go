@@ -145,6 +145,23 @@ func New(cfg Config) (*Leaser, error) {
 	if !cfg.Buckets.complete() || cfg.NC == nil {
 		return nil, errors.New("leaser: buckets and NATS connection are required")
 	}
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
+	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.Buckets.LeaseState, cfg.SlotWriteBudget),
+		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
+		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
+	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
+	l.view.fleet.SetLearning(selection.Learning{HalfLife: cfg.BestForTarget.HalfLife, Explore: *cfg.BestForTarget.Explore})
+	if cfg.HTTP != nil {
+		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
+	}
+	return l, nil
+}
+
+// fill sets the defaults of what cfg leaves zero and checks the rest.
+func (cfg *Config) fill() error {
 	cfg.MinTTL, cfg.DefaultTTL = cmp.Or(cfg.MinTTL, DefaultMinTTL), cmp.Or(cfg.DefaultTTL, DefaultDefaultTTL)
 	cfg.MaxTTL = cmp.Or(cfg.MaxTTL, DefaultMaxTTL)
 	cfg.BlockedCooldown = cmp.Or(cfg.BlockedCooldown, DefaultBlockedCooldown)
@@ -155,54 +172,54 @@ func New(cfg Config) (*Leaser, error) {
 	cfg.ShutdownBudget = cmp.Or(cfg.ShutdownBudget, 5*time.Second)
 	for _, d := range []time.Duration{cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL, cfg.BlockedCooldown, cfg.FailedCooldown, cfg.MaxCooldown} {
 		if d < time.Second || d%time.Second != 0 {
-			return nil, fmt.Errorf("leaser: TTLs and cooldowns must be whole seconds of at least 1s, got %v", d)
+			return fmt.Errorf("leaser: TTLs and cooldowns must be whole seconds of at least 1s, got %v", d)
 		}
 	}
 	if cfg.MinTTL > cfg.DefaultTTL || cfg.DefaultTTL > cfg.MaxTTL {
-		return nil, fmt.Errorf("leaser: need MinTTL ≤ DefaultTTL ≤ MaxTTL, got %v, %v, %v", cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL)
+		return fmt.Errorf("leaser: need MinTTL ≤ DefaultTTL ≤ MaxTTL, got %v, %v, %v", cfg.MinTTL, cfg.DefaultTTL, cfg.MaxTTL)
 	}
 	if err := cfg.checkCooldowns(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cfg.BestForTarget.check(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := cfg.Tiers.check(); err != nil {
-		return nil, err
+		return err
 	}
 	if cfg.StatsInterval == 0 {
 		cfg.StatsInterval = DefaultStatsInterval
 	}
 	if cfg.StatsInterval < time.Second {
-		return nil, fmt.Errorf("leaser: the statistics interval must be at least 1s, got %v", cfg.StatsInterval)
+		return fmt.Errorf("leaser: the statistics interval must be at least 1s, got %v", cfg.StatsInterval)
 	}
 	cfg.DemandWindow = cmp.Or(cfg.DemandWindow, DefaultDemandWindow)
 	cfg.DemandInterval = cmp.Or(cfg.DemandInterval, DefaultDemandInterval)
 	if cfg.DemandWindow < time.Second || cfg.DemandWindow%time.Second != 0 || cfg.DemandInterval < time.Second {
-		return nil, fmt.Errorf("leaser: the demand window must be whole seconds and the demand interval at least 1s, got %v and %v", cfg.DemandWindow, cfg.DemandInterval)
+		return fmt.Errorf("leaser: the demand window must be whole seconds and the demand interval at least 1s, got %v and %v", cfg.DemandWindow, cfg.DemandInterval)
 	}
 	if cfg.RawEvents == "" {
 		cfg.RawEvents = events.RawEnds
 	}
 	if !slices.Contains(events.RawLeaseEventModes, cfg.RawEvents) {
-		return nil, fmt.Errorf("leaser: raw lease events %q: want one of %v", cfg.RawEvents, events.RawLeaseEventModes)
+		return fmt.Errorf("leaser: raw lease events %q: want one of %v", cfg.RawEvents, events.RawLeaseEventModes)
 	}
 	if cfg.HTTP != nil {
 		hc := *cfg.HTTP
 		if err := hc.Check(); err != nil {
-			return nil, err
+			return err
 		}
 		cfg.HTTP = &hc
 	}
 	if cfg.MaxPerHolder < 0 || cfg.MaxPerHolder > MaxPerHolderLimit {
-		return nil, fmt.Errorf("leaser: MaxPerHolder must be between 0 and %d, got %d", MaxPerHolderLimit, cfg.MaxPerHolder)
+		return fmt.Errorf("leaser: MaxPerHolder must be between 0 and %d, got %d", MaxPerHolderLimit, cfg.MaxPerHolder)
 	}
 	switch {
 	case cfg.MaxWait == 0:
 		cfg.MaxWait = DefaultMaxWait
 	case cfg.MaxWait == WaitsOff:
 	case cfg.MaxWait < time.Second || cfg.MaxWait > MaxWaitLimit || cfg.MaxWait%time.Second != 0:
-		return nil, fmt.Errorf("leaser: MaxWait must be whole seconds between 1s and %v (or WaitsOff), got %v", MaxWaitLimit, cfg.MaxWait)
+		return fmt.Errorf("leaser: MaxWait must be whole seconds between 1s and %v (or WaitsOff), got %v", MaxWaitLimit, cfg.MaxWait)
 	}
 	if cfg.Worker == "" {
 		h, _ := os.Hostname()
@@ -217,16 +234,7 @@ func New(cfg Config) (*Leaser, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = noObserver{}
 	}
-	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
-	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.Buckets.LeaseState, cfg.SlotWriteBudget),
-		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
-		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
-	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
-	l.view.fleet.SetLearning(selection.Learning{HalfLife: cfg.BestForTarget.HalfLife, Explore: *cfg.BestForTarget.Explore})
-	if cfg.HTTP != nil {
-		l.face = httpface.New(*cfg.HTTP, httpService{l}, log)
-	}
-	return l, nil
+	return nil
 }
 
 // Ready is closed once the replica serves requests (its view is complete); for health checks
