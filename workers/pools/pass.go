@@ -51,8 +51,13 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	}
 	names := memberNames(ledger, snap.owned)
 	if in.Spec != nil {
-		if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
-			return fmt.Errorf("count leases: %w", err)
+		// A pool without members holds no lease; Held with no names would list every
+		// shard's keys, a watch per shard in front of a pool's first member.
+		in.Leases = map[string]int{}
+		if len(names) > 0 {
+			if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
+				return fmt.Errorf("count leases: %w", err)
+			}
 		}
 		if r := in.Spec.Recycle; r != nil {
 			in.Blocked = map[string]int{}
