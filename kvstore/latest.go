@@ -9,8 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// settleIdle bounds how long Latest waits, after a watcher's initial values, for the entries
-// that complete them (see Latest) when no entry arrives at all.
+// settleIdle is how long Latest lets the watch be quiet, after a watcher's initial values and
+// short of the entries that complete them (see Latest), before it asks the stream whether
+// those entries were removed (removedUpTo).
 const settleIdle = 250 * time.Millisecond
 
 // Latest returns the latest entry of every key of kv; deleted and expired keys are left out.
@@ -46,7 +47,16 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 		case <-ctx.Done():
 			return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), ctx.Err())
 		case <-idle.C:
-			return out, nil // nothing more came: what was removed at the end left no marker
+			// Nothing came for a while short of last: either the messages up to it were
+			// removed, or their delivery is slow (a loaded machine).
+			gone, err := removedUpTo(ctx, kv, last)
+			if err != nil {
+				return nil, fmt.Errorf("read bucket %s: %w", kv.Bucket(), err)
+			}
+			if gone {
+				return out, nil
+			}
+			idle.Reset(settleIdle)
 		case e, ok := <-w.Updates():
 			c, err := w.Take(e, ok)
 			if err != nil {
@@ -75,4 +85,29 @@ func Latest(ctx context.Context, kv jetstream.KeyValue) (map[string]jetstream.Ke
 			}
 		}
 	}
+}
+
+// removedUpTo reports whether the messages Latest still waits for (up to the sequence last)
+// can have been removed without a marker being delivered. Limits remove the oldest first, so
+// when the message at last went that way the stream now starts after it (or is empty): known
+// exactly. Per-key TTLs remove a message out of order, the last one too (an expired key's
+// marker expires in turn, leaving nothing to deliver), which the stream's state cannot tell
+// from a slow delivery: in such a bucket a quiet watch is taken to be done. Anywhere else
+// the messages exist and come; Latest waits for them (within ctx) rather than return a bucket
+// without some keys, which for proxy_status would let the collector take a live instance for
+// an orphan.
+func removedUpTo(ctx context.Context, kv jetstream.KeyValue, last uint64) (bool, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return false, err
+	}
+	s, ok := st.(*jetstream.KeyValueBucketStatus)
+	if !ok {
+		return true, nil // not a stream-backed bucket: nothing to ask, as before
+	}
+	info := s.StreamInfo()
+	if info.State.Msgs == 0 || info.State.FirstSeq > last {
+		return true, nil
+	}
+	return info.Config.AllowMsgTTL, nil
 }

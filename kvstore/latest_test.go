@@ -61,3 +61,49 @@ func TestLatestUnderChurn(t *testing.T) {
 		t.Errorf("%d of 30 reads incomplete", misses)
 	}
 }
+
+// A bucket whose newest message was removed out of order (an expired key's marker expired in
+// turn) leaves the watch nothing to deliver up to the stream's last sequence: Latest returns
+// what there is rather than wait for its context. A bucket without per-key TTLs, where every
+// message up to it comes, is read whole (TestLatestUnderChurn's kind of read).
+func TestLatestAfterTheNewestMessageExpired(t *testing.T) {
+	srv := kvstoretest.StartServer(t)
+	_, js := kvstoretest.Connect(t, srv)
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "ttl", History: 1, LimitMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "stays", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "goes", []byte("y"), jetstream.KeyTTL(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// The key expires, its marker is written and expires too: one message is left, and the
+	// stream's last sequence names one that no longer exists.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := st.(*jetstream.KeyValueBucketStatus).StreamInfo()
+		if info.State.Msgs == 1 && info.State.LastSeq > 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key and its marker did not expire: %+v", info.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	m, err := kvstore.Latest(rctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 1 || m["stays"] == nil {
+		t.Fatalf("got %d keys, want only stays", len(m))
+	}
+}
