@@ -51,19 +51,8 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	}
 	names := memberNames(ledger, snap.owned)
 	if in.Spec != nil {
-		// A pool without members holds no lease; Held with no names would list every
-		// shard's keys, a watch per shard in front of a pool's first member.
-		in.Leases = map[string]int{}
-		if len(names) > 0 {
-			if in.Leases, err = s.Leases.Held(rctx, names...); err != nil {
-				return fmt.Errorf("count leases: %w", err)
-			}
-		}
-		if r := in.Spec.Recycle; r != nil {
-			in.Blocked = map[string]int{}
-			for _, n := range names {
-				in.Blocked[n] = b.distinct(n, now.Add(-time.Duration(r.WindowSeconds)*time.Second))
-			}
+		if err := c.countMembers(rctx, b, &in, names); err != nil {
+			return err
 		}
 	}
 	if needsEgress(in) {
@@ -101,6 +90,27 @@ func (c *Controller) pass(ctx context.Context, v *view, b *blocks, pub *kvstore.
 	// member's instance on a revision it did not record (desired keeps the instance).
 	if _, err := c.recordLedger(ctx, name, out.Ledger, lrev, &final, false); err != nil && !errors.Is(err, kvstore.ErrConflict) {
 		c.cfg.Log.Warn("pool ledger not updated after its member writes; the next pass does it", "pool", name, "err", err)
+	}
+	return nil
+}
+
+// countMembers reads the fresh counts plan needs of the members: their leases, and their
+// distinct block reports within the spec's recycle window.
+func (c *Controller) countMembers(ctx context.Context, b *blocks, in *input, names []string) error {
+	// A pool without members holds no lease; Held with no names would list every shard's
+	// keys, a watch per shard in front of a scaled-to-zero pool's first member.
+	in.Leases = map[string]int{}
+	if len(names) > 0 {
+		var err error
+		if in.Leases, err = c.cfg.Buckets.Leases.Held(ctx, names...); err != nil {
+			return fmt.Errorf("count leases: %w", err)
+		}
+	}
+	if r := in.Spec.Recycle; r != nil {
+		in.Blocked = map[string]int{}
+		for _, n := range names {
+			in.Blocked[n] = b.distinct(n, in.Now.Add(-time.Duration(r.WindowSeconds)*time.Second))
+		}
 	}
 	return nil
 }
