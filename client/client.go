@@ -113,7 +113,20 @@ func (c *Client) AcquireOnce(ctx context.Context, o AcquireOptions) (events.Leas
 	var r events.LeaseReply
 	req := o.request()
 	_, err := c.call(ctx, events.LeaseAcquireSubject, req, &r, time.Duration(req.WaitSeconds)*time.Second)
+	if o.RequestID == "" && unknownRequestID(err) {
+		// A leaser of an earlier release (during a rolling upgrade) refuses the field it does
+		// not know, having granted nothing: sent again without it, as that release's clients
+		// sent it, the acquire is served (not idempotent then, as it was not before).
+		r, req.RequestID = events.LeaseReply{}, ""
+		_, err = c.call(ctx, events.LeaseAcquireSubject, req, &r, time.Duration(req.WaitSeconds)*time.Second)
+	}
 	return r.Lease, err
+}
+
+// unknownRequestID reports whether err is a 400 naming requestId: a service that predates it.
+func unknownRequestID(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == events.CodeBadRequest && e.Field == "requestId"
 }
 
 // Renew extends lease id once; ttl 0 keeps the lease's own TTL. The ID does not change.
