@@ -117,8 +117,9 @@ func TestStatsEndToEnd(t *testing.T) {
 		}
 	}
 
-	// The chart, over the last minute in one-second steps, in a real browser.
-	_, img := chromium.Screenshot(t, bin, ui+"?since=1m", 1280, 1600)
+	// The chart, over the last minute in one-second steps, in a real browser. The page is
+	// taller than the window since the lease-key and cooldown tables grew: 3200 px holds it.
+	_, img := chromium.Screenshot(t, bin, ui+"?since=1m", 1280, 3200)
 	chromium.CheckPlot(t, img, statuspage.PlotBackground, statuspage.SeriesColours[:1], 100)
 	dom := string(chromium.Run(t, bin, ui+"?since=1m", "--dump-dom"))
 	if !strings.Contains(dom, "a.example") || !strings.Contains(dom, "75.0%") {
