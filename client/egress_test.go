@@ -18,18 +18,10 @@ func TestLeaseEgressAndCredentials(t *testing.T) {
 		"attributes": map[string]string{"geo": "de"}, "auth": map[string]string{"username": "crawler", "password": "s3cret"}}); err != nil {
 		t.Fatal(err)
 	}
-	var l *client.Lease
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if l, err = c.Acquire(ctx, client.AcquireOptions{TTL: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-		if u, _ := l.Credentials(); u != "" || time.Now().After(deadline) {
-			break
-		}
-		_ = l.Release(ctx) // the service had not seen the auth yet
-	}
+	l := acquireSeen(t, ctx, c, client.AcquireOptions{TTL: time.Minute}, func(l *client.Lease) bool {
+		u, _ := l.Credentials()
+		return u != ""
+	})
 	defer func() { _ = l.Release(ctx) }()
 	if u, p := l.Credentials(); u != "crawler" || p != "s3cret" {
 		t.Fatalf("credentials %q %q, want crawler s3cret", u, p)

@@ -20,21 +20,10 @@ func TestCurrentURLFollowsRenewals(t *testing.T) {
 		"auth": map[string]string{"mode": "lease"}}); err != nil {
 		t.Fatal(err)
 	}
-	var l *client.Lease
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		var err error
-		if l, err = c.Acquire(ctx, client.AcquireOptions{TTL: 3 * time.Second}); err != nil {
-			t.Fatal(err)
-		}
-		if u, _ := url.Parse(l.URL); u.User != nil {
-			break // the leaser's view has the new spec
-		}
-		_ = l.Release(ctx)
-		if time.Now().After(deadline) {
-			t.Fatal("the lease URL never carried a token")
-		}
-		time.Sleep(50 * time.Millisecond)
+	hasToken := func(l *client.Lease) bool { u, _ := url.Parse(l.URL); return u.User != nil }
+	l := acquireSeen(t, ctx, c, client.AcquireOptions{TTL: 3 * time.Second}, hasToken)
+	if !hasToken(l) {
+		t.Fatal("the lease URL never carried a token")
 	}
 	defer l.Release(ctx)
 	token := func(s string) leaseauth.Token {
@@ -54,12 +43,8 @@ func TestCurrentURLFollowsRenewals(t *testing.T) {
 		t.Fatal("before any renewal CurrentURL is not the grant's")
 	}
 	first := token(l.URL).Expires
-	deadline = time.Now().Add(10 * time.Second)
-	for l.CurrentURL() == l.URL {
-		if time.Now().After(deadline) {
-			t.Fatal("CurrentURL did not change with a renewal")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !within(10*time.Second, 50*time.Millisecond, func() bool { return l.CurrentURL() != l.URL }) {
+		t.Fatal("CurrentURL did not change with a renewal")
 	}
 	if !token(l.CurrentURL()).Expires.After(first) || !token(l.URL).Expires.Equal(first) {
 		t.Fatal("the renewal's token does not expire later, or URL changed")

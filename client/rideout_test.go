@@ -164,15 +164,11 @@ func (cr *crawl) stopAndCount() (int64, []error) {
 func (cr *crawl) after(t *testing.T, n int64, what string) {
 	t.Helper()
 	want := cr.cycles.Load() + n
-	deadline := time.Now().Add(60 * time.Second)
-	for cr.cycles.Load() < want {
-		if time.Now().After(deadline) {
-			cr.mu.Lock()
-			first := errors.Join(cr.first...)
-			cr.mu.Unlock()
-			t.Fatalf("%s: fewer than %d cycles within 60s (%d errors; the first: %v)", what, n, cr.errs.Load(), first)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !within(60*time.Second, 10*time.Millisecond, func() bool { return cr.cycles.Load() >= want }) {
+		cr.mu.Lock()
+		first := errors.Join(cr.first...)
+		cr.mu.Unlock()
+		t.Fatalf("%s: fewer than %d cycles within 60s (%d errors; the first: %v)", what, n, cr.errs.Load(), first)
 	}
 }
 
@@ -203,12 +199,8 @@ func checkRideOut(t *testing.T, cr *crawl, store *kvstore.Store) {
 	if n != 0 {
 		t.Fatalf("%d caller-visible errors, want 0; the first: %v", n, errors.Join(first...))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for heldSlots(t, store) != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d slots still held after every crawler released its leases (a second lease of a retried acquire?)", heldSlots(t, store))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !within(30*time.Second, 50*time.Millisecond, func() bool { return heldSlots(t, store) == 0 }) {
+		t.Fatalf("%d slots still held after every crawler released its leases (a second lease of a retried acquire?)", heldSlots(t, store))
 	}
 }
 
@@ -255,15 +247,13 @@ func noService(t *testing.T, srv *server.Server) {
 	t.Helper()
 	nc, _ := kvstoretest.Connect(t, srv)
 	misses := 0
-	deadline := time.Now().Add(30 * time.Second)
-	for misses < 5 {
-		if time.Now().After(deadline) {
-			t.Fatal("the lease service still answered 30s after every replica stopped")
-		}
+	if !within(30*time.Second, 50*time.Millisecond, func() bool {
 		_, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"probe":true}`), time.Second)
 		if errors.Is(err, nats.ErrNoResponders) {
 			misses++
 		}
-		time.Sleep(50 * time.Millisecond)
+		return misses >= 5
+	}) {
+		t.Fatal("the lease service still answered 30s after every replica stopped")
 	}
 }
