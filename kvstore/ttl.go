@@ -32,6 +32,15 @@ func CreateTTL(ctx context.Context, kv Writer, key string, value []byte, ttl tim
 	return rev, mapErr(err)
 }
 
+// WriteTTL creates key with a per-key TTL when rev is 0 (CreateTTL) and writes it at rev
+// otherwise (PutTTL): the TTL twin of WriteJSON, for a record read before it is rewritten.
+func WriteTTL(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if rev == 0 {
+		return CreateTTL(ctx, kv, key, value, ttl)
+	}
+	return PutTTL(ctx, js, kv, key, value, rev, ttl)
+}
+
 // DeleteNoted deletes key at revision rev (ErrConflict if it moved on) with a delete marker
 // that carries note as its value: a KV delete is a message with the header KV-Operation: DEL
 // (ADR-8), which reads as absent, and every watcher receives the note with the delete entry.

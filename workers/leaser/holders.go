@@ -245,12 +245,7 @@ func (l *Leaser) putHold(ctx context.Context, sc holdScope, key, token string, r
 	if err != nil {
 		return err
 	}
-	var nrev uint64
-	if rev == 0 {
-		nrev, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, key, b, ttl+holdMargin)
-	} else {
-		nrev, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, key, b, rev, ttl+holdMargin)
-	}
+	nrev, err := kvstore.WriteTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, key, b, rev, ttl+holdMargin)
 	if err != nil {
 		return err
 	}

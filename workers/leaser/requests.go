@@ -256,12 +256,7 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 // writeRequest tries recordRequest's write once: done with the answer, or not with why.
 func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr events.LeaseReply, ri *idem, b []byte) (*events.LeaseReply, bool, error) {
 	recTTL := max(time.Duration(lr.Lease.TTLSeconds)*time.Second, time.Second)
-	var err error
-	if ri.rev == 0 {
-		_, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, ri.key, b, recTTL)
-	} else {
-		_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
-	}
+	_, err := kvstore.WriteTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, ri.key, b, ri.rev, recTTL)
 	if !errors.Is(err, kvstore.ErrConflict) {
 		return nil, err == nil, err
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Escalation makes repeated blocks of one proxy on one target cool it down longer each time
@@ -84,15 +83,14 @@ func (l *Leaser) updateStrikes(ctx context.Context, proxy, target string, next f
 	kv := l.cfg.Buckets.Cooldowns
 	for range strikeAttempts {
 		var rec events.Strikes
-		var rev uint64
-		e, err := kv.Get(ctx, key)
+		raw, rev, err := l.get(ctx, kv, key)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case errors.Is(err, kvstore.ErrNotFound):
+			rev = 0
 		case err != nil:
 			return 0, fmt.Errorf("read strikes %s: %w", key, err)
 		default:
-			rev = e.Revision()
-			if json.Unmarshal(e.Value(), &rec) != nil {
+			if json.Unmarshal(raw, &rec) != nil {
 				rec = events.Strikes{} // unreadable: counted afresh, never a failed report
 			}
 		}
@@ -107,11 +105,7 @@ func (l *Leaser) updateStrikes(ctx context.Context, proxy, target string, next f
 			if merr != nil {
 				return 0, merr
 			}
-			if rev == 0 {
-				_, err = kvstore.CreateTTL(ctx, kv, key, b, l.cfg.Escalation.Memory)
-			} else {
-				_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, kv, key, b, rev, l.cfg.Escalation.Memory)
-			}
+			_, err = kvstore.WriteTTL(ctx, l.cfg.Buckets.JS, kv, key, b, rev, l.cfg.Escalation.Memory)
 		}
 		if errors.Is(err, kvstore.ErrConflict) {
 			continue

@@ -15,7 +15,6 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/workers/leaser/selection"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Tiers on the server (docs/leases.md#tiers, decision 95): an acquire with ordered selectors
@@ -122,18 +121,18 @@ func (l *Leaser) tierStart(st *events.TierState, now time.Time) (tier int, reaso
 // readTier reads the tier state of key: nil and revision 0 when there is none (or it does
 // not decode, which starts the target afresh).
 func (l *Leaser) readTier(ctx context.Context, key string) (*events.TierState, uint64, error) {
-	e, err := l.cfg.Buckets.LeaseState.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	raw, rev, err := l.get(ctx, l.cfg.Buckets.LeaseState, key)
+	if errors.Is(err, kvstore.ErrNotFound) {
 		return nil, 0, nil
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("read tier %s: %w", key, err)
 	}
 	var st events.TierState
-	if json.Unmarshal(e.Value(), &st) != nil {
-		return nil, e.Revision(), nil
+	if json.Unmarshal(raw, &st) != nil {
+		return nil, rev, nil
 	}
-	return &st, e.Revision(), nil
+	return &st, rev, nil
 }
 
 // writeTier writes st at rev (0: create), with the tier memory as its TTL.
@@ -142,12 +141,7 @@ func (l *Leaser) writeTier(ctx context.Context, key string, st events.TierState,
 	if err != nil {
 		return err
 	}
-	kv := l.cfg.Buckets.LeaseState
-	if rev == 0 {
-		_, err = kvstore.CreateTTL(ctx, kv, key, b, l.cfg.Tiers.Memory)
-	} else {
-		_, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, kv, key, b, rev, l.cfg.Tiers.Memory)
-	}
+	_, err = kvstore.WriteTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, key, b, rev, l.cfg.Tiers.Memory)
 	return err
 }
 

@@ -176,12 +176,7 @@ func (l *Leaser) enqueue(ctx context.Context, w *waiter) error {
 		if err != nil {
 			return err
 		}
-		var rev uint64
-		if prev == 0 {
-			rev, err = kvstore.CreateTTL(ctx, l.cfg.Buckets.LeaseState, w.key, b, ttl)
-		} else {
-			rev, err = kvstore.PutTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, w.key, b, prev, ttl)
-		}
+		rev, err := kvstore.WriteTTL(ctx, l.cfg.Buckets.JS, l.cfg.Buckets.LeaseState, w.key, b, prev, ttl)
 		if errors.Is(err, kvstore.ErrConflict) && w.idem != nil {
 			// An earlier try of this request waits (or waited) here: this one takes its place.
 			prev, rec.Place, err = l.waitPlace(ctx, w.key)

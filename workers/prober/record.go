@@ -37,12 +37,7 @@ func (p *Prober) record(ctx context.Context, j job, o observation) (events.Proxy
 			return events.ProxyHealth{}, 0, changes{}, err
 		}
 		wctx, cancel := context.WithTimeout(ctx, kvBudget)
-		var newRev uint64
-		if rev == 0 {
-			newRev, err = kvstore.CreateTTL(wctx, p.cfg.Buckets.Health, o.proxy, b, ttl)
-		} else {
-			newRev, err = kvstore.PutTTL(wctx, p.cfg.Buckets.JS, p.cfg.Buckets.Health, o.proxy, b, rev, ttl)
-		}
+		newRev, err := kvstore.WriteTTL(wctx, p.cfg.Buckets.JS, p.cfg.Buckets.Health, o.proxy, b, rev, ttl)
 		cancel()
 		if errors.Is(err, kvstore.ErrConflict) && attempt < 2 {
 			known = false // someone else wrote (or the record expired): fold into theirs
