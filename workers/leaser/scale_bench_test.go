@@ -16,6 +16,7 @@ import (
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
 	"github.com/egressd/egressd/workers/leaser"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -58,6 +59,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 			b.Fatal(err)
 		}
 		var seq atomic.Int64
+		msgs := serverMsgs(srv)
 		floor = runClients(b, clients, func(nc *nats.Conn) error {
 			key := "floor-" + strconv.FormatInt(seq.Add(1), 10) + ".0"
 			if err := request(nc, "bench.floor.create", []byte(key)); err != nil {
@@ -66,6 +68,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 			return request(nc, "bench.floor.delete", []byte(key))
 		})
 		floor.report(b)
+		msgs.report(b, srv)
 	})
 
 	// The service in each raw mode of the lease events (events.RawLeaseEvents): ends, the
@@ -88,6 +91,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 				b.Fatal("the leaser did not load the fleet within 2 min")
 			}
 			req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
+			msgs := serverMsgs(srv)
 			got := runClients(b, clients, func(nc *nats.Conn) error {
 				m, err := nc.Request(events.LeaseAcquireSubject, req, 5*time.Second)
 				if err != nil {
@@ -100,6 +104,7 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 				return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
 			})
 			got.report(b)
+			msgs.report(b, srv)
 			if floor.n > 0 {
 				b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
 				b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
@@ -128,6 +133,23 @@ func seedFleet(b *testing.B, js jetstream.JetStream, n int) {
 			}
 		}
 	})
+}
+
+// msgCount is the server's message counters at the start of a run: the messages a cycle
+// makes the server read and write (requests, replies, KV writes and their acks, watch and
+// consumer deliveries, events) are most of what a cycle costs on one machine.
+type msgCount struct{ in, out int64 }
+
+func serverMsgs(srv *server.Server) msgCount {
+	v, _ := srv.Varz(nil)
+	return msgCount{v.InMsgs, v.OutMsgs}
+}
+
+// report gives the messages the server read and wrote per operation since c.
+func (c msgCount) report(b *testing.B, srv *server.Server) {
+	now := serverMsgs(srv)
+	b.ReportMetric(float64(now.in-c.in)/float64(b.N), "in-msgs/op")
+	b.ReportMetric(float64(now.out-c.out)/float64(b.N), "out-msgs/op")
 }
 
 // latencies summarises one run of runClients.
