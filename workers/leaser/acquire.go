@@ -190,7 +190,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		}
 		key = events.SlotKey(c.Name, slot)
 		if !l.creating.take(c.Name, key) {
-			continue // another request here is creating it: not learned full, just not ours
+			continue // another request here is creating it, as if taken
 		}
 		defer l.creating.drop(c.Name, key) // once the view counts the grant, or at once
 		wctx, cancel := l.shards.writeContext(ctx)
