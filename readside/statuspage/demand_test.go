@@ -3,6 +3,7 @@ package statuspage
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,35 @@ func TestStatusJSONPoolSparesAndPlacements(t *testing.T) {
 	}
 	if p.Boot == nil || p.Boot.P90Seconds != 7 || len(p.Placements) != 2 || p.Placements[0].Hold == nil || p.Placements[1].Members != 2 {
 		t.Fatalf("boot %+v placements %+v", p.Boot, p.Placements)
+	}
+}
+
+// The chart ends with a pool's newest decision however many other pool events (drains,
+// rotations, other pools' decisions) the hour holds: the history is the whole window, not
+// the oldest few thousand events of it.
+func TestPoolDemandChartReadsTheWholeWindow(t *testing.T) {
+	r := newLiveRig(t)
+	ctx := context.Background()
+	if _, err := r.store.Pools.Put(ctx, "web", []byte(`{"template":{"provider":"local"},"autoscale":{"min":0,"max":5}}`)); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(ago time.Duration, from, to int) {
+		r.publish(t, events.Event{Kind: events.KindPool, Proxy: "web", At: r.now.Add(-ago), Reason: events.ReasonScaledUp,
+			Pool: &events.PoolEvent{Pool: "web", Scale: &events.PoolScale{From: from, To: to}}})
+	}
+	scale(40*time.Minute, 0, 2)
+	for i := range 2500 { // more than one fetch's worth of events that are no decision
+		r.publish(t, events.Event{Kind: events.KindPool, Proxy: "web", At: r.now.Add(-30 * time.Minute), Reason: events.ReasonDrainStarted,
+			Pool: &events.PoolEvent{Pool: "web", Member: fmt.Sprintf("web-%d", i)}})
+	}
+	scale(10*time.Minute, 2, 4)
+	h := r.handler(t, Config{Now: func() time.Time { return r.now }})
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if w := s.PoolHistory["web"]; len(w) != 2 || w[0].Members != 2 || w[1].Members != 4 {
+		t.Errorf("poolHistory %+v, want the decisions to 2 and to 4 members", s.PoolHistory)
 	}
 }
