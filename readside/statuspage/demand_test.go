@@ -183,3 +183,35 @@ func TestPoolDemandChartReadsTheWholeWindow(t *testing.T) {
 		t.Errorf("poolHistory %+v, want the decisions to 2 and to 4 members", s.PoolHistory)
 	}
 }
+
+// The page lists the addresses in quarantine, with the burned member and when each ends, and
+// /api/status.json carries them; a record past its end is left out.
+func TestPageShowsQuarantine(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for _, q := range []events.Quarantine{
+		{V: 1, Address: "127.0.97.2", Prefix: "127.0.97.0/24", Pool: "web", Proxy: "web-a1b2c", Reason: events.ReasonBurned, At: r.now.Add(-time.Hour), Until: r.now.Add(2 * time.Hour)},
+		{V: 1, Address: "127.0.98.2", Prefix: "127.0.98.2/32", Pool: "web", Proxy: "web-d3e4f", Reason: events.ReasonBurned, At: r.now.Add(-25 * time.Hour), Until: r.now.Add(-time.Hour)},
+	} {
+		if _, err := kvstore.PutJSON(ctx, r.store.Quarantine, events.QuarantineKey(q.Address), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := r.handler(t, Config{Now: func() time.Time { return r.now }})
+	_, page := get(t, h, "/")
+	text := visibleText(page)
+	if !strings.Contains(text, "Addresses in quarantine") || !strings.Contains(text, "127.0.97.2 127.0.97.0/24 web-a1b2c web") {
+		t.Errorf("the page lacks the quarantine table:\n%s", text)
+	}
+	if strings.Contains(text, "127.0.98.2") {
+		t.Error("an address whose quarantine ended is listed")
+	}
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Quarantine) != 1 || s.Quarantine[0].Proxy != "web-a1b2c" {
+		t.Errorf("quarantine %+v", s.Quarantine)
+	}
+}
