@@ -90,7 +90,7 @@ type decideCase struct {
 
 func TestDecide(t *testing.T) {
 	p := DefaultPolicy()
-	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p), rolloutCases(p))
+	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p), rolloutCases(p), successorCases(p))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in(t)
