@@ -146,6 +146,28 @@ func successorCases(p Policy) []decideCase {
 				t.Errorf("rebuilt op %+v", op)
 			}
 		}}},
+		{"successor: the create-rate limit holds it back; the proxy serves on", func(t *testing.T) Input {
+			st := surging(t)
+			st.Successor = nil
+			in := input(t, spec(t, portSpec), st, t0)
+			in.CreateAt = t0.Add(5 * time.Second)
+			return in
+		}, decideWant{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
+			if d.Status.Successor != nil || !d.Wake.Equal(t0.Add(5*time.Second)) {
+				t.Errorf("successor %+v wake %v", d.Status.Successor, d.Wake)
+			}
+		}}},
+		{"successor: a provider at its instance limit holds it back", func(t *testing.T) Input {
+			st := surging(t)
+			st.Successor = nil
+			in := input(t, spec(t, portSpec), st, t0)
+			in.Limit = &InstanceLimit{Max: 3, Count: 3}
+			return in
+		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutSurging, check: func(t *testing.T, d Decision) {
+			if d.Status.Successor != nil || d.Wake.IsZero() || d.Status.Rollout.Stage != events.RolloutSurging {
+				t.Errorf("successor %+v wake %v rollout %+v", d.Status.Successor, d.Wake, d.Status.Rollout)
+			}
+		}}},
 		{"retiring: leases held on the old instance keep it, with no timeout", func(t *testing.T) Input {
 			st := retiring(t, t0.Add(-24*time.Hour))
 			in := input(t, spec(t, portSpec), st, t0)

@@ -101,8 +101,11 @@ func (d *decider) surgeStep(hash, auth string) bool {
 	}
 	s := st.Successor
 	if s == nil {
-		if d.in.CreateAt.After(d.now) || d.successorLimited() {
-			d.wakeAt(d.in.CreateAt)
+		if d.in.CreateAt.After(d.now) {
+			d.wakeAt(d.in.CreateAt) // the provider's create-rate limit: the proxy serves on
+			return false
+		}
+		if d.successorLimited() {
 			return false
 		}
 		gen := d.in.NewID()
