@@ -80,6 +80,7 @@ func TestStandaloneRollsSuccessorFirst(t *testing.T) {
 		t.Fatalf("the lease's URL %s is not the instance's address %s", held.URL, first.Address())
 	}
 
+	edited := time.Now()
 	n.nats("kv", "put", "cloud_init", "solo", "#cloud-config\n# v2\n")
 	var switched events.ProxyStatus
 	waitUntil(t, "the status switched to a successor, the first instance retiring, Ready", 90*time.Second, func() (bool, string) {
@@ -87,6 +88,7 @@ func TestStandaloneRollsSuccessorFirst(t *testing.T) {
 		switched = st
 		return retiringOn(st, first.InstanceName) && st.Phase == events.PhaseReady, fmt.Sprintf("%s %+v %s", st.Phase, st.Rollout, st.InstanceName)
 	})
+	toReady := time.Since(edited)
 	if switched.Address() == first.Address() {
 		t.Fatalf("the successor has the first instance's address %s", first.Address())
 	}
@@ -126,6 +128,7 @@ func TestStandaloneRollsSuccessorFirst(t *testing.T) {
 		t.Fatalf("the retiring instance %s stopped listening while its lease is held", first.Address())
 	}
 
+	released := time.Now()
 	n.nats("req", "--raw", events.LeaseReleaseSubject, fmt.Sprintf(`{"id":%q}`, held.ID))
 	waitUntil(t, "the first instance deleted once its lease was released; Ready on the successor", 60*time.Second, func() (bool, string) {
 		st, _ := statusOf(t, js, "solo")
@@ -134,6 +137,8 @@ func TestStandaloneRollsSuccessorFirst(t *testing.T) {
 				st.InstanceName == switched.InstanceName && procs[first.InstanceName] == 0 && procs[switched.InstanceName] == 1,
 			fmt.Sprintf("%s rollout %+v retiring %d procs %v", st.Phase, st.Rollout, len(st.Retiring), procs)
 	})
+	t.Logf("edit -> Ready on the successor %.2f s; release -> old instance gone and rollout done %.2f s",
+		toReady.Seconds(), time.Since(released).Seconds())
 	if n := len(proxyProcs(t, dir)); n != 1 {
 		t.Fatalf("%d forward-proxy processes, want 1", n)
 	}
