@@ -53,7 +53,8 @@ type AcquireOptions struct {
 	MinAnonymity events.Anonymity
 	// Strategy orders the eligible proxies: events.StrategyRoundRobin, StrategyRandom,
 	// StrategyLowestLatency, StrategyBestForTarget (what worked lately on Target first,
-	// exploring now and then); "" is balanced.
+	// exploring now and then), StrategyPacked (the busiest proxy with room first: for an
+	// autoscaled pool); "" is balanced.
 	Strategy events.Strategy
 	// Session binds Sticky to the granted proxy for this long (whole seconds), across
 	// leases and releases; 0 keeps the plain preference. StickyMode events.StickyStrict makes

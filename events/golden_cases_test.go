@@ -75,16 +75,23 @@ func goldenCases() map[string]any {
 			ProvisionAt: at.Add(-time.Hour), Generation: "9f3a0c1d2e4b5a70", AddressAt: at.Add(-time.Hour), CreatedAt: at.Add(-time.Hour),
 			ReadyAt: at.Add(-time.Hour), UpdatedAt: at,
 			Rollout: &Rollout{Reason: ReasonCredentialsChanged, Stage: RolloutDraining, Scope: "provider pve", Since: at.Add(-time.Minute), StartedAt: at}},
-		// A proxy of its own rolled successor first (decision 98): its successor being built,
-		// and the instance it replaced before, retiring while leases granted on it run.
+		// A proxy of its own rolled successor first (decision 98), its document edited again
+		// after a switch: its successor being built (the op in flight names it), and the
+		// instance it replaced before, retiring while leases granted on it run.
 		"proxy_status_successor.v1.json": ProxyStatus{V: 1, Phase: PhaseReady, Mode: "managed", UID: "u4",
 			InstanceName: "egress-defghijklmnopqrs", InstanceID: "pve/pv1-1/105", Provider: "pve", Host: "pv1-1",
 			IP: "192.0.2.15", Port: 3128, SpecHash: "0123456789abcdef", AuthHash: "fedcba9876543210", SpecRevision: 45,
+			Op:     &OpRef{Kind: OpGet, ID: "op-7", Host: "pv1-1", IssuedAt: at, Instance: "egress-efghijklmnopqrst"},
+			Reason: ReasonRolloutSurging, Message: "its instance is outdated (SpecChanged); its successor egress-efghijklmnopqrst is being built beside it",
 			ProvisionAt: at.Add(-time.Hour), Generation: "9f3a0c1d2e4b5a71", AddressAt: at.Add(-time.Hour), CreatedAt: at.Add(-2 * time.Hour),
 			ReadyAt: at.Add(-time.Hour), UpdatedAt: at,
-			Successor: &InstanceRef{Name: "egress-efghijklmnopqrst", Host: "pv1-1", Generation: "9f3a0c1d2e4b5a72", ProvisionAt: at},
+			Rollout: &Rollout{Reason: ReasonSpecChanged, Stage: RolloutSurging, Scope: "provider pve", Since: at.Add(-2 * time.Minute),
+				StartedAt: at.Add(-2 * time.Minute), SwitchedAt: at.Add(-time.Hour)},
+			Successor: &InstanceRef{Name: "egress-efghijklmnopqrst", ID: "pve/pv1-1/106", Host: "pv1-1", Generation: "9f3a0c1d2e4b5a72", ProvisionAt: at,
+				SpecHash: "1123456789abcdef", AuthHash: "fedcba9876543210", AuthRevision: 46, NextPollAt: at.Add(time.Second)},
 			Retiring: []InstanceRef{{Name: "egress-fghijklmnopqrstu", ID: "pve/pv1-1/101", Host: "pv1-1", Generation: "9f3a0c1d2e4b5a69",
-				ProvisionAt: at.Add(-2 * time.Hour)}}},
+				ProvisionAt: at.Add(-2 * time.Hour), SpecHash: "0023456789abcdef", AuthHash: "fedcba9876543210", AuthRevision: 40,
+				RetiredAt: at.Add(-time.Hour)}}},
 		"provider_catalog_inplace.v1.json": CatalogRecord{V: 1, Provider: "local", Type: "local",
 			Hosts: []CatalogHost{{Name: "local", MaxConcurrentOps: 8}}, Limits: map[string]int{"addresses": 249, LimitMaxUnavailable: 2},
 			CredentialsInPlace: true, UpdatedAt: at},

@@ -19,6 +19,16 @@ type InstanceRef struct {
 	// ProvisionAt is when its create began; with ID, it is what leases granted on it record
 	// (ProxyStatus.Incarnation).
 	ProvisionAt time.Time `json:"provisionAt,omitzero"`
+	// What a successor is built from, so that the switch gives the status the hashes of the
+	// instance it then describes, and a successor outdated before its switch is retired.
+	SpecHash     string `json:"specHash,omitempty"`
+	AuthHash     string `json:"authHash,omitempty"`
+	AuthRevision uint64 `json:"authRevision,omitempty"`
+	// NextPollAt is when a successor not yet Running is read again.
+	NextPollAt time.Time `json:"nextPollAt,omitzero"`
+	// RetiredAt is when a retiring instance left the status (its leases are counted from a
+	// little after, so a grant racing the switch is counted).
+	RetiredAt time.Time `json:"retiredAt,omitzero"`
 }
 
 // Incarnation is what a lease granted on the instance records (ProxyStatus.Incarnation).

@@ -22,10 +22,15 @@ const (
 	// StrategyBestForTarget: the proxies that did best lately on the acquire's target first,
 	// exploring those without history there at a configured rate (docs/leases.md#best-for-target).
 	StrategyBestForTarget Strategy = "best-for-target"
+	// StrategyPacked: the balanced order read from its end, so the most active leases first
+	// among the proxies with a free slot: the fewest proxies carry the leases, and the rest
+	// fall idle, which is what lets an autoscaled pool drain its surplus (only idle members
+	// are drained) as soon as demand falls.
+	StrategyPacked Strategy = "packed"
 )
 
 // Strategies lists the strategies, the default first.
-var Strategies = []Strategy{StrategyBalanced, StrategyRoundRobin, StrategyRandom, StrategyLowestLatency, StrategyBestForTarget}
+var Strategies = []Strategy{StrategyBalanced, StrategyRoundRobin, StrategyRandom, StrategyLowestLatency, StrategyBestForTarget, StrategyPacked}
 
 // StickyMode says what an acquire of a sticky session does when the session's proxy is not
 // available.

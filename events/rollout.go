@@ -11,7 +11,9 @@ import (
 // cloud_init document it references, credentials its provider cannot update in place) is
 // not carried out on every proxy at once. A pool member waits for its pool to rotate it,
 // successor first; a proxy of its own waits for its provider's rollout budget
-// (maxUnavailable), then drains by its leases, then is replaced.
+// (maxUnavailable), then is rolled successor first too (decision 98): a successor is built
+// beside its instance, the status switches to it, and the instance it replaced retires once
+// the leases granted on it end.
 
 // Reasons of rollouts.
 const (
@@ -25,8 +27,15 @@ const (
 	// ReasonRolloutPaused: the rollout its provider's proxies are in is paused.
 	ReasonRolloutPaused Reason = "RolloutPaused"
 	// ReasonRolloutDraining: the proxy took a place in its rollout budget; it is no longer
-	// leased and is replaced once its leases end (or the drain timeout passes).
+	// leased and is replaced once its leases end. Written by releases before decision 98
+	// only: a status that still says it is rolled successor first.
 	ReasonRolloutDraining Reason = "RolloutDraining"
+	// ReasonRolloutSurging: the proxy took a place in its rollout budget; a successor is
+	// being built beside its instance, which serves meanwhile (decision 98).
+	ReasonRolloutSurging Reason = "RolloutSurging"
+	// ReasonRolloutRetiring: the proxy serves on its successor; the instance it replaced
+	// serves the leases granted on it until they end, then is deleted.
+	ReasonRolloutRetiring Reason = "RolloutRetiring"
 	// ReasonRolloutReplaced: the proxy is Ready on a new instance; its place in the budget is
 	// free (an event reason).
 	ReasonRolloutReplaced Reason = "RolloutReplaced"
@@ -35,10 +44,14 @@ const (
 // RolloutStage is where an outdated proxy is in its rollout.
 type RolloutStage string
 
-// Rollout stages. Only Draining and Replacing count against a budget.
+// Rollout stages. Waiting and Paused take no place in a budget; the others do. A proxy of
+// its own goes Waiting → Surging → Retiring (decision 98); Draining and Replacing are the
+// drain-first stages of releases before it, still finished when a status has them.
 const (
 	RolloutWaiting   RolloutStage = "Waiting"   // serving; waits for room (or its pool)
 	RolloutPaused    RolloutStage = "Paused"    // serving; its rollout is paused
+	RolloutSurging   RolloutStage = "Surging"   // serving; its successor is being built
+	RolloutRetiring  RolloutStage = "Retiring"  // on its successor; the old instance serves its leases
 	RolloutDraining  RolloutStage = "Draining"  // no new leases; its leases run on
 	RolloutReplacing RolloutStage = "Replacing" // its instance is being replaced
 )
@@ -53,13 +66,15 @@ type Rollout struct {
 	// (its pool's rotation is its budget).
 	Scope string    `json:"scope"`
 	Since time.Time `json:"since"` // when the change was seen
-	// StartedAt is when it took a place in the budget (it drains from then); zero while waiting.
+	// StartedAt is when it took a place in the budget; zero while waiting.
 	StartedAt time.Time `json:"startedAt,omitzero"`
+	// SwitchedAt is when the status switched to the successor; zero before.
+	SwitchedAt time.Time `json:"switchedAt,omitzero"`
 }
 
-// Counts reports whether r takes a place in its budget: draining or being replaced.
+// Counts reports whether r takes a place in its budget: any stage past waiting.
 func (r *Rollout) Counts() bool {
-	return r != nil && (r.Stage == RolloutDraining || r.Stage == RolloutReplacing)
+	return r != nil && r.Stage != RolloutWaiting && r.Stage != RolloutPaused
 }
 
 // ProviderScope is the rollout scope of provider's proxies of their own.
@@ -76,8 +91,8 @@ type RolloutProgress struct {
 	Outdated  int    `json:"outdated"`  // of them, still on an outdated instance
 	Waiting   int    `json:"waiting"`   // outdated, not yet started
 	Paused    bool   `json:"paused"`    // its rollout is paused
-	Draining  int    `json:"draining"`  // draining by their leases
-	Replacing int    `json:"replacing"` // being replaced
+	Draining  int    `json:"draining"`  // draining by their leases (a proxy of its own: its retiring instance)
+	Replacing int    `json:"replacing"` // being replaced (a proxy of its own: its successor being built)
 }
 
 // Replaced is how many proxies of the scope are no longer outdated.
@@ -101,9 +116,9 @@ func (p *RolloutProgress) Add(st ProxyStatus) {
 	}
 	p.Outdated++
 	switch r.Stage {
-	case RolloutDraining:
+	case RolloutDraining, RolloutRetiring:
 		p.Draining++
-	case RolloutReplacing:
+	case RolloutReplacing, RolloutSurging:
 		p.Replacing++
 	case RolloutPaused:
 		p.Waiting++

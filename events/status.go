@@ -193,6 +193,10 @@ type OpRef struct {
 	Host     string    `json:"host"`
 	IssuedAt time.Time `json:"issuedAt"`
 	Attempts int       `json:"attempts"`
+	// Instance names the instance the op is on when it is not the one the status describes
+	// (its successor or a retiring one, decision 98): a new leader rebuilds the op for it and
+	// its result is folded into its record. Empty: the status's own instance.
+	Instance string `json:"instance,omitempty"`
 }
 
 // LastError is the most recent provider error, visible to users whatever its class.

@@ -30,18 +30,36 @@ func ReadLeaseEvents(ctx context.Context, js jetstream.JetStream, from, to time.
 	return nil
 }
 
+// ReadPoolEvents hands fn every pool event (the pool controller's decisions, events.KindPool)
+// stored on EGRESS_EVENTS from from to to (a zero to means now), oldest first; none when the
+// stream does not exist yet. Its cost is the pool events in the window: other kinds of events
+// are filtered out by the server.
+func ReadPoolEvents(ctx context.Context, js jetstream.JetStream, from, to time.Time, fn func(events.Event)) error {
+	err := readWindow(ctx, js, events.StreamEvents, from, to, func(data []byte) {
+		var ev events.Event
+		if json.Unmarshal(data, &ev) == nil {
+			fn(ev)
+		}
+	}, events.EventSubject(events.KindPool, ">"))
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("read pool events: %w", err)
+	}
+	return nil
+}
+
 // windowBatch is how many messages one fetch of a window read asks for.
 const windowBatch = 512
 
 // readWindow hands fn every message stream stored from from to to (a zero to means now), in
-// order, reading the window once with an ordered consumer.
-func readWindow(ctx context.Context, js jetstream.JetStream, stream string, from, to time.Time, fn func([]byte)) error {
+// order, reading the window once with an ordered consumer; only those on subjects, if any
+// are given.
+func readWindow(ctx context.Context, js jetstream.JetStream, stream string, from, to time.Time, fn func([]byte), subjects ...string) error {
 	if to.IsZero() {
 		to = time.Now()
 	}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &from,
-		InactiveThreshold: 30 * time.Second,
+		FilterSubjects: subjects, InactiveThreshold: 30 * time.Second,
 	})
 	if err != nil {
 		return err

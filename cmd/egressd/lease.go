@@ -196,7 +196,7 @@ func leaseFlagSet(sub string, f *leaseFlags, stderr io.Writer) *flag.FlagSet {
 		fs.StringVar(&f.holder, "holder", "", "who holds the lease, for events")
 		fs.StringVar(&f.sticky, "sticky", "", "prefer the proxy this key was last leased")
 		fs.StringVar(&f.minAnon, "min-anonymity", "", "only proxies judged at least this anonymous: anonymous or elite")
-		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random, lowest-latency or best-for-target")
+		fs.StringVar(&f.strategy, "strategy", "", "order of the eligible proxies: balanced (default), round-robin, random, lowest-latency, best-for-target or packed")
 		fs.Var(&f.tiers, "tier", "a tier, k=v,k=v added to --selector; repeat it, cheapest first: the target starts on the first and moves up after blocks (needs --target)")
 		fs.Var(&f.session, "session", "bind --sticky to the granted proxy this long (a duration or seconds), even after release")
 		fs.Var(&f.wait, "wait", "when nothing matching is free, wait up to this long (a duration or seconds) for a slot, first come first served")

@@ -65,3 +65,30 @@ egress_limit_waiting_proxies{provider="kvm",reason="RateLimited"} 1
 		t.Error(err)
 	}
 }
+
+// Addresses in quarantine are counted by pool; one whose quarantine ended is not.
+func TestQuarantineMetric(t *testing.T) {
+	_, nc, js := kvstoretest.Start(t)
+	st, err := kvstore.Ensure(context.Background(), js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for addr, q := range map[string]struct {
+		pool  string
+		until time.Duration
+	}{"127.0.97.2": {"web", time.Hour}, "127.0.97.3": {"web", time.Hour}, "127.0.98.2": {"api", time.Hour}, "127.0.99.2": {"api", -time.Minute}} {
+		fleettest.Put(t, st.Quarantine, events.QuarantineKey(addr), events.Quarantine{V: 1, Address: addr, Prefix: addr + "/32", Pool: q.pool,
+			Proxy: q.pool + "-x", Reason: events.ReasonBurned, At: now.Add(-time.Hour), Until: now.Add(q.until)})
+	}
+	m := metrics.New(st, nc, true)
+	want := `
+# HELP egress_quarantine_addresses Addresses in quarantine (address_quarantine), by the pool whose burned member left them: kept from new instances until their quarantine ends.
+# TYPE egress_quarantine_addresses gauge
+egress_quarantine_addresses{pool="api"} 1
+egress_quarantine_addresses{pool="web"} 2
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), "egress_quarantine_addresses"); err != nil {
+		t.Error(err)
+	}
+}

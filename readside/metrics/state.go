@@ -39,6 +39,7 @@ var (
 	descPoolDraining = prometheus.NewDesc("egress_pool_draining", "A pool's members that are draining: no new leases, held ones run on.", []string{"pool"}, nil)
 	descPoolInfo     = prometheus.NewDesc("egress_pool_info", "1 for every pool, labelled with its phase.", []string{"pool", "phase"}, nil)
 	descLimitWaiting = prometheus.NewDesc("egress_limit_waiting_proxies", "Proxies whose create a guard rail holds back, by provider and reason: LimitReached (maxInstances), RateLimited (maxCreatesPerMinute), ProviderUnhealthy (a failing target).", []string{"provider", "reason"}, nil)
+	descQuarantine   = prometheus.NewDesc("egress_quarantine_addresses", "Addresses in quarantine (address_quarantine), by the pool whose burned member left them: kept from new instances until their quarantine ends.", []string{"pool"}, nil)
 	descScrapeErrors = prometheus.NewDesc("egress_scrape_errors", "Sources that could not be read during this scrape.", []string{"source"}, nil)
 )
 
@@ -63,7 +64,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descProxies, descLimitWaiting, descHealthy, descAnonymity, descOverdue, descLeases, descInFlight, descPending, descTargetUp,
 		descCheckTime, descStreamMsgs, descStreamBytes, descConsumers, descNATSIn, descNATSOut, descNATSInBytes, descNATSOutBytes,
 		descReconnects, descConnected, descPoolDesired, descPoolMembers, descPoolReady, descPoolLeased, descPoolDraining, descPoolInfo,
-		descLimitInstances, descLimitMax, descLimitCreates, descSuspect, descScrapeErrors} {
+		descLimitInstances, descLimitMax, descLimitCreates, descSuspect, descQuarantine, descScrapeErrors} {
 		ch <- d
 	}
 	for _, d := range demandDescs {
@@ -126,9 +127,23 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descCheckTime, prometheus.GaugeValue, th.LatencyMs/1000, th.Provider, th.Target)
 		}
 	}
+	if q, err := fleet.Quarantine(ctx, c.store.Quarantine, time.Now()); !fail(events.BucketQuarantine, err) {
+		collectQuarantine(ch, q)
+	}
 	fail("jetstream", c.collectStreams(ctx, ch))
 	for source := range failed {
 		ch <- prometheus.MustNewConstMetric(descScrapeErrors, prometheus.GaugeValue, 1, source)
+	}
+}
+
+// collectQuarantine counts the addresses in quarantine by pool.
+func collectQuarantine(ch chan<- prometheus.Metric, q []events.Quarantine) {
+	byPool := map[string]int{}
+	for _, r := range q {
+		byPool[r.Pool]++
+	}
+	for pool, n := range byPool {
+		ch <- prometheus.MustNewConstMetric(descQuarantine, prometheus.GaugeValue, float64(n), pool)
 	}
 }
 

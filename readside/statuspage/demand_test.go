@@ -3,6 +3,7 @@ package statuspage
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,67 @@ func TestStatusJSONPoolSparesAndPlacements(t *testing.T) {
 	}
 	if p.Boot == nil || p.Boot.P90Seconds != 7 || len(p.Placements) != 2 || p.Placements[0].Hold == nil || p.Placements[1].Members != 2 {
 		t.Fatalf("boot %+v placements %+v", p.Boot, p.Placements)
+	}
+}
+
+// The chart ends with a pool's newest decision however many other pool events (drains,
+// rotations, other pools' decisions) the hour holds: the history is the whole window, not
+// the oldest few thousand events of it.
+func TestPoolDemandChartReadsTheWholeWindow(t *testing.T) {
+	r := newLiveRig(t)
+	ctx := context.Background()
+	if _, err := r.store.Pools.Put(ctx, "web", []byte(`{"template":{"provider":"local"},"autoscale":{"min":0,"max":5}}`)); err != nil {
+		t.Fatal(err)
+	}
+	scale := func(ago time.Duration, from, to int) {
+		r.publish(t, events.Event{Kind: events.KindPool, Proxy: "web", At: r.now.Add(-ago), Reason: events.ReasonScaledUp,
+			Pool: &events.PoolEvent{Pool: "web", Scale: &events.PoolScale{From: from, To: to}}})
+	}
+	scale(40*time.Minute, 0, 2)
+	for i := range 2500 { // more than one fetch's worth of events that are no decision
+		r.publish(t, events.Event{Kind: events.KindPool, Proxy: "web", At: r.now.Add(-30 * time.Minute), Reason: events.ReasonDrainStarted,
+			Pool: &events.PoolEvent{Pool: "web", Member: fmt.Sprintf("web-%d", i)}})
+	}
+	scale(10*time.Minute, 2, 4)
+	h := r.handler(t, Config{Now: func() time.Time { return r.now }})
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if w := s.PoolHistory["web"]; len(w) != 2 || w[0].Members != 2 || w[1].Members != 4 {
+		t.Errorf("poolHistory %+v, want the decisions to 2 and to 4 members", s.PoolHistory)
+	}
+}
+
+// The page lists the addresses in quarantine, with the burned member and when each ends, and
+// /api/status.json carries them; a record past its end is left out.
+func TestPageShowsQuarantine(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	for _, q := range []events.Quarantine{
+		{V: 1, Address: "127.0.97.2", Prefix: "127.0.97.0/24", Pool: "web", Proxy: "web-a1b2c", Reason: events.ReasonBurned, At: r.now.Add(-time.Hour), Until: r.now.Add(2 * time.Hour)},
+		{V: 1, Address: "127.0.98.2", Prefix: "127.0.98.2/32", Pool: "web", Proxy: "web-d3e4f", Reason: events.ReasonBurned, At: r.now.Add(-25 * time.Hour), Until: r.now.Add(-time.Hour)},
+	} {
+		if _, err := kvstore.PutJSON(ctx, r.store.Quarantine, events.QuarantineKey(q.Address), q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := r.handler(t, Config{Now: func() time.Time { return r.now }})
+	_, page := get(t, h, "/")
+	text := visibleText(page)
+	if !strings.Contains(text, "Addresses in quarantine") || !strings.Contains(text, "127.0.97.2 127.0.97.0/24 web-a1b2c web") {
+		t.Errorf("the page lacks the quarantine table:\n%s", text)
+	}
+	if strings.Contains(text, "127.0.98.2") {
+		t.Error("an address whose quarantine ended is listed")
+	}
+	_, body := get(t, h, "/api/status.json")
+	var s Snapshot
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Quarantine) != 1 || s.Quarantine[0].Proxy != "web-a1b2c" {
+		t.Errorf("quarantine %+v", s.Quarantine)
 	}
 }

@@ -2,7 +2,6 @@ package statuspage
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -30,50 +30,26 @@ type PoolPoint struct {
 	Waiting int       `json:"waiting"`
 }
 
-const (
-	// demandWindow is the span the demand charts cover.
-	demandWindow = time.Hour
-	// maxScaleEvents bounds the pool events one request reads for the charts.
-	maxScaleEvents = 2000
-)
+// demandWindow is the span the demand charts cover.
+const demandWindow = time.Hour
 
 // readScaleHistory reads the autoscale decisions stored since since, by pool, oldest first.
+// It reads every pool event of the window (a busy hour of rotations and drains can hold
+// thousands, and the newest decisions are the ones the chart ends with).
 func readScaleHistory(ctx context.Context, js jetstream.JetStream, since time.Time) (map[string][]PoolPoint, error) {
 	if js == nil {
 		return nil, errors.New("read pool events: no JetStream context")
 	}
-	cons, err := js.OrderedConsumer(ctx, events.StreamEvents, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.EventSubject(events.KindPool, ">")},
-		DeliverPolicy:  jetstream.DeliverByStartTimePolicy, OptStartTime: &since, InactiveThreshold: eventsConsumerIdle,
-	})
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read pool events: %w", err)
-	}
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_ = js.DeleteConsumer(dctx, events.StreamEvents, info.Name)
-		}
-	}()
-	batch, err := cons.FetchNoWait(maxScaleEvents)
-	if err != nil {
-		return nil, fmt.Errorf("read pool events: %w", err)
-	}
 	out := map[string][]PoolPoint{}
-	for m := range batch.Messages() {
-		var ev events.Event
-		if json.Unmarshal(m.Data(), &ev) != nil || ev.Pool == nil || ev.Pool.Scale == nil {
-			continue
+	err := kvstore.ReadPoolEvents(ctx, js, since, time.Time{}, func(ev events.Event) {
+		if ev.Pool == nil || ev.Pool.Scale == nil {
+			return
 		}
 		sc := ev.Pool.Scale
 		out[ev.Pool.Pool] = append(out[ev.Pool.Pool], PoolPoint{At: ev.At, From: sc.From, Members: sc.To, Held: sc.Inputs.Held, Waiting: sc.Inputs.Waiting})
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-		return nil, fmt.Errorf("read pool events: %w", err)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -96,9 +96,9 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Errorf("banner does not name the error, or the page lost its frame:\n%s", visibleText(body))
 	}
 	// Sections a failed read left empty say so, rather than "nothing yet".
-	if n := strings.Count(body, "Not available: NATS could not be read."); n != 7 || strings.Contains(body, "No proxies yet") ||
+	if n := strings.Count(body, "Not available: NATS could not be read."); n != 8 || strings.Contains(body, "No proxies yet") ||
 		strings.Contains(body, "No lease statistics") {
-		t.Errorf("%d sections marked unavailable, want 7 (pools, cooldowns, lease holders, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
+		t.Errorf("%d sections marked unavailable, want 8 (pools, cooldowns, quarantine, lease holders, proxies, providers, events, lease traffic):\n%s", n, visibleText(body))
 	}
 	// The first screen does not call a fleet it could not read fine, nor empty.
 	if v := visibleText(body); !strings.Contains(v, "Unknown: the proxies could not all be read from NATS") || !strings.Contains(body, `class="verdict bad"`) {
@@ -110,7 +110,7 @@ func TestBannerWhenNATSIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The JSON does not carry the lease statistics, so it does not read them either.
-	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 11 { // 10 reads, and the pools' decisions for their charts
+	if res.StatusCode != http.StatusServiceUnavailable || len(s.Errors) != 12 { // 11 reads, and the pools' decisions for their charts
 		t.Errorf("status %d, errors %q; want 503 and one error per read", res.StatusCode, s.Errors)
 	}
 	if res, body := get(t, h, "/api/stats.json"); res.StatusCode != http.StatusServiceUnavailable ||

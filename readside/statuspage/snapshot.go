@@ -45,6 +45,9 @@ type Snapshot struct {
 	Problems []Problem `json:"problems"`
 	// Cooldowns is every running cooldown of proxy_cooldowns, by proxy and target.
 	Cooldowns []fleet.CooldownRow `json:"cooldowns"`
+	// Quarantine is every address in quarantine (address_quarantine), the one that ends
+	// first first: burned pool members' neighbourhoods kept from new instances.
+	Quarantine []events.Quarantine `json:"quarantine"`
 	// LeaseKeys is, for each provider whose provisioner delivers lease keys to running
 	// proxies, which lease masters each of its proxies holds and the master rotation as it
 	// sees it (decision 88): master IDs, never a master.
@@ -61,7 +64,7 @@ type Snapshot struct {
 	// many of its slots the holder has.
 	HolderProxies map[string][]heldProxy `json:"-"`
 
-	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats", "holders", "cooldowns") a failed read left
+	// incomplete names the sections ("proxies", "pools", "providers", "events", "stats", "holders", "cooldowns", "quarantine") a failed read left
 	// empty or partial, so the page does not call them empty.
 	incomplete map[string]bool
 }
@@ -147,13 +150,14 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		hidden  int
 		stats   *fleet.Stats
 		cools   []fleet.CooldownRow
+		quar    []events.Quarantine
 		cats    []events.CatalogRecord
 		keys    []events.LeaseKeysReport
 		hist    map[string][]PoolPoint
 
-		tErr, eErr, sErr, cErr error
-		hErr                   error // the pools' decisions, for their demand charts
-		wg                     sync.WaitGroup
+		tErr, eErr, sErr, cErr, qErr error
+		hErr                         error // the pools' decisions, for their demand charts
+		wg                           sync.WaitGroup
 	)
 	// The page's holders come from the fleet's own read of the lease shards.
 	wg.Go(func() {
@@ -164,6 +168,7 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	wg.Go(func() { targets, cats, keys, tErr = readProviders(ctx, cfg.Store) })
 	wg.Go(func() { evs, hidden, eErr = readRecentEvents(ctx, cfg.Store.JS, cfg.RecentEvents) })
 	wg.Go(func() { cools, cErr = fleet.Cooldowns(ctx, cfg.Store.Cooldowns, now) })
+	wg.Go(func() { quar, qErr = fleet.Quarantine(ctx, cfg.Store.Quarantine, now) })
 	wg.Go(func() { hist, hErr = readScaleHistory(ctx, cfg.Store.JS, now.Add(-demandWindow)) })
 	if withStats {
 		wg.Go(func() { stats, sErr = fleet.LoadStats(ctx, cfg.Store.JS, q.stats, now) })
@@ -180,25 +185,19 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 		Events:        evs,
 		RoutineHidden: hidden,
 		Cooldowns:     cools,
+		Quarantine:    quar,
 		LeaseKeys:     keys,
 		PoolHistory:   hist,
 		Stats:         stats,
 		Since:         q.since,
 		incomplete:    map[string]bool{},
 	}
-	for _, e := range fl.Errors {
-		s.Errors = append(s.Errors, e.Error())
-		// A pool counts its members from the proxies' rows, so any read the rows need is
-		// one the pools need; the pools' own buckets leave the proxies whole.
-		s.incomplete["pools"] = true
-		if e.Bucket != events.BucketPools && e.Bucket != events.BucketPoolStatus && e.Bucket != events.BucketPoolDemand {
-			s.incomplete["proxies"] = true
-		}
-	}
+	s.fleetFailed(fl.Errors)
 	s.failed("providers", tErr)
 	s.Providers, s.Limits = guardRows(fleet.Guards(fl.Rows, cats, targets, now))
 	s.failed("events", eErr)
 	s.failed("cooldowns", cErr)
+	s.failed("quarantine", qErr)
 	s.failed("pools", hErr)
 	s.failed("stats", sErr)
 	if l := fl.Leases; l != nil {
@@ -219,6 +218,19 @@ func load(ctx context.Context, cfg Config, q query, withStats bool, now time.Tim
 	return s
 }
 
+// fleetFailed records the fleet's failed reads and the sections they leave incomplete.
+func (s *Snapshot) fleetFailed(errs []fleet.ReadError) {
+	for _, e := range errs {
+		s.Errors = append(s.Errors, e.Error())
+		// A pool counts its members from the proxies' rows, so any read the rows need is
+		// one the pools need; the pools' own buckets leave the proxies whole.
+		s.incomplete["pools"] = true
+		if e.Bucket != events.BucketPools && e.Bucket != events.BucketPoolStatus && e.Bucket != events.BucketPoolDemand {
+			s.incomplete["proxies"] = true
+		}
+	}
+}
+
 // fillEmpty puts empty lists rather than null, so JSON consumers need no special case.
 func (s *Snapshot) fillEmpty() {
 	if s.Events == nil {
@@ -229,6 +241,9 @@ func (s *Snapshot) fillEmpty() {
 	}
 	if s.Cooldowns == nil {
 		s.Cooldowns = []fleet.CooldownRow{}
+	}
+	if s.Quarantine == nil {
+		s.Quarantine = []events.Quarantine{}
 	}
 }
 

@@ -251,6 +251,24 @@ func (v view) CooldownRows() []cooldownView {
 // CooldownsMore is how many cooldowns the table leaves out.
 func (v view) CooldownsMore() int { return max(len(v.Cooldowns)-maxCooldownRows, 0) }
 
+// quarantineView is an address in quarantine with its end as the page prints it.
+type quarantineView struct {
+	events.Quarantine
+	Clock, In string
+}
+
+// QuarantineRows are the first maxCooldownRows addresses in quarantine, for the template.
+func (v view) QuarantineRows() []quarantineView {
+	out := []quarantineView{}
+	for _, q := range v.Quarantine[:min(len(v.Quarantine), maxCooldownRows)] {
+		out = append(out, quarantineView{q, q.Until.In(v.GeneratedAt.Location()).Format("15:04:05"), fleet.Until(v.GeneratedAt, q.Until)})
+	}
+	return out
+}
+
+// QuarantineMore is how many addresses in quarantine the table leaves out.
+func (v view) QuarantineMore() int { return max(len(v.Quarantine)-maxCooldownRows, 0) }
+
 // leaseKeysView is one provider's lease keys report as the page prints it.
 type leaseKeysView struct {
 	Provider, Phase, Masters, Holding, Reported string

@@ -132,12 +132,14 @@ func (r *Route) set(key, value string) error {
 		}
 	case keyStrategy:
 		s := events.Strategy(strings.ReplaceAll(value, "_", "-"))
-		switch s {
-		case events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom, events.StrategyLowestLatency, events.StrategyBestForTarget:
-			r.Strategy = s
-		default:
-			return bad(fmt.Sprintf("must be balanced, round_robin, random, lowest_latency or best_for_target, got %q", value))
+		if !slices.Contains(events.Strategies, s) {
+			names := make([]string, len(events.Strategies))
+			for i, st := range events.Strategies {
+				names[i] = strings.ReplaceAll(string(st), "-", "_") // a username has no dashes
+			}
+			return bad(fmt.Sprintf("must be one of %s, got %q", strings.Join(names, ", "), value))
 		}
+		r.Strategy = s
 	case keyAnon:
 		switch events.Anonymity(value) {
 		case events.AnonymityAnonymous, events.AnonymityElite:

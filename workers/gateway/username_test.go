@@ -26,6 +26,7 @@ func TestParseUsername(t *testing.T) {
 		{"session-s1-sticky-strict", "c", Route{Session: "s1", SessionTTL: DefaultSessionTTL, StickyMode: events.StickyStrict}},
 		{"strategy-round_robin-anon-elite", "c", Route{Strategy: events.StrategyRoundRobin, MinAnonymity: events.AnonymityElite}},
 		{"strategy-best_for_target", "c", Route{Strategy: events.StrategyBestForTarget}},
+		{"strategy-packed", "c", Route{Strategy: events.StrategyPacked}},
 		{"strategy-lowest%2Dlatency", "c", Route{Strategy: events.StrategyLowestLatency}},
 		{"region-us%2Deast", "c", Route{Selector: map[string]string{"region": "us-east"}}},
 		// A crawler whose name is not at the front: the username is pairs alone.
@@ -57,7 +58,7 @@ func TestParseUsernameNamesTheBadKey(t *testing.T) {
 		{"session-a-ttl-x", "ttl", "whole seconds"},
 		{"session-a-ttl-86401", "ttl", "whole seconds"},
 		{"session-a-sticky-hard", "sticky", "soft or strict"},
-		{"strategy-fastest", "strategy", "balanced, round_robin"},
+		{"strategy-fastest", "strategy", "balanced, round_robin, random, lowest_latency, best_for_target, packed"},
 		{"anon-transparent", "anon", "anonymous or elite"},
 		{"geo-%zz", "geo", "percent-encoding"},
 		{"session-" + strings.Repeat("a", 129), "session", "at most 128"},

@@ -80,3 +80,32 @@ func TestLowestLatencyTakesTheFastestFirst(t *testing.T) {
 		t.Fatalf("order %v, want %s", got, want)
 	}
 }
+
+// packed fills the proxy that carries the most leases first, up to its maxLeases, then the
+// next (of equals, the last in the balanced order): 5 leases on three proxies of 3, one of
+// which carries a lease already, fill that one and one more and leave the third idle, where
+// balanced spreads them over all three.
+func TestPackedFillsTheBusiestProxyFirst(t *testing.T) {
+	for _, tc := range []struct {
+		strategy events.Strategy
+		want     map[string]int
+	}{
+		{events.StrategyPacked, map[string]int{"px-1": 2, "px-2": 3}},
+		{events.StrategyBalanced, map[string]int{"px-0": 2, "px-1": 1, "px-2": 2}},
+	} {
+		t.Run(string(tc.strategy), func(t *testing.T) {
+			r := newRig(t, nil)
+			r.seed(proxy{name: "px-0", maxLeases: 3}, proxy{name: "px-1", maxLeases: 3, attrs: map[string]string{"busy": "yes"}},
+				proxy{name: "px-2", maxLeases: 3})
+			r.startLeasers(1)
+			r.mustAcquire(events.AcquireRequest{Selector: map[string]string{"busy": "yes"}, TTLSeconds: 300, Holder: "other"})
+			got := map[string]int{}
+			for range 5 {
+				got[r.mustAcquire(events.AcquireRequest{TTLSeconds: 300, Holder: "p", Strategy: tc.strategy}).Proxy]++
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("%s: leases per proxy %v, want %v", tc.strategy, got, tc.want)
+			}
+		})
+	}
+}

@@ -265,19 +265,21 @@ func (p *planner) retire() {
 		}
 		var why events.Reason
 		var msg string
+		// A paused rollout holds the replacement of an outdated member only: one that must
+		// go for another reason (failed, its lifetime ending, burned) still goes.
+		outdated := p.in.Outdated[m.Name]
+		held := outdated != "" && p.in.RolloutPaused
+		if held {
+			outdated = ""
+		}
 		switch {
 		case len(spec.Placements) > 0 && m.Placement >= len(spec.Placements):
 			why, msg = events.ReasonTemplateChanged, "its placement was removed from the pool"
 		case identityOf(*o.spec) != identityOf(render(spec, p.in.Name, m.Placement, false)):
 			why, msg = events.ReasonTemplateChanged, "the template changed what its instance is"
-		case p.in.Outdated[m.Name] != "" && p.in.RolloutPaused:
-			if p.held == "" {
-				p.held = fmt.Sprintf("%s is outdated (%s); the pool's rollout is paused", m.Name, p.in.Outdated[m.Name])
-			}
-			continue
-		case p.in.Outdated[m.Name] == events.ReasonCredentialsChanged:
+		case outdated == events.ReasonCredentialsChanged:
 			why, msg = events.ReasonCredentialsChanged, "its credentials changed and its provider cannot update them in place"
-		case p.in.Outdated[m.Name] != "":
+		case outdated != "":
 			why, msg = events.ReasonTemplateChanged, "its instance is outdated: the cloud_init document it references changed"
 		case !p.lifetimeAt(m.Name).IsZero() && !p.in.Now.Before(p.lifetimeAt(m.Name)):
 			// Successor-first now, rather than the collector cutting its leases at the end.
@@ -295,6 +297,9 @@ func (p *planner) retire() {
 		case p.movable(*m):
 			why, msg = events.ReasonPlacementFallback, p.moveMessage(*m)
 		default:
+			if held && p.held == "" {
+				p.held = fmt.Sprintf("%s is outdated (%s); the pool's rollout is paused", m.Name, p.in.Outdated[m.Name])
+			}
 			continue
 		}
 		m.Retire = why

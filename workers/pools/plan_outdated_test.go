@@ -80,3 +80,26 @@ func TestPausedRolloutRetiresNoOutdatedMember(t *testing.T) {
 		}
 	}
 }
+
+// A paused rollout holds the replacement of outdated members only: an outdated member that
+// fails is replaced as any failed member is (nothing else would replace it: the reconciler
+// latches Failed), while the other outdated member stays.
+func TestPausedRolloutStillReplacesAFailedMember(t *testing.T) {
+	w := newWorld(t, `{"template":{"provider":"local"},"replicas":2}`)
+	w.settle()
+	first := w.members()
+	w.stale = map[string]events.Reason{first[0]: events.ReasonSpecChanged, first[1]: events.ReasonSpecChanged}
+	w.paused = true
+	w.phase[first[0]] = events.PhaseFailed
+	out := w.step()
+	if !slices.Contains(reasons(out), events.ReasonMemberFailed) {
+		t.Fatalf("events %v, want MemberFailed for the failed outdated member", reasons(out))
+	}
+	w.settle()
+	if _, ok := w.owned[first[0]]; ok {
+		t.Fatalf("the failed member %s is still there: %v", first[0], w.members())
+	}
+	if _, ok := w.owned[first[1]]; !ok {
+		t.Fatalf("the paused outdated member %s was replaced: %v", first[1], w.members())
+	}
+}

@@ -124,7 +124,7 @@ func (d *decider) deleteProxy() {
 	if d.st == nil {
 		return
 	}
-	if !d.mayExist() && d.st.Op == nil {
+	if !d.mayExist() && d.st.Op == nil && !d.hasExtras() {
 		d.remove = true
 		return
 	}
@@ -156,6 +156,9 @@ func (d *decider) deleteInstance() {
 		d.st.Reason, d.st.Message = events.ReasonProviderRemoved, msg
 		return
 	}
+	if d.deleteExtra() {
+		return
+	}
 	d.issue(events.OpDelete)
 }
 
@@ -164,7 +167,7 @@ func (d *decider) deleteInstance() {
 // message that says it is left alone.
 func (d *decider) unmanaged() (string, bool) {
 	st := d.st
-	if st == nil || !d.mayExist() || st.Provider == "" || st.Mode == schemas.ModeExternal {
+	if st == nil || !d.mayExist() && !d.hasExtras() || st.Provider == "" || st.Mode == schemas.ModeExternal {
 		return "", false
 	}
 	if _, ok := d.in.Catalog[st.Provider]; ok {
@@ -189,7 +192,7 @@ func (d *decider) invalid(reason events.Reason, msg string) {
 
 func (d *decider) external() {
 	d.ensureStatus()
-	if d.st.Mode == schemas.ModeManaged && (d.mayExist() || d.st.Op != nil) {
+	if d.st.Mode == schemas.ModeManaged && (d.mayExist() || d.st.Op != nil || d.hasExtras()) {
 		d.st.Teardown = events.ReasonModeChanged
 		d.teardown()
 		return
@@ -248,9 +251,7 @@ func (d *decider) managed() {
 		// where the leasers and probers read them (decision 87).
 		d.st.AuthRevision = d.in.SpecRevision
 	}
-	if why := d.outdated(hash, auth, prov.CredentialsInPlace); d.roll(why) {
-		d.st.Teardown = why
-	}
+	d.roll(d.outdated(hash, auth, prov.CredentialsInPlace))
 
 	if d.mayExist() && d.st.Teardown == "" {
 		switch {
@@ -265,7 +266,7 @@ func (d *decider) managed() {
 		return
 	}
 	if d.st.Teardown != "" {
-		if d.mayExist() {
+		if d.mayExist() || d.st.Teardown == events.ReasonProviderChanged && d.hasExtras() {
 			if d.st.LastError == nil && d.st.Reason != d.st.Teardown {
 				d.st.Reason, d.st.Message = d.st.Teardown, "deleting the instance to create it again"
 			}
@@ -273,6 +274,9 @@ func (d *decider) managed() {
 			return
 		}
 		d.st.Teardown = ""
+	}
+	if d.rollStep(hash, auth) {
+		return
 	}
 	d.provision(host, hash, auth)
 }
@@ -298,11 +302,16 @@ func (d *decider) provision(host, hash, auth string) {
 		if d.holdCreate(host) || d.limitReached(host) || d.rateLimited() {
 			return
 		}
-		if d.st.ProvisionAt.IsZero() {
-			d.st.ProvisionAt = d.now
-		}
 		if d.st.Generation == "" {
 			d.st.Generation = d.in.NewID()
+		}
+		if d.st.ProvisionAt.IsZero() {
+			d.st.ProvisionAt = d.now
+			if slices.Contains(d.extraNames(), d.st.InstanceName) {
+				// The derived name is a retiring instance's (trap 5): a create under it
+				// would adopt that one.
+				d.st.InstanceName = providers.SuccessorName(d.in.Installation, d.st.UID, d.st.Generation)
+			}
 		}
 		d.st.SpecHash, d.st.AuthHash, d.st.AuthRevision = hash, auth, d.in.SpecRevision
 		if d.st.Reason != events.ReasonLifetimeExceeded {
@@ -353,7 +362,11 @@ func (d *decider) setIdentity() {
 	if d.st.UID == "" {
 		d.st.UID = d.in.NewID()
 	}
-	d.st.InstanceName = providers.InstanceName(d.in.Installation, d.st.UID)
+	if d.st.InstanceName == "" || !d.mayExist() {
+		// An instance that may exist keeps its name: after a switch it is its successor's
+		// (decision 98), not the one derived from the UID.
+		d.st.InstanceName = providers.InstanceName(d.in.Installation, d.st.UID)
+	}
 }
 
 // pickHost keeps the current host while an instance may exist; otherwise placement.zone
@@ -413,6 +426,10 @@ func OpFor(name string, st events.ProxyStatus) events.Op {
 		V: 1, ID: st.Op.ID, Kind: st.Op.Kind, Proxy: name, Provider: st.Provider, Host: st.Op.Host,
 		UID: st.UID, InstanceName: st.InstanceName, InstanceID: st.InstanceID,
 		SpecRevision: st.SpecRevision, IssuedAt: st.Op.IssuedAt,
+	}
+	if st.Op.Instance != "" {
+		opOnExtra(&op, st)
+		return op
 	}
 	if op.Kind == events.OpCreate {
 		op.SpecHash, op.Generation = st.SpecHash, st.Generation

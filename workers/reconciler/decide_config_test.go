@@ -162,9 +162,9 @@ func configCases(p Policy) []decideCase {
 			in.UserDataErr = errors.New(`cloudInitRef: document "squid" not found in cloud_init`)
 			return in
 		}, decideWant{phase: events.PhasePending, reason: events.ReasonCloudInitNotFound}},
-		{"only one op in flight: a replacement waits for the get", func(t *testing.T) Input {
+		{"only one op in flight: a successor waits for the get", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080}`), withOp(drainedLongAgo(running(spec(t, base))), events.OpGet, t0), t0.Add(time.Second))
-		}, decideWant{phase: events.PhaseReplacing, check: func(t *testing.T, d Decision) {
+		}, decideWant{phase: events.PhaseRunning, check: func(t *testing.T, d Decision) {
 			if d.Status.Op == nil || d.Status.Op.ID != "op1" || !d.Wake.Equal(t0.Add(p.OpTimeout)) {
 				t.Errorf("op %+v wake %v", d.Status.Op, d.Wake)
 			}

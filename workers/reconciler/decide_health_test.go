@@ -206,9 +206,9 @@ func healthCases(p Policy) []decideCase {
 				t.Errorf("status %+v", d.Status)
 			}
 		}}},
-		{"a replacement says why", func(t *testing.T) Input {
+		{"a successor says why", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080}`), drainedLongAgo(running(spec(t, base))), t0)
-		}, decideWant{phase: events.PhaseReplacing, reason: events.ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}}},
+		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutSurging, ops: []events.OpKind{events.OpCreate}}},
 		{"changing provider replaces on the old provider", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"kvm"}`), running(spec(t, base)), t0)
 		}, decideWant{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {

@@ -69,13 +69,13 @@ func lifecycleCases(p Policy) []decideCase {
 		{"drift poll is a get", func(t *testing.T) Input {
 			return input(t, spec(t, base), running(spec(t, base)), t0.Add(2*time.Minute))
 		}, decideWant{phase: events.PhaseRunning, ops: []events.OpKind{events.OpGet}}},
-		{"spec hash change replaces once drained: delete first", func(t *testing.T) Input {
+		{"spec hash change never deletes the running instance: its successor comes first", func(t *testing.T) Input {
 			st := running(spec(t, base))
-			st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutDraining, Scope: "provider local",
+			st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutSurging, Scope: "provider local",
 				Since: t0.Add(-time.Minute), StartedAt: t0.Add(-time.Minute)}
 			return input(t, spec(t, `{"provider":"local","port":8080}`), st, t0)
-		}, decideWant{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: func(t *testing.T, d Decision) {
-			if d.Status.Teardown != events.ReasonSpecChanged || d.Ops[0].InstanceID != "local/x" {
+		}, decideWant{phase: events.PhaseRunning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			if d.Status.Teardown != "" || d.Ops[0].InstanceName == d.Status.InstanceName || d.Status.InstanceID != "local/x" {
 				t.Errorf("teardown %q op %+v", d.Status.Teardown, d.Ops[0])
 			}
 		}}},

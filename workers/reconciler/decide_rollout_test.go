@@ -5,18 +5,14 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/providers"
 	"github.com/egressd/egressd/schemas"
 )
 
 // rolloutCases are the rows of TestDecide for changes that need a new instance: they roll
-// under the provider's budget, draining first, or wait for the pool (rollout.go).
+// under the provider's budget, successor first, or wait for the pool (rollout.go).
 func rolloutCases(p Policy) []decideCase {
 	port := `{"provider":"local","port":8080}`
-	draining := func(s *schemas.ProxySpec, started time.Time) *events.ProxyStatus {
-		st := running(s)
-		st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutDraining, Scope: "provider local", Since: started, StartedAt: started}
-		return st
-	}
 	stage := func(want events.RolloutStage) func(t *testing.T, d Decision) {
 		return func(t *testing.T, d Decision) {
 			t.Helper()
@@ -33,14 +29,21 @@ func rolloutCases(p Policy) []decideCase {
 		return spec(t, `{"provider":"`+provider+`","auth":{"username":"u","password":"`+password+`"}}`)
 	}
 	return []decideCase{
-		{"rollout: a spec change with room in the budget drains first, no op", func(t *testing.T) Input {
+		{"rollout: a spec change with room in the budget surges a successor beside the instance", func(t *testing.T) Input {
 			in := input(t, spec(t, port), running(spec(t, base)), t0)
-			in.Rollout = RolloutBudget{MaxUnavailable: 2, Active: 1, Leases: -1}
+			in.Rollout = RolloutBudget{MaxUnavailable: 2, Active: 1}
 			return in
-		}, decideWant{phase: events.PhaseDraining, reason: events.ReasonRolloutDraining, check: func(t *testing.T, d Decision) {
-			stage(events.RolloutDraining)(t, d)
-			if d.Status.Teardown != "" || !d.Status.Rollout.StartedAt.Equal(t0) || d.Wake.After(t0.Add(p.RolloutPoll)) {
-				t.Errorf("teardown %q rollout %+v wake %v", d.Status.Teardown, d.Status.Rollout, d.Wake)
+		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutSurging, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			stage(events.RolloutSurging)(t, d)
+			st, s, op := d.Status, d.Status.Successor, d.Ops[0]
+			if st.Teardown != "" || !st.Rollout.StartedAt.Equal(t0) || s == nil || st.InstanceName != providers.InstanceName("inst", "u1") {
+				t.Fatalf("teardown %q rollout %+v successor %+v name %s", st.Teardown, st.Rollout, s, st.InstanceName)
+			}
+			if s.Name != providers.SuccessorName("inst", "u1", s.Generation) || s.SpecHash != spec(t, port).Hash(nil) || !s.ProvisionAt.Equal(t0) {
+				t.Errorf("successor %+v", s)
+			}
+			if st.Op.Instance != s.Name || op.InstanceName != s.Name || op.Generation != s.Generation || op.SpecHash != s.SpecHash || op.InstanceID != "" {
+				t.Errorf("op ref %+v op %+v, want the successor's create", st.Op, op)
 			}
 		}}},
 		{"rollout: a full budget keeps the outdated instance serving", func(t *testing.T) Input {
@@ -53,21 +56,20 @@ func rolloutCases(p Policy) []decideCase {
 			in.Rollout = RolloutBudget{MaxUnavailable: 5, Paused: true}
 			return in
 		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutPaused, check: stage(events.RolloutPaused)}},
-		{"rollout: a draining proxy with leases drains on", func(t *testing.T) Input {
-			in := input(t, spec(t, port), draining(spec(t, base), t0.Add(-time.Minute)), t0)
-			in.Rollout = RolloutBudget{MaxUnavailable: 1, Leases: 2}
-			return in
-		}, decideWant{phase: events.PhaseDraining, reason: events.ReasonRolloutDraining, check: stage(events.RolloutDraining)}},
-		{"rollout: leases not yet counted drain on", func(t *testing.T) Input {
-			in := input(t, spec(t, port), draining(spec(t, base), t0.Add(-time.Minute)), t0)
-			in.Rollout = RolloutBudget{MaxUnavailable: 1, Leases: -1}
-			return in
-		}, decideWant{phase: events.PhaseDraining, check: stage(events.RolloutDraining)}},
-		{"rollout: the drain timeout replaces a proxy whose leases run on", func(t *testing.T) Input {
-			in := input(t, spec(t, port), draining(spec(t, base), t0.Add(-p.RolloutDrainTimeout)), t0)
-			in.Rollout = RolloutBudget{MaxUnavailable: 1, Leases: 2}
-			return in
-		}, decideWant{phase: events.PhaseReplacing, ops: []events.OpKind{events.OpDelete}, check: stage(events.RolloutReplacing)}},
+		{"rollout: a proxy an earlier release left draining surges instead", func(t *testing.T) Input {
+			return input(t, spec(t, port), drainedLongAgo(running(spec(t, base))), t0)
+		}, decideWant{phase: events.PhaseRunning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			stage(events.RolloutSurging)(t, d)
+			if d.Status.Successor == nil || !d.Status.Rollout.StartedAt.Equal(t0.Add(-time.Hour)) {
+				t.Errorf("successor %+v rollout %+v", d.Status.Successor, d.Status.Rollout)
+			}
+		}}},
+		{"rollout: a replacement an earlier release started goes on", func(t *testing.T) Input {
+			st := running(spec(t, base))
+			st.Teardown = events.ReasonSpecChanged
+			st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutReplacing, Scope: "provider local", Since: t0}
+			return input(t, spec(t, port), st, t0)
+		}, decideWant{phase: events.PhaseReplacing, reason: events.ReasonSpecChanged, ops: []events.OpKind{events.OpDelete}, check: stage(events.RolloutReplacing)}},
 		{"rollout: a pool member only waits for its pool", func(t *testing.T) Input {
 			return input(t, spec(t, `{"provider":"local","port":8080,"pool":"web"}`), running(spec(t, base)), t0)
 		}, decideWant{phase: events.PhaseRunning, reason: events.ReasonRolloutWaiting, check: func(t *testing.T, d Decision) {
@@ -107,8 +109,8 @@ func rolloutCases(p Policy) []decideCase {
 			st := running(withAuth(t, "kvm", "old"))
 			st.Provider, st.Host, st.AuthHash, st.AuthRevision = "kvm", "a", authHash("u1", withAuth(t, "kvm", "old").Auth), 3
 			return input(t, withAuth(t, "kvm", "new"), st, t0)
-		}, decideWant{phase: events.PhaseDraining, check: func(t *testing.T, d Decision) {
-			stage(events.RolloutDraining)(t, d)
+		}, decideWant{phase: events.PhaseRunning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			stage(events.RolloutSurging)(t, d)
 			if d.Status.Rollout.Reason != events.ReasonCredentialsChanged || d.Status.AuthRevision != 3 {
 				t.Errorf("rollout %+v authRevision %d, want CredentialsChanged and 3 (the instance's)", d.Status.Rollout, d.Status.AuthRevision)
 			}
@@ -135,8 +137,8 @@ func rolloutCases(p Policy) []decideCase {
 	}
 }
 
-// drainedLongAgo is st as a proxy of its own that started draining for a spec change an
-// hour ago: with no lease left, its rollout replaces it now.
+// drainedLongAgo is st as a proxy of its own that an earlier release started draining for a
+// spec change an hour ago: it is rolled successor first now.
 func drainedLongAgo(st *events.ProxyStatus) *events.ProxyStatus {
 	at := t0.Add(-time.Hour)
 	st.Rollout = &events.Rollout{Reason: events.ReasonSpecChanged, Stage: events.RolloutDraining, Scope: "provider local", Since: at, StartedAt: at}

@@ -90,7 +90,7 @@ type decideCase struct {
 
 func TestDecide(t *testing.T) {
 	p := DefaultPolicy()
-	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p), rolloutCases(p))
+	cases := slices.Concat(lifecycleCases(p), lifetimeCases(p), configCases(p), healthCases(p), brakeCases(p), rolloutCases(p), successorCases(p))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in(t)
@@ -122,6 +122,7 @@ func TestDecide(t *testing.T) {
 			}
 			if fmt.Sprint(kinds) != fmt.Sprint(tc.want.ops) {
 				t.Errorf("ops = %v, want %v", kinds, tc.want.ops)
+				return // the check may read the ops it wanted
 			}
 			if len(d.Ops) > 1 {
 				t.Errorf("more than one op in flight: %v", kinds)

@@ -17,6 +17,10 @@ import (
 // fold applies an op result to the status.
 func (d *decider) fold(r *events.OpResult) {
 	st := d.st
+	if st.Op.Instance != "" {
+		d.foldExtra(r, st.Op.Instance)
+		return
+	}
 	if r.Error != "" {
 		st.LastError = &events.LastError{Class: r.ErrorClass, Message: r.Error, At: r.At}
 	}

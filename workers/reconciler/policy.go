@@ -21,10 +21,10 @@ type Policy struct {
 	// ReplaceUnhealthyAfter is how long an instance may stay Unhealthy (by the probers'
 	// verdict) before it is replaced, unless the brake holds it (brake.go); 0: never.
 	ReplaceUnhealthyAfter time.Duration
-	// RolloutPoll is how often a proxy waiting for its rollout, or draining for it, is
-	// decided again; RolloutDrainTimeout how long its leases may run before it is replaced
-	// anyway (rollout.go).
-	RolloutPoll, RolloutDrainTimeout time.Duration
+	// RolloutPoll is how often a proxy waiting for its rollout, or whose retiring instance
+	// serves leases, is decided again (rollout.go). There is no drain timeout: a retiring
+	// instance is deleted when its last lease ends, by release or by its TTL (decision 98).
+	RolloutPoll time.Duration
 }
 
 // DefaultPolicy is the policy of DESIGN §5.1.
@@ -46,8 +46,6 @@ func DefaultPolicy() Policy {
 		// Unhealthy recovers first; short enough that a dead VM does not idle for an hour.
 		ReplaceUnhealthyAfter: 10 * time.Minute,
 		RolloutPoll:           2 * time.Second,
-		// As a pool's drainTimeoutSeconds: a crawl's lease has time to finish its work.
-		RolloutDrainTimeout: 15 * time.Minute,
 	}
 }
 

@@ -2,7 +2,6 @@ package reconciler
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/egressd/egressd/events"
 )
@@ -14,22 +13,33 @@ import (
 //   - a pool member is only marked outdated (status.rollout, stage Waiting); its pool
 //     retires it and rotates it successor first, as for a template change;
 //   - a proxy of its own waits for a place in its provider's budget (maxUnavailable, 1 by
-//     default), then drains (phase Draining: no new lease, the held ones run on) until its
-//     leases are gone or the drain timeout passes, then is replaced; its place is free
-//     again once it is Ready on its new instance.
+//     default), then is rolled successor first (decision 98, successor.go): Surging, a
+//     successor is built beside its instance, which serves meanwhile; Retiring, the status
+//     has switched to the successor and the instance it replaced serves the leases granted
+//     on it until they end, then is deleted. No lease is cut, and there is no drain timeout.
+//     Its place is free again once it is Ready on its new instance and nothing retires.
 //
-// A paused scope starts no new drain; one already draining or replacing finishes.
+// A paused scope starts no new rollout; one already under way finishes.
 
 // RolloutBudget is what Decide needs of the rollout scope of a proxy of its own.
 type RolloutBudget struct {
 	// MaxUnavailable is the places of the scope's budget (the provider's maxUnavailable).
 	MaxUnavailable int
-	// Active is how many of the scope's other proxies take a place now (draining or being
-	// replaced).
+	// Active is how many of the scope's other proxies take a place now.
 	Active int
 	Paused bool
-	// Leases is how many leases the proxy holds, read fresh while it drains; -1: unknown.
-	Leases int
+	// Instances counts the proxy's leases by the instance they were granted on
+	// (events.Lease.Instance, an Incarnation), read fresh while it has retiring instances;
+	// nil: not read (nothing retiring, or the read failed).
+	Instances map[string]int
+}
+
+// leasesOn is how many leases were granted on r, -1 when they were not counted.
+func (b RolloutBudget) leasesOn(r events.InstanceRef) int {
+	if b.Instances == nil {
+		return -1
+	}
+	return b.Instances[r.Incarnation()]
 }
 
 // DefaultMaxUnavailable is a provider's rollout budget when its config sets none.
@@ -52,15 +62,13 @@ func (d *decider) outdated(hash, auth string, inPlace bool) events.Reason {
 }
 
 // roll takes the next step of the proxy's rollout for why ("" when its instance is
-// current), and reports whether the instance is to be torn down now.
-func (d *decider) roll(why events.Reason) bool {
+// current). It only moves the stage; the ops of a proxy rolled successor first are taken by
+// rollStep, after the ops in flight and the teardowns.
+func (d *decider) roll(why events.Reason) {
 	st, r := d.st, d.st.Rollout
 	if why == "" {
-		if r != nil && r.Stage != events.RolloutReplacing {
-			st.Rollout = nil // the change was undone before its turn: nothing to replace
-			d.clearRolloutReason()
-		}
-		return false
+		d.current(r)
+		return
 	}
 	if r == nil || r.Stage == events.RolloutReplacing {
 		r = &events.Rollout{Since: d.now, Stage: events.RolloutWaiting}
@@ -76,10 +84,10 @@ func (d *decider) roll(why events.Reason) bool {
 			r.Stage = events.RolloutPaused
 			d.setRolloutReason(events.ReasonRolloutPaused, fmt.Sprintf("its instance is outdated (%s); the rollout of pool %s is paused", why, pool))
 			d.wakeAt(d.now.Add(d.p.RolloutPoll))
-			return false
+			return
 		}
 		d.setRolloutReason(events.ReasonRolloutWaiting, fmt.Sprintf("its instance is outdated (%s); pool %s replaces it, successor first", why, pool))
-		return false
+		return
 	}
 	r.Scope = events.ProviderScope(d.in.Spec.Provider)
 	b := d.in.Rollout
@@ -90,53 +98,40 @@ func (d *decider) roll(why events.Reason) bool {
 			r.Stage = events.RolloutPaused
 			d.setRolloutReason(events.ReasonRolloutPaused, fmt.Sprintf("its instance is outdated (%s); the rollout of %s is paused", why, r.Scope))
 			d.wakeAt(d.now.Add(d.p.RolloutPoll))
-			return false
+			return
 		case b.Active >= max(b.MaxUnavailable, 1):
 			r.Stage = events.RolloutWaiting
 			d.setRolloutReason(events.ReasonRolloutWaiting, fmt.Sprintf("its instance is outdated (%s); %d of %s's %d rollout places are taken (maxUnavailable)",
 				why, b.Active, r.Scope, max(b.MaxUnavailable, 1)))
 			d.wakeAt(d.now.Add(d.p.RolloutPoll))
-			return false
+			return
 		}
-		r.Stage, r.StartedAt = events.RolloutDraining, d.now
-		fallthrough
-	case events.RolloutDraining:
-		if d.draining(r, b.Leases) {
-			return false
-		}
-		r.Stage = events.RolloutReplacing
+		r.StartedAt = d.now
 	}
-	return true
+	// Draining (a status of a release before decision 98) and Retiring (the spec changed
+	// again after the switch) keep their place and surge (anew).
+	r.Stage = events.RolloutSurging
 }
 
-// draining reports whether the proxy still drains: leases held (or not yet counted), the
-// settle not passed, and the drain timeout not reached.
-func (d *decider) draining(r *events.Rollout, leases int) bool {
-	timeout := r.StartedAt.Add(d.p.RolloutDrainTimeout)
-	settled := !d.now.Before(r.StartedAt.Add(rolloutDrainSettle))
-	if !d.now.Before(timeout) {
-		return false
+// current ends the rollout of a proxy whose instance follows the spec, or stands for none
+// (gone, or being torn down): a rollout not started ends; a successor being built is no
+// longer wanted and retires, and the stage stays Retiring while anything retires.
+func (d *decider) current(r *events.Rollout) {
+	switch {
+	case r == nil || r.Stage == events.RolloutReplacing:
+	case r.Stage == events.RolloutSurging || r.Stage == events.RolloutRetiring:
+		d.retireSuccessor()
+		c := *r
+		c.Stage, d.st.Rollout = events.RolloutRetiring, &c
+	default:
+		d.st.Rollout = nil // the change was undone before its turn: nothing to replace
+		d.clearRolloutReason()
 	}
-	if settled && leases == 0 {
-		return false
-	}
-	held := "its leases are counted"
-	if leases > 0 {
-		held = fmt.Sprintf("%d leases run on", leases)
-	}
-	d.setRolloutReason(events.ReasonRolloutDraining, fmt.Sprintf("its instance is outdated (%s): draining before it is replaced; %s (drain timeout %s)",
-		r.Reason, held, timeout.UTC().Format(time.RFC3339)))
-	d.wakeAt(d.now.Add(d.p.RolloutPoll))
-	d.wakeAt(timeout)
-	return true
 }
-
-// rolloutDrainSettle: a draining proxy's leases are counted only this long after it started
-// draining, so that a grant racing the leasers' view of the phase is counted.
-const rolloutDrainSettle = 3 * time.Second
 
 // rolloutReasons are the reasons roll sets on a proxy that keeps running.
-var rolloutReasons = []events.Reason{events.ReasonRolloutWaiting, events.ReasonRolloutPaused, events.ReasonRolloutDraining}
+var rolloutReasons = []events.Reason{events.ReasonRolloutWaiting, events.ReasonRolloutPaused, events.ReasonRolloutDraining,
+	events.ReasonRolloutSurging, events.ReasonRolloutRetiring}
 
 func (d *decider) setRolloutReason(reason events.Reason, msg string) {
 	if d.st.LastError == nil {
@@ -152,15 +147,29 @@ func (d *decider) clearRolloutReason() {
 	}
 }
 
-// rolledOut ends a rollout whose new instance is Ready: its place is free, and an event
-// says so.
+// rolledOut ends a rollout whose new instance is Ready, and nothing of the proxy's retires
+// any more: its place is free, and an event says so.
 func (d *decider) rolledOut(phase events.Phase) *events.Event {
-	r := d.st.Rollout
-	if r == nil || r.Stage != events.RolloutReplacing || phase != events.PhaseReady {
+	st, r := d.st, d.st.Rollout
+	if r == nil || phase != events.PhaseReady {
 		return nil
 	}
-	d.st.Rollout = nil
+	switch {
+	case r.Stage == events.RolloutReplacing:
+	case r.Stage == events.RolloutRetiring && st.Successor == nil && len(st.Retiring) == 0:
+		if r.SwitchedAt.IsZero() {
+			// The change was undone before the switch: its successor is gone, nothing was
+			// replaced.
+			st.Rollout = nil
+			d.clearRolloutReason()
+			return nil
+		}
+	default:
+		return nil
+	}
+	st.Rollout = nil
+	d.clearRolloutReason()
 	return &events.Event{V: 1, Kind: events.KindPhase, Proxy: d.in.Name, At: d.now, Phase: phase, From: phase,
 		Reason: events.ReasonRolloutReplaced, Message: fmt.Sprintf("Ready on a new instance %s (%s; %s)",
-			d.st.InstanceName, r.Reason, r.Scope)}
+			st.InstanceName, r.Reason, r.Scope)}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // rolloutTally counts, per rollout scope, the proxies that take a place in its budget
-// (draining or being replaced), and how many proxies are outdated at all. The leader counts a
+// (any stage past waiting), and how many proxies are outdated at all. The leader counts a
 // decision when it makes it, so a batch cannot overrun a budget.
 type rolloutTally struct {
 	active   map[string]string // proxy → its scope, while it takes a place
@@ -51,29 +51,42 @@ func (t *rolloutTally) others(scope, name string) int {
 }
 
 // rolloutBudget is the budget Decide sees for a proxy of its own on provider, with its
-// leases read fresh while it drains (the leasers stop granting it as soon as its status says
-// Draining; the leases it holds run on).
+// leases counted by instance, read fresh, while it has retiring instances (decision 98).
 func (l *loop) rolloutBudget(ctx context.Context, name string, spec schemas.ProxySpec, st *events.ProxyStatus) RolloutBudget {
+	b := RolloutBudget{}
+	if st != nil && len(st.Retiring) > 0 {
+		b.Instances = l.leasesByInstance(ctx, name)
+	}
 	if spec.Pool != "" {
 		// The pool's rotation is its budget; only the pause is shown on the member.
-		return RolloutBudget{Paused: l.paused.Paused(events.PoolScope(spec.Pool)), Leases: -1}
+		b.Paused = l.paused.Paused(events.PoolScope(spec.Pool))
+		return b
 	}
 	scope := events.ProviderScope(spec.Provider)
-	b := RolloutBudget{MaxUnavailable: l.catalog[spec.Provider].MaxUnavailable, Active: l.rollouts.others(scope, name),
-		Paused: l.paused.Paused(scope), Leases: -1}
+	b.MaxUnavailable, b.Active, b.Paused = l.catalog[spec.Provider].MaxUnavailable, l.rollouts.others(scope, name), l.paused.Paused(scope)
 	if b.MaxUnavailable <= 0 {
 		b.MaxUnavailable = DefaultMaxUnavailable
 	}
-	if st != nil && st.Rollout != nil && st.Rollout.Stage == events.RolloutDraining && l.r.cfg.Buckets.Leases.Len() > 0 {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if held, err := l.r.cfg.Buckets.Leases.Held(rctx, name); err == nil {
-			b.Leases = held[name]
-		} else {
-			l.log.Warn("count leases of a draining proxy", "proxy", name, "err", err) // counted as held: it drains on
-		}
-	}
 	return b
+}
+
+// leasesByInstance counts name's leases by the instance they were granted on; nil when
+// unknown (the read failed, or a lease names no instance): then no instance is deleted.
+func (l *loop) leasesByInstance(ctx context.Context, name string) map[string]int {
+	if l.r.cfg.Buckets.Leases.Len() == 0 {
+		return map[string]int{}
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	held, err := l.r.cfg.Buckets.Leases.HeldByInstance(rctx, name)
+	switch {
+	case err != nil:
+		l.log.Warn("count the leases of a proxy with retiring instances", "proxy", name, "err", err) // its instances are kept
+		return nil
+	case held[""] > 0:
+		return nil
+	}
+	return held
 }
 
 // refreshPause reads the rollout pauses (egress_locks, events.RolloutPauseKey) while some

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -226,22 +227,26 @@ func traceScale(b *testing.B) float64 {
 	return 0.25
 }
 
-// BenchmarkDemandTrace replays the trace on an autoscaled pool and on a fixed pool sized for
-// its peak: the waits' p50 and p95, and member-seconds (members summed over time, from the
-// trace's start until an autoscaled pool is back at zero) against the ideal, the crawlers'
-// demand integrated over time ÷ maxLeases.
+// BenchmarkDemandTrace replays the trace on an autoscaled pool, with the crawlers asking in
+// the balanced order and in the packed one, and on a fixed pool sized for its peak: the
+// waits' p50 and p95, and member-seconds (members summed over time, from the trace's start
+// until an autoscaled pool is back at zero) against the ideal, the crawlers' demand
+// integrated over time ÷ maxLeases.
 func BenchmarkDemandTrace(b *testing.B) {
-	for _, fixed := range []bool{false, true} {
-		name := map[bool]string{false: "autoscale", true: "fixed"}[fixed]
-		b.Run(name, func(b *testing.B) {
+	for _, run := range []struct {
+		name     string
+		fixed    bool
+		strategy events.Strategy
+	}{{"autoscale", false, ""}, {"autoscale-packed", false, events.StrategyPacked}, {"fixed", true, ""}} {
+		b.Run(run.name, func(b *testing.B) {
 			for range b.N {
-				replay(b, fixed)
+				replay(b, run.fixed, run.strategy)
 			}
 		})
 	}
 }
 
-func replay(b *testing.B, fixed bool) {
+func replay(b *testing.B, fixed bool, strategy events.Strategy) {
 	sizing := `"autoscale":{"min":0,"max":25,"scaleDownAfterSeconds":10,"targetUtilization":1}`
 	if fixed {
 		sizing = fmt.Sprintf(`"replicas":%d`, tracePeak/traceMaxLeases)
@@ -298,7 +303,8 @@ func replay(b *testing.B, fixed bool) {
 			end := start.Add(until)
 			for k := 0; time.Now().Before(end); k++ {
 				asked := time.Now()
-				g, err := acquireLease(nc, fmt.Sprintf(`{"selector":{"pool":"trace"},"ttlSeconds":60,"waitSeconds":%d,"holder":"c%d"}`, traceWait, i))
+				g, err := acquireLease(nc, fmt.Sprintf(`{"selector":{"pool":"trace"},"ttlSeconds":60,"waitSeconds":%d,"holder":"c%d","strategy":%q}`,
+					traceWait, i, cmp.Or(strategy, events.StrategyBalanced)))
 				mu.Lock()
 				if err != nil {
 					refused++

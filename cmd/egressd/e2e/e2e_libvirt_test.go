@@ -288,8 +288,9 @@ func TestLibvirtEndToEnd(t *testing.T) {
 	uuidBefore := strings.TrimSpace(e.mustVirsh(t, "domuuid", vm2))
 	put3 := time.Now()
 	n.nats("kv", "put", "proxies", "vm-2", libvirtSpec(provider, zone, imageKey, 8080))
+	// Rolled successor first (decision 98): done once the old domain is deleted.
 	rows = n.waitRows("vm-2 replaced and Ready on port 8080", 8*time.Minute, readyOrFail(t, "vm-2", func(r fleet.Row) bool {
-		return strings.HasSuffix(r.Address, ":8080")
+		return strings.HasSuffix(r.Address, ":8080") && r.Status.Rollout == nil
 	}))
 	tm.add("vm-2 replacement (port 3128 -> 8080): kv put -> Ready %s", secs(time.Since(put3)))
 	newName := rows["vm-2"].Status.InstanceName

@@ -175,16 +175,16 @@ func TestProxmoxEndToEnd(t *testing.T) {
 	// ------------------------------------------------ a port change replaces the VM
 	n.nats("kv", "put", "proxies", "pve-1", proxmoxSpec(proxmoxPort+1))
 	rows = n.waitRows("pve-1 replaced and Ready on the new port", 2*time.Minute, readyOrFail(t, "pve-1", func(r fleet.Row) bool {
-		return strings.HasSuffix(r.Address, fmt.Sprintf(":%d", proxmoxPort+1))
+		return strings.HasSuffix(r.Address, fmt.Sprintf(":%d", proxmoxPort+1)) && r.Status.Rollout == nil
 	}))
-	// The instance name (and so the VMID) is the proxy's, so the new VM is a second clone at
-	// the same VMID, after the old one was destroyed.
+	// Rolled successor first (decision 98): the new VM is a second clone under the
+	// successor's name, beside the old one, which is destroyed once its leases are gone.
 	waitUntil(t, "one VM, the new one", time.Minute, func() (bool, string) {
 		vms = guestVMs(sim)
 		return len(vms) == 1 && sim.Calls(proxmoxClone) == 2 &&
 			strings.Contains(vms[0].Config["description"], fmt.Sprintf("egressd-port=%d\n", proxmoxPort+1)), fmt.Sprintf("VMs %+v", vms)
 	})
-	t.Logf("replaced: VMID %d before and after, %d clones", firstVMID, sim.Calls(proxmoxClone))
+	t.Logf("replaced: VMID %d before, %d after, %d clones", firstVMID, vms[0].VMID, sim.Calls(proxmoxClone))
 	via := (&url.URL{Scheme: "http", User: url.UserPassword(proxmoxUser, proxmoxPassword), Host: rows["pve-1"].Address}).String()
 	if body := curlBody(t, via, webURL, true); body != "hello, "+vms[0].Address.String() {
 		t.Fatalf("through the replacement: %q", body)

@@ -120,8 +120,10 @@ func TestEndToEnd(t *testing.T) {
 	t.Run("a port change replaces the proxy", func(t *testing.T) {
 		old := rows["p2"].Address
 		n.nats("kv", "put", "proxies", "p2", `{"provider":"local","port":8080}`)
-		rows = n.waitRows("p2 on port 8080", 30*time.Second, func(r map[string]fleet.Row) bool {
-			return r["p2"].Phase == events.PhaseReady && strings.HasSuffix(r["p2"].Address, ":8080")
+		// Rolled successor first (decision 98): the rollout ends once the old instance is
+		// deleted and the proxy Ready on the new one.
+		rows = n.waitRows("p2 on port 8080, its rollout done", 30*time.Second, func(r map[string]fleet.Row) bool {
+			return r["p2"].Phase == events.PhaseReady && strings.HasSuffix(r["p2"].Address, ":8080") && r["p2"].Status.Rollout == nil
 		})
 		if c, err := net.DialTimeout("tcp", old, time.Second); err == nil {
 			c.Close()

@@ -25,6 +25,9 @@ import (
 //     - random: the balanced order read from a random entry to its end, then from its start;
 //     - best-for-target: by each proxy's recent success on the target, exploring proxies
 //       without history there at a configured rate (best.go states it).
+//     - packed: the balanced order read from its end: most active leases first (every
+//       eligible proxy has a free slot), so the fewest proxies carry the leases and the
+//       rest fall idle (an autoscaled pool drains only idle members).
 //  4. Once an acquire has lost a Create race, the leading candidates that tie in all but the
 //     name are shuffled (SpreadTies), so that replicas do not all go for the same next proxy.
 //
@@ -192,7 +195,7 @@ func (q Query) order() int {
 	case events.StrategyLowestLatency:
 		return orderLatency
 	}
-	return orderBalanced // balanced, and random, which starts at a random entry of it
+	return orderBalanced // balanced, random (from a random entry of it), packed (from its end)
 }
 
 // Cursor is how far an acquire has read the selection order; the zero value is the start.
@@ -275,8 +278,12 @@ func (f *Fleet) Next(q Query, cur *Cursor, skip map[string]bool, n int) []Candid
 			out = append(out, c)
 			return len(out) < n
 		}
+		read := t.ascend
+		if q.strategy == events.StrategyPacked {
+			read = t.descend // the balanced order from its end (cur.after: the last read)
+		}
 		for !cur.done && len(out) < n {
-			if !t.ascend(cur.after, visit) {
+			if !read(cur.after, visit) {
 				continue // n read, or back at the start
 			}
 			if cur.start == nil || cur.wrapped {

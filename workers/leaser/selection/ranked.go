@@ -145,3 +145,25 @@ func (t *ranked) ascendNode(n *rankNode, after *rank, f func(rank, *proxyView) b
 	}
 	return true
 }
+
+// descend calls f on the entries in reverse order, starting before key when before is set
+// (from the last entry otherwise), until f returns false. It reports whether it reached the
+// first entry.
+func (t *ranked) descend(before *rank, f func(rank, *proxyView) bool) bool {
+	return t.descendNode(t.root, before, f)
+}
+
+func (t *ranked) descendNode(n *rankNode, before *rank, f func(rank, *proxyView) bool) bool {
+	for n != nil {
+		if before != nil && t.cmp(n.key, *before) >= 0 {
+			n = n.left // n and its right subtree are not before the cursor
+			continue
+		}
+		if !t.descendNode(n.right, before, f) || !f(n.key, n.p) {
+			return false
+		}
+		// Everything to the left is before the cursor.
+		before, n = nil, n.left
+	}
+	return true
+}

@@ -219,6 +219,27 @@ func (w *world) describe(names []string) []string {
 	return out
 }
 
+// balanced is the balanced order written out: fewest active leases, least recently leased,
+// lowest latency (unknown last), name.
+func balanced(a, b rank) int {
+	if c := cmp.Compare(a.active, b.active); c != 0 {
+		return c
+	}
+	if c := a.lastLeased.Compare(b.lastLeased); c != 0 {
+		return c
+	}
+	if (a.latencyMs == 0) != (b.latencyMs == 0) {
+		if a.latencyMs == 0 {
+			return 1
+		}
+		return -1
+	}
+	if c := cmp.Compare(a.latencyMs, b.latencyMs); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.name, b.name)
+}
+
 // refCandidates is the simple rule: every eligible proxy, sorted.
 func refCandidates(v *Fleet, selector map[string]string, tgt, sticky string, minAnon events.Anonymity, strategy events.Strategy) []string {
 	prev := ""
@@ -256,6 +277,9 @@ func refCandidates(v *Fleet, selector map[string]string, tgt, sticky string, min
 			}
 			return cmp.Compare(a.r.latencyMs, b.r.latencyMs)
 		}
+		if strategy == events.StrategyPacked {
+			return -balanced(a.r, b.r) // the balanced order read from its end
+		}
 		switch strategy {
 		case events.StrategyRoundRobin:
 			if c := a.r.lastLeased.Compare(b.r.lastLeased); c != 0 {
@@ -267,22 +291,7 @@ func refCandidates(v *Fleet, selector map[string]string, tgt, sticky string, min
 				return c
 			}
 		}
-		if c := cmp.Compare(a.r.active, b.r.active); c != 0 {
-			return c
-		}
-		if c := a.r.lastLeased.Compare(b.r.lastLeased); c != 0 {
-			return c
-		}
-		if (a.r.latencyMs == 0) != (b.r.latencyMs == 0) {
-			if a.r.latencyMs == 0 {
-				return 1
-			}
-			return -1
-		}
-		if c := cmp.Compare(a.r.latencyMs, b.r.latencyMs); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.r.name, b.r.name)
+		return balanced(a.r, b.r)
 	})
 	names := make([]string, len(out))
 	for i, c := range out {
