@@ -125,7 +125,7 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 			}
 			c := batch[i]
 			tried[c.Name] = true
-			if !c.Sticky && l.creating.busy(c.Name) {
+			if !c.Sticky && spreads(r.Strategy) && l.creating.busy(c.Name) {
 				later = append(later, c)
 				continue
 			}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/egressd/egressd/events"
 )
 
 // creating is the slots this replica is creating right now, and their proxies. Requests run
@@ -51,6 +53,19 @@ func (c *creating) busy(proxy string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.proxies[proxy] > 0
+}
+
+// spreads says whether an acquire of strategy tries a proxy with a slot being created here
+// after the other candidates it read: the strategies whose order puts a proxy that is about
+// to gain a lease (or to be the last leased) further back. Packed wants it first, and
+// lowest-latency and best-for-target rank by what a lease does not change: for them the
+// claim alone keeps concurrent acquires off each other's slot.
+func spreads(s events.Strategy) bool {
+	switch s {
+	case "", events.StrategyBalanced, events.StrategyRoundRobin, events.StrategyRandom:
+		return true
+	}
+	return false
 }
 
 // tries is the request IDs an acquire of this replica is serving now. Tries of one request

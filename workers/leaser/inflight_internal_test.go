@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/events"
 )
 
 func TestCreatingClaimsEachSlotOnce(t *testing.T) {
@@ -37,6 +39,17 @@ func TestCreatingClaimsEachSlotOnce(t *testing.T) {
 		}
 		if got != s.want {
 			t.Fatalf("step %d %s %s %s: %v, want %v", i, s.op, s.proxy, s.key, got, s.want)
+		}
+	}
+}
+
+func TestOnlySpreadingStrategiesTryABusyProxyLast(t *testing.T) {
+	for s, want := range map[events.Strategy]bool{
+		"": true, events.StrategyBalanced: true, events.StrategyRoundRobin: true, events.StrategyRandom: true,
+		events.StrategyPacked: false, events.StrategyLowestLatency: false, events.StrategyBestForTarget: false,
+	} {
+		if got := spreads(s); got != want {
+			t.Errorf("spreads(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
