@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 )
 
 // checkKeys walks the first JSON value of data against the json tags of t and reports, with
@@ -85,6 +86,22 @@ var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
 // jsonField returns the type of the field of struct t whose json name is exactly key.
 func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
+	ft, ok := jsonFields(t)[key]
+	return ft, ok
+}
+
+// fieldsOf caches jsonFields by struct type: every request the services decode walks its
+// keys (a lease acquire and release, thousands a second), and reading the tags of each
+// field again for each key was most of what that walk allocated.
+var fieldsOf sync.Map // reflect.Type → map[string]reflect.Type
+
+// jsonFields maps the json name of each field of struct t to its type. The first field of a
+// name wins, as it did when the fields were searched in order.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if m, ok := fieldsOf.Load(t); ok {
+		return m.(map[string]reflect.Type)
+	}
+	m := map[string]reflect.Type{}
 	for f := range t.Fields() {
 		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if name == "-" || !f.IsExported() {
@@ -93,11 +110,12 @@ func jsonField(t reflect.Type, key string) (reflect.Type, bool) {
 		if name == "" {
 			name = f.Name
 		}
-		if name == key {
-			return f.Type, true
+		if _, seen := m[name]; !seen {
+			m[name] = f.Type
 		}
 	}
-	return nil, false
+	fieldsOf.Store(t, m)
+	return m
 }
 
 func pathOrDocument(path string) string {

@@ -95,7 +95,21 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 	// Candidates in a stalled shard are passed over, and a shard that stalls now moves the
 	// acquire on (shards.go): a node's crash then holds up no acquire. What was passed over
 	// is counted, so that an acquire that found nothing else says so (ShardUnavailable).
-	skipped := map[int]int{} // shard → candidates passed over
+	skipped := map[int]int{}        // shard → candidates passed over
+	var later []selection.Candidate // being created by another request here: tried last
+	try := func(c selection.Candidate) (any, bool, error) {
+		if l.shards.stalled(c.Name) {
+			skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
+			return nil, false, nil
+		}
+		g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
+		if errors.Is(err, errShardStalled) {
+			skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
+			return nil, false, nil
+		}
+		lost = lost || conflicts > 0
+		return g, err != nil || g != nil, err
+	}
 	for cur := (selection.Cursor{}); ; {
 		batch := l.view.fleet.Next(q, &cur, tried, candidateBatch)
 		if len(batch) == 0 && len(q.Avoid) > 0 {
@@ -111,19 +125,18 @@ func (l *Leaser) acquireAny(ctx context.Context, r events.AcquireRequest, ttl ti
 			}
 			c := batch[i]
 			tried[c.Name] = true
-			if l.shards.stalled(c.Name) {
-				skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
+			if !c.Sticky && spreads(r.Strategy) && l.creating.busy(c.Name) {
+				later = append(later, c)
 				continue
 			}
-			g, conflicts, err := l.tryCandidateTraced(ctx, r, ttl, c, at)
-			if errors.Is(err, errShardStalled) {
-				skipped[l.cfg.Buckets.Leases.Index(c.Name)]++
-				continue
-			}
-			lost = lost || conflicts > 0
-			if err != nil || g != nil {
+			if g, done, err := try(c); done {
 				return g, err
 			}
+		}
+	}
+	for _, c := range later {
+		if g, done, err := try(c); done {
+			return g, err
 		}
 	}
 	av := l.view.fleet.Availability(q, at.Learned)
@@ -176,6 +189,10 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 			break
 		}
 		key = events.SlotKey(c.Name, slot)
+		if !l.creating.take(c.Name, key) {
+			continue // another request here is creating it, as if taken
+		}
+		defer l.creating.drop(c.Name, key) // once the view counts the grant, or at once
 		wctx, cancel := l.shards.writeContext(ctx)
 		rev, err = l.createSlot(wctx, l.cfg.Buckets.Leases.Of(c.Name), key, slot, b, ttl)
 		cancel()

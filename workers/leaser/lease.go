@@ -14,6 +14,14 @@ import (
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
 // is empty (never granted, released or expired), 409 when it holds another grant.
 func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint64, error) {
+	return l.readLeaseAfter(ctx, id, false)
+}
+
+// readLeaseAfter is readLease; conflicted says that a write at the revision it gave before
+// failed, so the view's record no longer stands in for a slot the read does not find: the
+// slot changed since the view heard of it (released or expired on another replica, whose
+// delete this view has not heard yet), and the same stand-in would only fail again.
+func (l *Leaser) readLeaseAfter(ctx context.Context, id leaseID, conflicted bool) (events.Lease, uint64, error) {
 	key := events.SlotKey(id.Proxy, id.Slot)
 	raw, rev, err := l.get(ctx, l.cfg.Buckets.Leases.Of(id.Proxy), key)
 	if errors.Is(err, kvstore.ErrNotFound) {
@@ -21,7 +29,7 @@ func (l *Leaser) readLease(ctx context.Context, id leaseID) (events.Lease, uint6
 		// grant (or a restarted server catching up). If this replica's view holds the grant,
 		// it was made: its record and revision stand in, and the write that follows, at that
 		// revision, is exact whatever the read said.
-		if rec, rev, held := l.view.heldLease(key, id.Token); held {
+		if rec, rev, held := l.view.heldLease(key, id.Token); held && !conflicted {
 			return rec, rev, checkCaller(ctx, id, rec)
 		}
 		if gone := l.goneError(id); gone != nil {
@@ -125,7 +133,7 @@ func (l *Leaser) deleteLease(ctx context.Context, id leaseID) (released bool, wh
 	for try := range casRetries + 1 { // the first may only find the view behind
 		if try > 0 || !known {
 			var err error
-			rec, rev, err = l.readLease(ctx, id)
+			rec, rev, err = l.readLeaseAfter(ctx, id, try > 0)
 			var ae *apiError
 			if errors.As(err, &ae) {
 				return false, ae.msg, nil

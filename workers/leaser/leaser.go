@@ -130,6 +130,9 @@ type Leaser struct {
 	stats    *stats
 	demand   *demandBook
 	inflight atomic.Int64
+	gate     *gate          // runs the NATS requests side by side (concurrent.go)
+	creating *creating      // slots whose Create is in flight here (inflight.go)
+	tries    *tries         // request IDs an acquire serves here now (inflight.go)
 	wake     *wakeup        // this replica's waiting acquires (wait.go)
 	waiters  sync.WaitGroup // the goroutines answering them over NATS
 	quit     chan struct{}  // closed when Run's context ends: waiters answer and go
@@ -150,7 +153,7 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.Buckets.LeaseState, cfg.SlotWriteBudget),
-		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), tracer: tracing.Tracer(cfg.Tracing),
+		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), creating: newCreating(), tries: newTries(), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)
 	l.view.fleet.SetLearning(selection.Learning{HalfLife: cfg.BestForTarget.HalfLife, Explore: *cfg.BestForTarget.Explore})

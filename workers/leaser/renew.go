@@ -23,8 +23,8 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 	if l.shards.stalled(id.Proxy) {
 		return nil, l.shardUnavailable("lease "+id.String()+" cannot be renewed now", l.shardOf(id.Proxy), nil)
 	}
-	for range casRetries {
-		rec, rev, err := l.readLease(ctx, id)
+	for try := range casRetries {
+		rec, rev, err := l.readLeaseAfter(ctx, id, try > 0)
 		if err != nil {
 			return nil, err
 		}

@@ -134,10 +134,19 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 		return nil, &idem{key: key}, err
 	}
 	reply := events.LeaseReply{Lease: g}
-	if _, err := l.recordRequest(ctx, r, reply, &idem{key: key}); err != nil {
-		// Recorded meanwhile by another try (or not at all): a retry reads the record, or
-		// finds the lease here again.
+	prior, err := l.recordRequest(ctx, r, reply, &idem{key: key})
+	if err != nil {
+		// Not recorded (or not known to be): a retry reads the record, or finds the lease
+		// here again.
 		l.log.Debug("record the request of an unrecorded grant", "id", id.String(), "err", err)
+	}
+	if prior != nil {
+		// Another try recorded its own grant first, and it is held: that one is the
+		// request's lease. The view's index named the newest grant of the request, which may
+		// be a losing try's, being given back by it; answering it would hand out a lease
+		// that is about to be deleted. Given back here too, in case its try is gone.
+		l.releaseGrant(ctx, reply, "give back an unrecorded grant of a request recorded with another")
+		return prior, nil, nil
 	}
 	l.log.Info("acquire retried: answered with the unrecorded lease of an earlier try", "id", id.String(), "holder", r.Holder)
 	return &reply, nil, nil

@@ -88,6 +88,8 @@ func (l *Leaser) Run(ctx context.Context) error {
 	}
 
 	l.view.startSweeping()
+	l.gate = newGate(maxConcurrent)
+	defer l.gate.close() // on every way out; after stop it has nothing left to wait for
 	svc, err := l.serve(watchCtx)
 	if err != nil {
 		return err
@@ -107,6 +109,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	close(l.quit) // waiting acquires answer now, before the faces stop
 	stopHTTP()
 	l.stop(svc)
+	l.gate.close()
 	l.waiters.Wait()
 	return err
 }
@@ -164,7 +167,7 @@ func (l *Leaser) serve(ctx context.Context) (micro.Service, error) {
 		handlers[name] = l.handler(ctx, name, h)
 	}
 	for name, h := range handlers {
-		if err := g.AddEndpoint(name, h); err != nil {
+		if err := g.AddEndpoint(name, l.concurrently(h)); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("add endpoint %s: %w", name, err)
 		}

@@ -137,6 +137,12 @@ func (v *view) applyLease(e jetstream.KeyValueEntry) (expired *slotState) {
 		}
 		return nil
 	}
+	v.mu.Lock()
+	known := e.Revision() <= v.leaseRev[e.Key()]
+	v.mu.Unlock()
+	if known { // the echo of a grant this replica counted when its Create returned
+		return nil // noteLease would drop it: no need to decode it first
+	}
 	var l events.Lease
 	if json.Unmarshal(e.Value(), &l) != nil {
 		l = events.Lease{Proxy: proxy, Slot: slot} // still a held slot, whoever wrote it

@@ -141,6 +141,13 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 	if err != nil {
 		return nil, nil, err
 	}
+	if r.RequestID != "" {
+		unlock, err := l.tries.lock(ctx, requestKey(r.Holder, r.RequestID))
+		if err != nil {
+			return nil, nil, err
+		}
+		defer unlock()
+	}
 	prior, ri, err := l.priorGrant(ctx, r)
 	if err != nil || prior != nil {
 		return orNil(prior), nil, err
