@@ -158,14 +158,19 @@ func seedFleet(b *testing.B, js jetstream.JetStream, n int) {
 // consumer deliveries, events) are most of what a cycle costs on one machine.
 type msgCount struct{ in, out int64 }
 
-func serverMsgs(srv *server.Server) msgCount {
-	v, _ := srv.Varz(nil)
-	return msgCount{v.InMsgs, v.OutMsgs}
+func serverMsgs(srvs ...*server.Server) msgCount {
+	var c msgCount
+	for _, srv := range srvs {
+		v, _ := srv.Varz(nil)
+		c.in, c.out = c.in+v.InMsgs, c.out+v.OutMsgs
+	}
+	return c
 }
 
-// report gives the messages the server read and wrote per operation since c.
-func (c msgCount) report(b *testing.B, srv *server.Server) {
-	now := serverMsgs(srv)
+// report gives the messages the servers read and wrote per operation since c (in a cluster,
+// the routes' replication and their acks count too).
+func (c msgCount) report(b *testing.B, srvs ...*server.Server) {
+	now := serverMsgs(srvs...)
 	b.ReportMetric(float64(now.in-c.in)/float64(b.N), "in-msgs/op")
 	b.ReportMetric(float64(now.out-c.out)/float64(b.N), "out-msgs/op")
 }

@@ -1,0 +1,145 @@
+package leaser_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+	"github.com/egressd/egressd/workers/leaser"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// BenchmarkLeaseAtScaleR3 is BenchmarkLeaseAtScale on a three-node cluster with the buckets
+// at three replicas (issue 31 item 4): 10,000 Ready proxies, 16 clients spread over the
+// servers, against the R3 floor (the same create and delete of a slot, one KV call each,
+// from one responder). The service is three leasers, one on each server, as a production
+// layout runs them. Everything is in this process on this machine, so the servers, the
+// leasers and the clients share its cores: the ratios say what the service adds to an R3
+// round trip here, not what three machines would.
+func BenchmarkLeaseAtScaleR3(b *testing.B) {
+	cluster := kvstoretest.StartCluster(b, 3)
+	srvs := cluster.Servers
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	_, js := kvstoretest.Connect(b, srvs[0])
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{Replicas: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, _, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases); err != nil {
+		b.Fatal(err)
+	}
+	seedFleet(b, js, scaleProxies)
+	clients := make([]*nats.Conn, scaleClients)
+	for i := range clients {
+		clients[i], _ = kvstoretest.Connect(b, srvs[i%len(srvs)])
+	}
+
+	var floor latencies
+	b.Run("floor", func(b *testing.B) {
+		rnc, _ := kvstoretest.Connect(b, srvs[0])
+		svc, err := floorService(rnc, store)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = svc.Stop() }()
+		if err := rnc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		waitForResponders(b, clients, "bench.floor.delete", "floor-probe.0")
+		var seq atomic.Int64
+		msgs := serverMsgs(srvs...)
+		floor = runClients(b, clients, func(nc *nats.Conn) error {
+			key := "floor-" + strconv.FormatInt(seq.Add(1), 10) + ".0"
+			if err := request(nc, "bench.floor.create", []byte(key)); err != nil {
+				return err
+			}
+			return request(nc, "bench.floor.delete", []byte(key))
+		})
+		floor.report(b)
+		msgs.report(b, srvs...)
+	})
+	b.Run("acquire-release", func(b *testing.B) {
+		for i, srv := range srvs {
+			defer startScaleLeaser(ctx, b, srv, i)()
+		}
+		waitForResponders(b, clients, events.LeaseReleaseSubject, `{"id":"px-00000.0.x"}`)
+		msgs := serverMsgs(srvs...)
+		got := runClients(b, clients, func(nc *nats.Conn) error {
+			m, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":60,"holder":"bench"}`), 10*time.Second)
+			if err != nil {
+				return err
+			}
+			var r events.LeaseReply
+			if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
+				return fmt.Errorf("acquire: %s", m.Data)
+			}
+			return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
+		})
+		got.report(b)
+		msgs.report(b, srvs...)
+		if floor.n > 0 {
+			b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
+			b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
+			b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
+			b.ReportMetric(float64(got.cpu)/float64(floor.cpu), "cpu/floor")
+		}
+	})
+}
+
+// startScaleLeaser runs a leaser connected to srv, waits until it serves, and returns what
+// stops it.
+func startScaleLeaser(ctx context.Context, b *testing.B, srv *server.Server, i int) (stop func()) {
+	b.Helper()
+	nc, js := kvstoretest.Connect(b, srv)
+	store, err := kvstore.Bind(ctx, js)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, Log: slog.New(slog.DiscardHandler),
+		Worker: "bench-" + strconv.Itoa(i)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = l.Run(lctx); close(done) }()
+	stop = func() { cancel(); <-done }
+	select {
+	case <-l.Ready():
+	case <-time.After(3 * time.Minute):
+		stop()
+		b.Fatal("a leaser did not load the fleet within 3 min")
+	}
+	return stop
+}
+
+// waitForResponders asks subject from every client until each gets an answer (any answer):
+// a responder's subscription reaches the other servers over the routes a moment after it
+// subscribed.
+func waitForResponders(b *testing.B, clients []*nats.Conn, subject, data string) {
+	b.Helper()
+	for _, nc := range clients {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err := nc.Request(subject, []byte(data), 5*time.Second)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
+				b.Fatalf("%s from a client: %v", subject, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
