@@ -69,17 +69,24 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 
-	t.Run("port change replaces under the same name", func(t *testing.T) {
+	t.Run("port change rolls a successor first", func(t *testing.T) {
 		deletes := fake.Calls("delete")
 		h.put("web", `{"provider":"fake","port":8080}`)
-		h.waitFor("replacement on port 8080", 30*time.Second, func() (bool, string) {
-			st, _ := h.status("web")
-			return st.Phase == events.PhaseRunning && st.Port == 8080, fmt.Sprintf("%s port %d", st.Phase, st.Port)
+		// A proxy of its own is rolled successor first (decision 98): the successor is built
+		// beside the instance under another name, the status switches to it, and the old
+		// instance, which holds no lease, is deleted once the rollout counted its leases.
+		var st2 events.ProxyStatus
+		h.waitFor("the successor on port 8080 and the old instance gone", 30*time.Second, func() (bool, string) {
+			st2, _ = h.status("web")
+			return st2.Phase == events.PhaseRunning && st2.Port == 8080 && len(st2.Retiring) == 0 && st2.Successor == nil &&
+					fake.Calls("delete") > deletes,
+				fmt.Sprintf("%s port %d, %d retiring, %d deletes", st2.Phase, st2.Port, len(st2.Retiring), fake.Calls("delete")-deletes)
 		})
-		st2, _ := h.status("web")
-		if fake.Calls("delete") <= deletes || st2.InstanceName != name {
-			t.Fatalf("replacement: deletes %d→%d, name %q→%q", deletes, fake.Calls("delete"), name, st2.InstanceName)
+		list, err := fake.List(h.ctx)
+		if err != nil || len(list) != 1 || list[0].Name != st2.InstanceName || st2.InstanceName == name {
+			t.Fatalf("after the rollout: instances %v (%v), the status's %q, the first %q", list, err, st2.InstanceName, name)
 		}
+		name = st2.InstanceName
 	})
 
 	t.Run("a stopped instance is recreated", func(t *testing.T) {
