@@ -230,44 +230,42 @@ func proxiesText(held []heldProxy) string {
 	return strings.Join(parts, ", ")
 }
 
-// maxCooldownRows bounds the cooldowns table; /api/status.json has every cooldown.
-const maxCooldownRows = 50
+// maxTimedRows bounds the tables of things that end at a time (cooldowns, addresses in
+// quarantine); /api/status.json has them all.
+const maxTimedRows = 50
 
-// cooldownView is a cooldown with its end as the page prints it.
-type cooldownView struct {
-	fleet.CooldownRow
+// timed is a row of such a table with its end as the page prints it: the clock time and how
+// long until then.
+type timed[T any] struct {
+	Row       T
 	Clock, In string
 }
 
-// CooldownRows are the first maxCooldownRows cooldowns, for the template.
-func (v view) CooldownRows() []cooldownView {
-	out := []cooldownView{}
-	for _, c := range v.Cooldowns[:min(len(v.Cooldowns), maxCooldownRows)] {
-		out = append(out, cooldownView{c, c.Until.In(v.GeneratedAt.Location()).Format("15:04:05"), fleet.Until(v.GeneratedAt, c.Until)})
+// timedRows are the first maxTimedRows of rows, each with its end (until of it).
+func timedRows[T any](v view, rows []T, until func(T) time.Time) []timed[T] {
+	out := []timed[T]{}
+	for _, r := range rows[:min(len(rows), maxTimedRows)] {
+		u := until(r)
+		out = append(out, timed[T]{r, u.In(v.GeneratedAt.Location()).Format("15:04:05"), fleet.Until(v.GeneratedAt, u)})
 	}
 	return out
+}
+
+// CooldownRows are the first cooldowns, for the template.
+func (v view) CooldownRows() []timed[fleet.CooldownRow] {
+	return timedRows(v, v.Cooldowns, func(c fleet.CooldownRow) time.Time { return c.Until })
 }
 
 // CooldownsMore is how many cooldowns the table leaves out.
-func (v view) CooldownsMore() int { return max(len(v.Cooldowns)-maxCooldownRows, 0) }
+func (v view) CooldownsMore() int { return max(len(v.Cooldowns)-maxTimedRows, 0) }
 
-// quarantineView is an address in quarantine with its end as the page prints it.
-type quarantineView struct {
-	events.Quarantine
-	Clock, In string
-}
-
-// QuarantineRows are the first maxCooldownRows addresses in quarantine, for the template.
-func (v view) QuarantineRows() []quarantineView {
-	out := []quarantineView{}
-	for _, q := range v.Quarantine[:min(len(v.Quarantine), maxCooldownRows)] {
-		out = append(out, quarantineView{q, q.Until.In(v.GeneratedAt.Location()).Format("15:04:05"), fleet.Until(v.GeneratedAt, q.Until)})
-	}
-	return out
+// QuarantineRows are the first addresses in quarantine, for the template.
+func (v view) QuarantineRows() []timed[events.Quarantine] {
+	return timedRows(v, v.Quarantine, func(q events.Quarantine) time.Time { return q.Until })
 }
 
 // QuarantineMore is how many addresses in quarantine the table leaves out.
-func (v view) QuarantineMore() int { return max(len(v.Quarantine)-maxCooldownRows, 0) }
+func (v view) QuarantineMore() int { return max(len(v.Quarantine)-maxTimedRows, 0) }
 
 // leaseKeysView is one provider's lease keys report as the page prints it.
 type leaseKeysView struct {
