@@ -2,9 +2,7 @@ package leaser_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
@@ -75,25 +73,10 @@ func BenchmarkLeaseAtScaleR3(b *testing.B) {
 		}
 		waitForResponders(b, clients, events.LeaseReleaseSubject, `{"id":"px-00000.0.x"}`)
 		msgs := serverMsgs(srvs...)
-		got := runClients(b, clients, func(nc *nats.Conn) error {
-			m, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":60,"holder":"bench"}`), 10*time.Second)
-			if err != nil {
-				return err
-			}
-			var r events.LeaseReply
-			if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
-				return fmt.Errorf("acquire: %s", m.Data)
-			}
-			return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
-		})
+		got := runClients(b, clients, acquireReleaseOp(false))
 		got.report(b)
 		msgs.report(b, srvs...)
-		if floor.n > 0 {
-			b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
-			b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
-			b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
-			b.ReportMetric(float64(got.cpu)/float64(floor.cpu), "cpu/floor")
-		}
+		got.reportAgainst(b, floor)
 	})
 }
 

@@ -105,14 +105,23 @@ func benchService(ctx context.Context, b *testing.B, srv *server.Server, store *
 	case <-time.After(2 * time.Minute):
 		b.Fatal("the leaser did not load the fleet within 2 min")
 	}
-	var seq atomic.Int64
 	msgs := serverMsgs(srv)
-	got := runClients(b, clients, func(nc *nats.Conn) error {
+	got := runClients(b, clients, acquireReleaseOp(withID))
+	got.report(b)
+	msgs.report(b, srv)
+	got.reportAgainst(b, floor)
+}
+
+// acquireReleaseOp is one client's cycle: an acquire (with a request ID of its own if
+// withID) and the release of the lease it got.
+func acquireReleaseOp(withID bool) func(*nats.Conn) error {
+	var seq atomic.Int64
+	return func(nc *nats.Conn) error {
 		req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
 		if withID {
 			req = []byte(`{"ttlSeconds":60,"holder":"bench","requestId":"r-` + strconv.FormatInt(seq.Add(1), 10) + `"}`)
 		}
-		m, err := nc.Request(events.LeaseAcquireSubject, req, 5*time.Second)
+		m, err := nc.Request(events.LeaseAcquireSubject, req, 10*time.Second)
 		if err != nil {
 			return err
 		}
@@ -121,15 +130,18 @@ func benchService(ctx context.Context, b *testing.B, srv *server.Server, store *
 			return fmt.Errorf("acquire: %s", m.Data)
 		}
 		return request(nc, events.LeaseReleaseSubject, []byte(`{"id":"`+r.Lease.ID+`"}`))
-	})
-	got.report(b)
-	msgs.report(b, srv)
-	if floor.n > 0 {
-		b.ReportMetric(float64(got.p50)/float64(floor.p50), "p50/floor")
-		b.ReportMetric(float64(got.p99)/float64(floor.p99), "p99/floor")
-		b.ReportMetric(got.opsPerSec/floor.opsPerSec, "ops/floor")
-		b.ReportMetric(float64(got.cpu)/float64(floor.cpu), "cpu/floor")
 	}
+}
+
+// reportAgainst gives l's figures as ratios to floor's.
+func (l latencies) reportAgainst(b *testing.B, floor latencies) {
+	if floor.n == 0 {
+		return
+	}
+	b.ReportMetric(float64(l.p50)/float64(floor.p50), "p50/floor")
+	b.ReportMetric(float64(l.p99)/float64(floor.p99), "p99/floor")
+	b.ReportMetric(l.opsPerSec/floor.opsPerSec, "ops/floor")
+	b.ReportMetric(float64(l.cpu)/float64(floor.cpu), "cpu/floor")
 }
 
 // seedFleet writes n managed proxies (spec and a Ready status) with async publishes, since
