@@ -182,6 +182,11 @@ func waitSettled(t *testing.T, n *node, store *kvstore.Store) {
 			if !ok || r.Phase != events.PhaseReady || r.Status == nil || r.Status.SpecRevision != spec.Revision() {
 				return false, fmt.Sprintf("%s %s", name, r.Phase)
 			}
+			// A change rolled successor first is decided while the old instance still
+			// serves (Ready at the new revision): settled once the rollout has ended.
+			if st := r.Status; st.Rollout != nil || st.Successor != nil || len(st.Retiring) > 0 {
+				return false, name + " rolling out"
+			}
 		}
 		pools, err := kvstore.Latest(ctx, store.PoolStatus)
 		if err != nil {
