@@ -18,13 +18,7 @@ import (
 // leasers' raw mode (events.RawLeaseEvents); ReadLeaseStats has them all. Events that do not
 // decode are skipped.
 func ReadLeaseEvents(ctx context.Context, js jetstream.JetStream, from, to time.Time, fn func(events.Event)) error {
-	err := readWindow(ctx, js, events.StreamLeaseEvents, from, to, func(data []byte) {
-		var ev events.Event
-		if json.Unmarshal(data, &ev) == nil {
-			fn(ev)
-		}
-	})
-	if err != nil {
+	if err := readEventWindow(ctx, js, events.StreamLeaseEvents, from, to, fn); err != nil {
 		return fmt.Errorf("read lease events: %w", err)
 	}
 	return nil
@@ -35,16 +29,22 @@ func ReadLeaseEvents(ctx context.Context, js jetstream.JetStream, from, to time.
 // stream does not exist yet. Its cost is the pool events in the window: other kinds of events
 // are filtered out by the server.
 func ReadPoolEvents(ctx context.Context, js jetstream.JetStream, from, to time.Time, fn func(events.Event)) error {
-	err := readWindow(ctx, js, events.StreamEvents, from, to, func(data []byte) {
-		var ev events.Event
-		if json.Unmarshal(data, &ev) == nil {
-			fn(ev)
-		}
-	}, events.EventSubject(events.KindPool, ">"))
+	err := readEventWindow(ctx, js, events.StreamEvents, from, to, fn, events.EventSubject(events.KindPool, ">"))
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("read pool events: %w", err)
 	}
 	return nil
+}
+
+// readEventWindow is readWindow over a stream of events.Event, skipping those that do not
+// decode.
+func readEventWindow(ctx context.Context, js jetstream.JetStream, stream string, from, to time.Time, fn func(events.Event), subjects ...string) error {
+	return readWindow(ctx, js, stream, from, to, func(data []byte) {
+		var ev events.Event
+		if json.Unmarshal(data, &ev) == nil {
+			fn(ev)
+		}
+	}, subjects...)
 }
 
 // windowBatch is how many messages one fetch of a window read asks for.
