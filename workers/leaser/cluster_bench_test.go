@@ -69,7 +69,7 @@ func BenchmarkLeaseAtScaleR3(b *testing.B) {
 	})
 	b.Run("acquire-release", func(b *testing.B) {
 		for i, srv := range srvs {
-			defer startScaleLeaser(ctx, b, srv, i)()
+			defer startScaleLeaser(ctx, b, srv, i, "")()
 		}
 		waitForResponders(b, clients, events.LeaseReleaseSubject, `{"id":"px-00000.0.x"}`)
 		msgs := serverMsgs(srvs...)
@@ -80,9 +80,9 @@ func BenchmarkLeaseAtScaleR3(b *testing.B) {
 	})
 }
 
-// startScaleLeaser runs a leaser connected to srv, waits until it serves, and returns what
-// stops it.
-func startScaleLeaser(ctx context.Context, b *testing.B, srv *server.Server, i int) (stop func()) {
+// startScaleLeaser runs a leaser connected to srv (raw mode mode; "" the default), waits
+// until it serves, and returns what stops it.
+func startScaleLeaser(ctx context.Context, b *testing.B, srv *server.Server, i int, mode events.RawLeaseEvents) (stop func()) {
 	b.Helper()
 	nc, js := kvstoretest.Connect(b, srv)
 	store, err := kvstore.Bind(ctx, js)
@@ -90,7 +90,7 @@ func startScaleLeaser(ctx context.Context, b *testing.B, srv *server.Server, i i
 		b.Fatal(err)
 	}
 	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: nc, Log: slog.New(slog.DiscardHandler),
-		Worker: "bench-" + strconv.Itoa(i)})
+		Worker: "bench-" + strconv.Itoa(i), RawEvents: mode})
 	if err != nil {
 		b.Fatal(err)
 	}

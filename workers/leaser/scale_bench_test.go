@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
 	"github.com/egressd/egressd/kvstore/kvstoretest"
-	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -79,32 +77,19 @@ func BenchmarkLeaseAtScale(b *testing.B) {
 	// more per acquire).
 	for _, mode := range []events.RawLeaseEvents{events.RawEnds, events.RawAll, events.RawReports} {
 		b.Run("acquire-release/raw="+string(mode), func(b *testing.B) {
-			benchService(ctx, b, srv, store, clients, mode, false, floor)
+			benchService(ctx, b, srv, clients, mode, false, floor)
 		})
 	}
 	b.Run("acquire-release/requestId", func(b *testing.B) {
-		benchService(ctx, b, srv, store, clients, events.RawEnds, true, floor)
+		benchService(ctx, b, srv, clients, events.RawEnds, true, floor)
 	})
 }
 
 // benchService runs a leaser in raw mode mode and the clients' cycles against it, reporting
 // the figures and their ratios to floor's.
-func benchService(ctx context.Context, b *testing.B, srv *server.Server, store *kvstore.Store, clients []*nats.Conn,
+func benchService(ctx context.Context, b *testing.B, srv *server.Server, clients []*nats.Conn,
 	mode events.RawLeaseEvents, withID bool, floor latencies) {
-	lnc, _ := kvstoretest.Connect(b, srv)
-	l, err := leaser.New(leaser.Config{Buckets: leaser.BucketsOf(store), NC: lnc, Log: slog.New(slog.DiscardHandler), RawEvents: mode})
-	if err != nil {
-		b.Fatal(err)
-	}
-	lctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { _ = l.Run(lctx); close(done) }()
-	defer func() { stop(); <-done }()
-	select {
-	case <-l.Ready():
-	case <-time.After(2 * time.Minute):
-		b.Fatal("the leaser did not load the fleet within 2 min")
-	}
+	defer startScaleLeaser(ctx, b, srv, 0, mode)()
 	msgs := serverMsgs(srv)
 	got := runClients(b, clients, acquireReleaseOp(withID))
 	got.report(b)
