@@ -25,6 +25,9 @@ type Cluster struct {
 	relays  [][]*relay // relays[from][to], nil on the diagonal
 }
 
+// routeWait bounds how long CutOff waits for every server to see a cut.
+const routeWait = 30 * time.Second
+
 // StartCluster starts the cluster and waits until JetStream has a meta leader that knows
 // every server as a peer and every server is current with it (before that, an R3 stream may
 // not be placed). Everything is shut down when the test ends.
@@ -35,6 +38,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		ports[i] = freePort(t)
 	}
 	c := &Cluster{Servers: make([]*server.Server, n), relays: make([][]*relay, n)}
+	// Where a server says peers may reach it. A server that accepts a route tells its other
+	// peers about the new one (gossip), and a peer without a route to it yet connects to the
+	// address in that news: without an advertised address, the real cluster port, past the
+	// relays, and a cut would then leave that route up. The sink is a relay cut from the
+	// start: such a connection closes at once, and the peer keeps to its configured routes.
+	sink := startRelay(t, "127.0.0.1:0")
+	sink.cut()
 	for from := range n {
 		c.relays[from] = make([]*relay, n)
 		for to := range n {
@@ -59,7 +69,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			JetStreamMaxMemory: 64 << 20,
 			JetStreamMaxStore:  1 << 30,
 			// Only the configured routes (the relays), never a peer's own address.
-			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true},
+			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true, Advertise: sink.addr},
 			Routes:  routes,
 			NoLog:   true,
 			NoSigs:  true,
@@ -85,7 +95,27 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		time.Sleep(50 * time.Millisecond)
 	}
 	c.waitPlacement(t, deadline)
+	if bypass := c.bypasses(); bypass != "" {
+		t.Fatalf("a route past the relays: %s", bypass)
+	}
 	return c
+}
+
+// bypasses names a route that a server solicited to an address it was not configured with
+// (gossip's: it would not go through a relay), or is empty.
+func (c *Cluster) bypasses() string {
+	for _, s := range c.Servers {
+		rz, err := s.Routez(&server.RoutezOptions{})
+		if err != nil {
+			return fmt.Sprintf("%s: routez: %v", s.Name(), err)
+		}
+		for _, r := range rz.Routes {
+			if r.DidSolicit && !r.IsConfigured {
+				return fmt.Sprintf("%s to %s at %s:%d", s.Name(), r.RemoteName, r.IP, r.Port)
+			}
+		}
+	}
+	return ""
 }
 
 // waitPlacement creates and deletes a stream on every server until that works: the meta
@@ -137,13 +167,43 @@ func (c *Cluster) ready() bool {
 // the kernel does for a process killed with SIGKILL: the peers lose its routes at once, and
 // its Raft groups learn of no leader change but by their election timeouts. Server i keeps
 // running, alone; its client connections stay (a test connects its clients elsewhere).
-func (c *Cluster) CutOff(i int) {
+//
+// It returns once every server has seen the cut (server i has no route left, and no peer a
+// route to it), so that what a test does next happens after the crash it stands for.
+func (c *Cluster) CutOff(t testing.TB, i int) {
+	t.Helper()
 	for j := range c.Servers {
 		if j != i {
 			c.relays[i][j].cut()
 			c.relays[j][i].cut()
 		}
 	}
+	victim := c.Servers[i].Name()
+	for deadline := time.Now().Add(routeWait); ; time.Sleep(5 * time.Millisecond) {
+		left := c.routesTo(victim)
+		if left == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s cut off, but routes stay up after %v: %s", victim, routeWait, left)
+		}
+	}
+}
+
+// routesTo names a route that still joins the server named victim to a peer, or is empty.
+func (c *Cluster) routesTo(victim string) string {
+	for _, s := range c.Servers {
+		rz, err := s.Routez(&server.RoutezOptions{})
+		if err != nil {
+			return fmt.Sprintf("%s: routez: %v", s.Name(), err)
+		}
+		for _, r := range rz.Routes {
+			if s.Name() == victim || r.RemoteName == victim {
+				return fmt.Sprintf("%s to %s at %s:%d", s.Name(), r.RemoteName, r.IP, r.Port)
+			}
+		}
+	}
+	return ""
 }
 
 // relay forwards the TCP connections it accepts to one address until it is cut.

@@ -190,7 +190,7 @@ func TestAcquiresGoOnWhileOneShardHasNoLeader(t *testing.T) {
 		}
 	}
 	t.Logf("cutting off %s, the leader of shard %d and of %v", servers[victim].Name(), stalled, led)
-	cluster.CutOff(victim)
+	cluster.CutOff(t, victim)
 	cut := time.Now()
 
 	// While the shard has no leader (judged by looks before and after each request, so an
