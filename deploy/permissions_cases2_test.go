@@ -133,6 +133,10 @@ func permEveryLeaseShardTheLeaserWrites(t *testing.T, r *permRig) {
 			if _, _, err := kvstore.Get(ctx, kv, key); err != nil {
 				return err
 			}
+			// The batched read of a shard whose watch stands still (decision 100).
+			if es, err := kvstore.LastEntries(ctx, leaser.js, kv, []string{fmt.Sprintf("shard-%d.*", i)}); err != nil || len(es) != 1 {
+				return fmt.Errorf("the batched read: %d entries, %w", len(es), err)
+			}
 			return kvstore.DeleteNoted(ctx, leaser.js, kv, key, rev, []byte(`{"v":1}`))
 		})
 		crawler.mustDeny(t, "write "+kv.Bucket(), "$KV."+kv.Bucket()+"."+key, kvPut(crawler, kv.Bucket(), key))

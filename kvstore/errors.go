@@ -11,6 +11,11 @@ var (
 	ErrNotFound = errors.New("kvstore: not found")
 	// ErrConflict: a compare-and-swap lost, or Create found the key present.
 	ErrConflict = errors.New("kvstore: conflict")
+	// ErrNoAnswer: a read that streams its answer (LastEntries) ended before the server said
+	// it was whole: the request's budget ran out, or nothing answered it.
+	ErrNoAnswer = errors.New("kvstore: no whole answer")
+	// ErrTooManyKeys: a LastEntries read matched more keys than the server answers at once.
+	ErrTooManyKeys = errors.New("kvstore: the read matches too many keys")
 )
 
 // mapErr translates the SDK's KV errors; anything else passes through wrapped as is.

@@ -233,7 +233,7 @@ func (l *Leaser) tryCandidate(ctx context.Context, r events.AcquireRequest, ttl 
 		return nil, conflicts, nil
 	}
 	// Counted in the view at once, before the watch echoes it: the next acquire ranks by it.
-	l.view.noteLease(key, rev, lease)
+	l.wroteSlot(key, rev, lease)
 	l.view.fleet.Outcome(c.Name, r.Target, 1, 0, 0, lease.AcquiredAt) // best-for-target learns from every grant
 	l.granted(ctx, at, h)
 	l.demand.grantedAnswering(c.Pool, r.Selector, r.Holder, !forWaiter(ctx))

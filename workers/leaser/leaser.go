@@ -126,6 +126,7 @@ type Leaser struct {
 	log      *slog.Logger
 	view     *view
 	shards   *shardHealth
+	fresh    *freshness // whether the lease shards' watches echo this replica's writes (fresh.go)
 	emitter  *emitter
 	stats    *stats
 	demand   *demandBook
@@ -153,6 +154,7 @@ func New(cfg Config) (*Leaser, error) {
 	}
 	log := cfg.Log.With("role", "leaser", "worker", cfg.Worker)
 	l := &Leaser{cfg: cfg, log: log, view: newView(cfg.MaxPerHolder), shards: newShardHealth(cfg.Buckets.Leases, cfg.Buckets.LeaseState, cfg.SlotWriteBudget),
+		fresh:   newFreshness(cfg.Buckets.Leases.Len()),
 		emitter: newEmitter(cfg.Buckets.JS, log), ready: make(chan struct{}), wake: newWakeup(), quit: make(chan struct{}), creating: newCreating(), tries: newTries(), tracer: tracing.Tracer(cfg.Tracing),
 		stats: newStats(cfg.Buckets.JS, log, newMemberID(), cfg.StatsInterval, cfg.Now), demand: newDemandBook(cfg.DemandWindow, cfg.Now)}
 	l.view.fleet.SetNeighbourhood(cfg.Neighbours.Neighbourhood)

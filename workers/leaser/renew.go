@@ -65,7 +65,7 @@ func (l *Leaser) renew(ctx context.Context, data []byte) (any, error) {
 		if err != nil {
 			return nil, fmt.Errorf("renew %s: %w", key, err)
 		}
-		l.view.noteLease(key, nrev, rec)
+		l.wroteSlot(key, nrev, rec)
 		l.emitLease(events.ReasonRenewed, fmt.Sprintf("renewed:%s:%d", id, nrev), rec, nrev)
 		return events.LeaseReply{Lease: l.grant(id.String(), rec, t)}, nil
 	}

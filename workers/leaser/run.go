@@ -35,8 +35,8 @@ func (l *Leaser) watches(ctx context.Context) []watch {
 		// writes one.
 		{st.LeaseState, l.waking(l.view.applyState), []string{"holder.>", "session.>", waitPrefix + ">", waitingPrefix + ">"}},
 	}
-	for _, kv := range st.Leases.All() {
-		ws = append(ws, watch{kv, l.waking(l.applyLease), nil})
+	for i, kv := range st.Leases.All() {
+		ws = append(ws, watch{kv, l.waking(l.echoing(i, l.applyLease)), nil})
 	}
 	return ws
 }
@@ -70,6 +70,7 @@ func (l *Leaser) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { l.emitter.run(watchCtx) })
 	wg.Go(func() { l.shards.watch(watchCtx) })
+	wg.Go(func() { l.resyncStale(watchCtx) })
 	wg.Go(func() { l.stats.run(watchCtx, l.cfg.RequestBudget) })
 	dw := &demandWriter{book: l.demand, js: l.cfg.Buckets.JS, kv: l.cfg.Buckets.PoolDemand, log: l.log, member: l.stats.member,
 		interval: l.cfg.DemandInterval, held: l.view.fleet.Held}

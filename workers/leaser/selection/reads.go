@@ -1,5 +1,10 @@
 package selection
 
+import (
+	"slices"
+	"strings"
+)
+
 // Reads of what the fleet knows of one proxy, for the shell's renewals, releases, probes,
 // statistics and leftovers. None of them ranks anything.
 
@@ -105,3 +110,25 @@ func (f *Fleet) Held(sels map[string]map[string]string) (byPool, bySel map[strin
 // Matches is the exact attribute match of an acquire's selector (DESIGN §3.5), for the shell's
 // judgement of which pools a selector can match (demand.go).
 func Matches(attrs, selector map[string]string) bool { return matches(attrs, selector) }
+
+// FullProxy is a leasable proxy without a free slot, and how many slots it holds.
+type FullProxy struct {
+	Name string
+	Held int
+}
+
+// Full lists the leasable proxies without a free slot that keep accepts, by name: where an
+// acquire finds nothing, and so where a release the view missed would matter (the shell
+// reads these again while a lease shard's watch stands still, fresh.go).
+func (f *Fleet) Full(keep func(name string) bool) []FullProxy {
+	f.mu.RLock()
+	var out []FullProxy
+	for name, p := range f.proxies {
+		if p.ix.st.ready && p.ix.st.full && keep(name) {
+			out = append(out, FullProxy{Name: name, Held: len(p.slots)})
+		}
+	}
+	f.mu.RUnlock()
+	slices.SortFunc(out, func(a, b FullProxy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
