@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"strconv"
 	"testing"
 	"time"
 
@@ -60,4 +61,25 @@ func PublishEvent(t testing.TB, js jetstream.JetStream, ev events.Event) {
 	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
 		t.Fatalf("publish %s: %v", ev.ID, err)
 	}
+}
+
+// SeedReadyFleet writes the fleet of the lease benchmarks: n managed proxies px-00000… with
+// maxLeases 3 and an attribute geo of eight values, each with a Ready status, as PutMany does.
+func SeedReadyFleet(b testing.TB, js jetstream.JetStream, n int) {
+	b.Helper()
+	PutMany(b, js, func(yield func(Record) bool) {
+		for i := range n {
+			name := fmt.Sprintf("px-%05d", i)
+			spec := []byte(`{"provider":"local","maxLeases":3,"attributes":{"geo":"g` + strconv.Itoa(i%8) + `"}}`)
+			st, err := json.Marshal(events.ProxyStatus{V: 1, Phase: events.PhaseReady, Mode: "managed", Provider: "local",
+				Host: "local", IP: fmt.Sprintf("127.1.%d.%d", i/250, 1+i%250), Port: 3128})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !yield(Record{Bucket: events.BucketProxies, Key: name, Value: spec}) ||
+				!yield(Record{Bucket: events.BucketStatus, Key: name, Value: st}) {
+				return
+			}
+		}
+	})
 }

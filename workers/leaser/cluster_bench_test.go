@@ -2,10 +2,8 @@ package leaser_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,16 +35,16 @@ func BenchmarkLeaseAtScaleR3(b *testing.B) {
 	if _, _, err := kvstore.SpreadLeaseLeaders(ctx, js, store.Leases); err != nil {
 		b.Fatal(err)
 	}
-	seedFleet(b, js, scaleProxies)
+	kvstoretest.SeedReadyFleet(b, js, scaleProxies)
 	clients := make([]*nats.Conn, scaleClients)
 	for i := range clients {
 		clients[i], _ = kvstoretest.Connect(b, srvs[i%len(srvs)])
 	}
 
-	var floor latencies
+	var floor kvstoretest.Latencies
 	b.Run("floor", func(b *testing.B) {
 		rnc, _ := kvstoretest.Connect(b, srvs[0])
-		svc, err := floorService(rnc, store)
+		svc, err := kvstoretest.FloorService(rnc, kvstoretest.FloorSubjects, store.Leases.ForKey)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,29 +52,22 @@ func BenchmarkLeaseAtScaleR3(b *testing.B) {
 		if err := rnc.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		waitForResponders(b, clients, "bench.floor.delete", "floor-probe.0")
-		var seq atomic.Int64
+		kvstoretest.AwaitResponders(b, clients, "bench.floor.delete", "floor-probe.0")
 		msgs := serverMsgs(srvs...)
-		floor = runClients(b, clients, func(nc *nats.Conn) error {
-			key := "floor-" + strconv.FormatInt(seq.Add(1), 10) + ".0"
-			if err := request(nc, "bench.floor.create", []byte(key)); err != nil {
-				return err
-			}
-			return request(nc, "bench.floor.delete", []byte(key))
-		})
-		floor.report(b)
+		floor = kvstoretest.RunClients(b, clients, processCPU(b), kvstoretest.FloorOp(kvstoretest.FloorSubjects))
+		floor.Report(b)
 		msgs.report(b, srvs...)
 	})
 	b.Run("acquire-release", func(b *testing.B) {
 		for i, srv := range srvs {
 			defer startScaleLeaser(ctx, b, srv, i, "")()
 		}
-		waitForResponders(b, clients, events.LeaseReleaseSubject, `{"id":"px-00000.0.x"}`)
+		kvstoretest.AwaitResponders(b, clients, events.LeaseReleaseSubject, `{"id":"px-00000.0.x"}`)
 		msgs := serverMsgs(srvs...)
-		got := runClients(b, clients, acquireReleaseOp(false))
-		got.report(b)
+		got := kvstoretest.RunClients(b, clients, processCPU(b), acquireReleaseOp(false))
+		got.Report(b)
 		msgs.report(b, srvs...)
-		got.reportAgainst(b, floor)
+		got.ReportAgainst(b, floor)
 	})
 }
 
@@ -105,24 +96,4 @@ func startScaleLeaser(ctx context.Context, b *testing.B, srv *server.Server, i i
 		b.Fatal("a leaser did not load the fleet within 3 min")
 	}
 	return stop
-}
-
-// waitForResponders asks subject from every client until each gets an answer (any answer):
-// a responder's subscription reaches the other servers over the routes a moment after it
-// subscribed.
-func waitForResponders(b *testing.B, clients []*nats.Conn, subject, data string) {
-	b.Helper()
-	for _, nc := range clients {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			_, err := nc.Request(subject, []byte(data), 5*time.Second)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
-				b.Fatalf("%s from a client: %v", subject, err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
 }

@@ -115,7 +115,7 @@ type natsProc struct {
 
 // cluster is three nats-servers and the egressd processes on them.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	bin     string
 	egressd string // the egressd binary setup and startRole run: the current build unless the test says
@@ -140,7 +140,7 @@ type clusterOptions struct {
 // startCluster starts the three servers, declares with `egressd setup --replicas 3` and
 // starts every role. Everything it starts is stopped by t.Cleanup; forward proxies left by a
 // failed test are killed.
-func startCluster(t *testing.T, o clusterOptions) *cluster {
+func startCluster(t testing.TB, o clusterOptions) *cluster {
 	t.Helper()
 	needNats(t)
 	c := &cluster{t: t, dir: t.TempDir(), bin: needNatsServer(t), egressd: cmp.Or(o.egressd, egressdBin), roles: map[string][]*node{}}
@@ -250,10 +250,16 @@ func (c *cluster) tryEgressdAs(user string, args ...string) (string, error) {
 // connect opens a connection as user to every server, reconnecting for ever.
 func (c *cluster) connect(user string, opts ...nats.Option) *nats.Conn {
 	c.t.Helper()
+	return c.connectTo(user, c.urls, opts...)
+}
+
+// connectTo opens a connection as user to the servers of urls (comma-separated).
+func (c *cluster) connectTo(user, urls string, opts ...nats.Option) *nats.Conn {
+	c.t.Helper()
 	opts = append([]nats.Option{nats.UserInfo(user, clusterPasswords[user]), nats.CustomInboxPrefix("_INBOX_" + user),
 		nats.RootCAs(c.caFile), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
 		nats.Name("cluster test " + user)}, opts...)
-	nc, err := nats.Connect(c.urls, opts...)
+	nc, err := nats.Connect(urls, opts...)
 	if err != nil {
 		c.t.Fatalf("connect as %s: %v", user, err)
 	}
