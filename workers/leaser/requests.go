@@ -89,6 +89,26 @@ func (l *Leaser) priorGrant(ctx context.Context, r events.AcquireRequest) (*even
 	return &events.LeaseReply{Lease: g}, nil, nil
 }
 
+// grantFirstTry answers an acquire with a request ID that this replica's view knows no
+// lease of, which is almost always a first try: it grants without reading the request
+// record first, and records the grant with a Create. A retry whose earlier try did hold a
+// lease (granted elsewhere, not heard of here yet) still gets that one: if its record is
+// there, the Create conflicts and the grant is given back for the recorded lease
+// (recordRequest), and if this try is refused (no slot free, a holder cap), the record is
+// read then and its lease, if held, answers. The read moves off a grant's path, where it
+// was a round trip of every acquire, to the refusal's.
+func (l *Leaser) grantFirstTry(ctx context.Context, r events.AcquireRequest, ttl time.Duration) (any, error) {
+	g, err := l.grantOnce(ctx, r, ttl, &idem{key: requestKey(r.Holder, r.RequestID)})
+	if err == nil {
+		return g, nil
+	}
+	prior, _, perr := l.priorGrant(ctx, r)
+	if perr == nil && prior != nil {
+		return *prior, nil
+	}
+	return nil, err
+}
+
 // heldGrant is the grant of the lease rec names, if that lease is still held.
 func (l *Leaser) heldGrant(ctx context.Context, rec events.LeaseRequest) (events.LeaseGrant, bool, error) {
 	id, err := parseLeaseID(rec.Lease)
@@ -315,6 +335,12 @@ func (v *view) indexRequest(key string, l events.Lease) {
 		v.reqSlot[ref] = key
 		v.slotReq[key] = ref
 	}
+}
+
+// knowsRequest reports whether the view holds a lease of holder's request ID id.
+func (v *view) knowsRequest(holder, id string) bool {
+	_, ok := v.requestSlot(holder, id)
+	return ok
 }
 
 // requestSlot is the slot key whose lease has holder's request ID id, if the view knows one.

@@ -222,3 +222,56 @@ func (hr *httpRig) postKeyed(i int, key, body string) reply {
 	}
 	return rep
 }
+
+// A retry that reaches a replica whose view knows no lease of its request ID takes the first
+// try's way (no read of the request record before the grant), and still gets the lease its
+// earlier try holds: when a slot is free, its grant's record Create finds the earlier record
+// and gives the new slot back; when none is, the refusal reads the record. The earlier
+// lease's slot is rewritten without its request ID and a new replica starts, so that the view
+// cannot know it.
+func TestAFirstTryThatIsARetryGetsTheEarlierLease(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		maxLeases int
+	}{
+		{"a slot free: the record's Create decides", 2},
+		{"no slot free: the refusal reads the record", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, nil)
+			r.seed(proxy{name: "p1", maxLeases: tc.maxLeases})
+			r.startLeasers(1)
+			req := events.AcquireRequest{Holder: "c1", RequestID: "req-9", TTLSeconds: 600}
+			first := r.mustAcquire(req)
+			r.kill(0)
+
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			parts := strings.SplitN(first.ID, ".", 3)
+			key := parts[0] + "." + parts[1]
+			kv := r.store.Leases.Of(parts[0])
+			e, err := kv.Get(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal(e.Value(), &rec); err != nil || rec["requestId"] != "req-9" {
+				t.Fatalf("slot %s: %s (%v), want a lease with the request ID", key, e.Value(), err)
+			}
+			delete(rec, "requestId")
+			b, _ := json.Marshal(rec)
+			if _, err := kv.Update(ctx, key, b, e.Revision()); err != nil {
+				t.Fatal(err)
+			}
+
+			r.startLeasers(1)
+			g, rep := r.acquire(req)
+			if rep.code != 0 || g.ID != first.ID {
+				t.Fatalf("the retry on a replica that never heard of the request: %d %s, lease %q; want the earlier %s", rep.code, rep.err.Message, g.ID, first.ID)
+			}
+			if n := r.slots(); n != 1 {
+				t.Errorf("%d slots held after the retry, want 1: a try's grant was not given back", n)
+			}
+		})
+	}
+}

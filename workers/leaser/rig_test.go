@@ -85,7 +85,8 @@ type probe struct {
 // startLeasers starts n replicas, each on its own connection, and waits until all serve.
 func (r *rig) startLeasers(n int) {
 	r.t.Helper()
-	for i := range n {
+	for range n {
+		i := len(r.ls) // replicas started by an earlier call keep their numbers
 		// Not kvstoretest.Connect: its cleanup would close the connection before this
 		// replica is stopped.
 		nc, err := nats.Connect(r.srv.ClientURL(), nats.Name(fmt.Sprintf("leaser-%d", i)))

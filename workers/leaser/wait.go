@@ -148,6 +148,10 @@ func (l *Leaser) acquireOrQueue(ctx context.Context, data []byte, headers map[st
 		}
 		defer unlock()
 	}
+	if r.WaitSeconds == 0 && r.RequestID != "" && !l.view.knowsRequest(r.Holder, r.RequestID) {
+		g, err := l.grantFirstTry(ctx, r, ttl)
+		return g, nil, err
+	}
 	prior, ri, err := l.priorGrant(ctx, r)
 	if err != nil || prior != nil {
 		return orNil(prior), nil, err
