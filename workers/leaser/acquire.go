@@ -47,6 +47,9 @@ func (l *Leaser) acquireDecoded(ctx context.Context, r events.AcquireRequest, tt
 
 // acquireOn is acquireDecoded on one tier (nil: without tiers), recorded in the lease.
 func (l *Leaser) acquireOn(ctx context.Context, r events.AcquireRequest, ttl time.Duration, tier *events.LeaseTier) (any, error) {
+	if r.Strategy == "" {
+		r.Strategy = l.view.defaultStrategy(r.Selector)
+	}
 	q := selection.NewQuery(r)
 	q.Now = l.now()
 	at := newAttempt()

@@ -79,11 +79,12 @@ func parseHoldKey(key string) (holdScope, int, bool) {
 // members (candidates carry it). An invalid spec sets nothing; the pool controller reports it.
 func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	var spec schemas.PoolSpec
-	ok := false
+	ok, valid := false, false
 	if isPut(e) {
 		var err error
 		spec, err = schemas.ParsePoolSpec(e.Value())
-		ok = err == nil && spec.Leases != nil && spec.Leases.MaxPerHolder != nil
+		valid = err == nil
+		ok = valid && spec.Leases != nil && spec.Leases.MaxPerHolder != nil
 	}
 	limit := 0
 	if ok {
@@ -92,6 +93,27 @@ func (v *view) applyPool(e jetstream.KeyValueEntry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.fleet.SetPoolCap(e.Key(), limit, ok)
+	if valid && spec.Autoscale != nil {
+		v.autoscaled[e.Key()] = true
+	} else {
+		delete(v.autoscaled, e.Key())
+	}
+}
+
+// defaultStrategy is the order of an acquire that names none: packed when its selector
+// names an autoscaled pool (pool=<name>), so that its leases sit on the fewest members and
+// the surplus falls idle for the pool to scale down (docs/pools.md); else balanced ("").
+func (v *view) defaultStrategy(sel map[string]string) events.Strategy {
+	pool, ok := sel[schemas.PoolAttribute]
+	if !ok {
+		return ""
+	}
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if v.autoscaled[pool] {
+		return events.StrategyPacked
+	}
+	return ""
 }
 
 // holdRef is a held holder slot as the view knows it.

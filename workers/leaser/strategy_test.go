@@ -1,6 +1,7 @@
 package leaser_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -107,5 +108,45 @@ func TestPackedFillsTheBusiestProxyFirst(t *testing.T) {
 				t.Fatalf("%s: leases per proxy %v, want %v", tc.strategy, got, tc.want)
 			}
 		})
+	}
+}
+
+// An acquire that names an autoscaled pool and no strategy packs, so that the pool's surplus
+// falls idle and can scale down; a pool of fixed size keeps the balanced default, and a
+// strategy the acquire names is kept.
+func TestAnAutoscaledPoolPacksByDefault(t *testing.T) {
+	r := newRig(t, nil)
+	ctx := context.Background()
+	for name, doc := range map[string]string{
+		"web":   `{"template":{"provider":"local"},"autoscale":{"min":0,"max":3}}`,
+		"fixed": `{"template":{"provider":"local"},"replicas":3}`,
+	} {
+		if _, err := r.store.Pools.Put(ctx, name, []byte(doc)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var members []proxy
+	for _, pool := range []string{"web", "fixed"} {
+		for i := range 3 {
+			members = append(members, proxy{name: fmt.Sprintf("%s-%d", pool, i), pool: pool, attrs: map[string]string{"pool": pool}, maxLeases: 3})
+		}
+	}
+	r.seed(members...)
+	r.startLeasers(1)
+	spread := func(pool string, strategy events.Strategy, n int) map[string]int {
+		got := map[string]int{}
+		for range n {
+			got[r.mustAcquire(events.AcquireRequest{Selector: map[string]string{"pool": pool}, TTLSeconds: 300, Strategy: strategy}).Proxy]++
+		}
+		return got
+	}
+	if got := spread("web", "", 3); len(got) != 1 {
+		t.Errorf("three acquires of the autoscaled pool, no strategy: %v, want all on one member", got)
+	}
+	if got := spread("fixed", "", 3); len(got) != 3 {
+		t.Errorf("three acquires of the pool of fixed size, no strategy: %v, want one on each member", got)
+	}
+	if got := spread("web", events.StrategyBalanced, 2); len(got) != 2 {
+		t.Errorf("two balanced acquires of the autoscaled pool: %v, want two members", got)
 	}
 }

@@ -49,6 +49,10 @@ type view struct {
 	abandoned map[string]time.Time  // token → until
 	ended     map[string]endedLease // token → why
 
+	// The pools with autoscale, by name: an acquire that names one and no strategy packs
+	// (holders.go, defaultStrategy).
+	autoscaled map[string]bool
+
 	// The held slots whose lease has a request ID, both ways (requests.go): a retry whose
 	// first try granted but died before recording it finds the lease here.
 	reqSlot map[reqRef]string
@@ -66,7 +70,7 @@ func newView(defaultCap int) *view {
 	return &view{fleet: selection.NewFleet(defaultCap), waits: selection.NewQueue(), leaseRev: map[string]uint64{}, coolRev: map[string]uint64{},
 		strikes: map[string]bool{}, holds: map[holdScope]map[int]holdRef{}, sessions: map[string]sessionRef{}, stateRev: map[string]uint64{},
 		removals: map[string]removal{}, wake: make(chan struct{}, 1), abandoned: map[string]time.Time{}, ended: map[string]endedLease{},
-		reqSlot: map[reqRef]string{}, slotReq: map[string]reqRef{}}
+		reqSlot: map[reqRef]string{}, slotReq: map[string]reqRef{}, autoscaled: map[string]bool{}}
 }
 
 func isPut(e jetstream.KeyValueEntry) bool { return e.Operation() == jetstream.KeyValuePut }
