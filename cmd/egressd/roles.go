@@ -204,6 +204,10 @@ func buildProber(_ context.Context, d *daemon) (runner, error) {
 // The metrics hear of waiting acquires (egress_lease_waiting, egress_lease_wait_seconds).
 var _ leaser.WaitObserver = (*metrics.Metrics)(nil)
 
+// The metrics hear of lease shards whose view stands still (egress_lease_view_stands_still,
+// egress_lease_view_direct_reads_total; decision 100).
+var _ leaser.FreshnessObserver = (*metrics.Metrics)(nil)
+
 func buildLeaser(_ context.Context, d *daemon) (runner, error) {
 	lh, cert, err := d.f.leaseHTTP.listener(d.cfg, d.roles)
 	if err != nil {

@@ -20,6 +20,8 @@ type Metrics struct {
 	acquireTime   prometheus.Histogram
 	waiting       prometheus.Gauge
 	waitTime      *prometheus.HistogramVec
+	viewStill     *prometheus.GaugeVec
+	viewReads     *prometheus.CounterVec
 	probeTime     *prometheus.HistogramVec
 	probeFailures prometheus.Counter
 	probeDelay    prometheus.Histogram
@@ -58,6 +60,10 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		waitTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_lease_wait_seconds",
 			Help:    "How long waiting acquires waited, by outcome: granted, timed_out, gone (the caller left), stopped (the leaser stopped) or error.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 100}}, []string{"outcome"}),
+		viewStill: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_view_stands_still",
+			Help: "1 while this process's leaser's view of a lease shard stands still (its watch echoes none of its writes) and it reads the shard directly (decision 100)."}, []string{"bucket"}),
+		viewReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "egress_lease_view_direct_reads_total",
+			Help: "Batched direct reads of a lease shard's slots that this process's leaser made while its view of the shard stood still, by result (ok, error)."}, []string{"bucket", "result"}),
 		probeTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "egress_probe_duration_seconds",
 			Help:    "Duration of probes through proxies, by outcome.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, []string{"result"}),
@@ -85,7 +91,7 @@ func New(store *kvstore.Store, nc *nats.Conn, state bool) *Metrics {
 		masterPhase: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "egress_lease_master_phase",
 			Help: "1 for the lease master rotation phase this process sees (steady, spreading, retiring), 0 for the others."}, []string{"phase"}),
 	}
-	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.probeTime, m.probeFailures,
+	m.Registry.MustRegister(m.ops, m.opDuration, m.gcDeletions, m.leaseRequests, m.acquireTime, m.waiting, m.waitTime, m.viewStill, m.viewReads, m.probeTime, m.probeFailures,
 		m.probeDelay, m.proberOwned, m.proberBacklog, m.proberLag, m.revocations, m.revokedList, m.boots, m.refusals,
 		m.leaseKeys, m.masterPhase,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -131,6 +137,22 @@ func (m *Metrics) ObserveWaiting(delta int) { m.waiting.Add(float64(delta)) }
 // ObserveWait records how long a waiting acquire waited and how it ended (leaser.WaitObserver).
 func (m *Metrics) ObserveWait(outcome string, waited time.Duration) {
 	m.waitTime.WithLabelValues(outcome).Observe(waited.Seconds())
+}
+
+// ObserveViewStill records whether the leaser's view of the lease shard bucket stands still
+// (leaser.FreshnessObserver).
+func (m *Metrics) ObserveViewStill(bucket string, still bool) {
+	v := 0.0
+	if still {
+		v = 1
+	}
+	m.viewStill.WithLabelValues(bucket).Set(v)
+}
+
+// ObserveDirectRead counts one batched direct read of bucket's slots, "ok" or "error"
+// (leaser.FreshnessObserver).
+func (m *Metrics) ObserveDirectRead(bucket, result string) {
+	m.viewReads.WithLabelValues(bucket, result).Inc()
 }
 
 // ObserveRevocation counts one lease revocation written ("ok") or not ("error") by the leaser.

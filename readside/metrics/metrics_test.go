@@ -91,6 +91,8 @@ func TestMetricsLintAndMatchKV(t *testing.T) {
 	m.ObserveWaiting(1)
 	m.ObserveWaiting(-1)
 	m.ObserveWait("granted", 2*time.Second)
+	m.ObserveViewStill("proxy_leases_1", true)
+	m.ObserveDirectRead("proxy_leases_1", "ok")
 	m.ObserveProbe(false, 5*time.Second)
 	m.ObserveGC("local")
 	problems, err := testutil.GatherAndLint(m.Registry)
@@ -145,11 +147,17 @@ egress_probe_failures_total 1
 # HELP egress_lease_waiting Acquires this process's leaser holds until a slot frees (waitSeconds).
 # TYPE egress_lease_waiting gauge
 egress_lease_waiting 1
+# HELP egress_lease_view_stands_still 1 while this process's leaser's view of a lease shard stands still (its watch echoes none of its writes) and it reads the shard directly (decision 100).
+# TYPE egress_lease_view_stands_still gauge
+egress_lease_view_stands_still{bucket="proxy_leases_1"} 1
+# HELP egress_lease_view_direct_reads_total Batched direct reads of a lease shard's slots that this process's leaser made while its view of the shard stood still, by result (ok, error).
+# TYPE egress_lease_view_direct_reads_total counter
+egress_lease_view_direct_reads_total{bucket="proxy_leases_1",result="ok"} 1
 `
 	if n := testutil.CollectAndCount(m.Registry, "egress_lease_wait_seconds"); n != 1 {
 		t.Errorf("egress_lease_wait_seconds has %d series, want 1 (granted)", n)
 	}
-	names := []string{"egress_lease_waiting", "egress_proxies", "egress_proxies_healthy", "egress_proxies_anonymity", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
+	names := []string{"egress_lease_waiting", "egress_lease_view_stands_still", "egress_lease_view_direct_reads_total", "egress_proxies", "egress_proxies_healthy", "egress_proxies_anonymity", "egress_proxies_probe_overdue", "egress_leases_active", "egress_host_ops_pending", "egress_host_ops_in_flight",
 		"egress_provider_target_up", "egress_provider_ops_total", "egress_gc_deletions_total", "egress_probe_failures_total"}
 	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

@@ -51,6 +51,26 @@ const (
 	maxPending = 1024
 )
 
+// FreshnessObserver hears when a view of a lease shard starts and stops standing still, and
+// of each direct read it makes meanwhile (metrics). *metrics.Metrics implements it; the
+// Config's Observer is asked for it.
+type FreshnessObserver interface {
+	ObserveViewStill(bucket string, still bool)
+	ObserveDirectRead(bucket, result string)
+}
+
+type noFreshnessObserver struct{}
+
+func (noFreshnessObserver) ObserveViewStill(string, bool)    {}
+func (noFreshnessObserver) ObserveDirectRead(string, string) {}
+
+func (l *Leaser) freshnessObserver() FreshnessObserver {
+	if o, ok := l.cfg.Observer.(FreshnessObserver); ok {
+		return o
+	}
+	return noFreshnessObserver{}
+}
+
 // freshness follows, per lease shard, whether the watch echoes this replica's own writes.
 type freshness struct {
 	shards []echoes
@@ -132,6 +152,7 @@ func (l *Leaser) resyncStale(ctx context.Context) {
 			stale := l.fresh.standsStill(i, time.Now())
 			if stale != l.fresh.stale[i] {
 				l.fresh.stale[i] = stale
+				l.freshnessObserver().ObserveViewStill(kv.Bucket(), stale)
 				if stale {
 					l.log.Warn("the view of a lease shard stands still (its watch echoes none of this replica's writes): reading its full proxies directly until it catches up", "bucket", kv.Bucket())
 				} else {
@@ -185,8 +206,10 @@ func (l *Leaser) resyncProxies(ctx context.Context, kv jetstream.KeyValue, proxi
 			return
 		}
 		l.log.Debug("read the slots of a stale lease shard", "bucket", kv.Bucket(), "err", err)
+		l.freshnessObserver().ObserveDirectRead(kv.Bucket(), "error")
 		return
 	}
+	l.freshnessObserver().ObserveDirectRead(kv.Bucket(), "ok")
 	apply := l.waking(l.applyLease)
 	read := make(map[string]bool, len(es))
 	var top uint64

@@ -3,10 +3,12 @@ package leaser_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/workers/leaser"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,7 +20,8 @@ import (
 // full proxies directly, and grants the freed slot while the watch still stands still
 // (decision 100).
 func TestAViewThatStandsStillReadsItsShardDirectly(t *testing.T) {
-	r := newRig(t, nil)
+	obs := &freshnessCalls{}
+	r := newRig(t, func(c *leaser.Config) { c.Observer = obs })
 	r.seed(proxy{name: "p1", maxLeases: 2})
 	r.startLeasers(1)
 	first := r.mustAcquire(events.AcquireRequest{TTLSeconds: 600})
@@ -79,4 +82,37 @@ func TestAViewThatStandsStillReadsItsShardDirectly(t *testing.T) {
 	if !strings.HasPrefix(granted.ID, proxy+"."+slot+".") {
 		t.Errorf("granted %s, want the slot of %s", granted.ID, first.ID)
 	}
+	// The metrics hear of it: the shard standing still, and the reads.
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	if !obs.still[kv.Bucket()] || obs.reads[kv.Bucket()+" ok"] == 0 {
+		t.Errorf("observed: standing still %v, reads %v; want %s standing still and read", obs.still, obs.reads, kv.Bucket())
+	}
+}
+
+// freshnessCalls is a leaser.Observer that keeps what it hears of views standing still.
+type freshnessCalls struct {
+	mu    sync.Mutex
+	still map[string]bool
+	reads map[string]int
+}
+
+func (*freshnessCalls) ObserveLease(string, string, time.Duration) {}
+
+func (f *freshnessCalls) ObserveViewStill(bucket string, still bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.still == nil {
+		f.still = map[string]bool{}
+	}
+	f.still[bucket] = f.still[bucket] || still
+}
+
+func (f *freshnessCalls) ObserveDirectRead(bucket, result string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.reads == nil {
+		f.reads = map[string]int{}
+	}
+	f.reads[bucket+" "+result]++
 }
