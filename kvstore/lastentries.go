@@ -43,7 +43,9 @@ func LastEntries(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 	whole := false
 	for m, err := range msgs {
 		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			whole = true // no key matches
+			// No key matches; after some entries, a message that failed to load (the
+			// server folds that into the same 404): not whole.
+			whole = len(out) == 0
 			break
 		}
 		if errors.Is(err, jetstreamext.ErrBatchUnsupported) {

@@ -76,6 +76,7 @@ type freshness struct {
 	shards []echoes
 	// Owned by the resync goroutine.
 	stale  []bool   // what the last pass found, to log the changes
+	warned []bool   // a failed read was logged since the shard began standing still
 	cursor []string // the last proxy a pass read, per shard
 }
 
@@ -91,7 +92,7 @@ type pendingWrite struct {
 }
 
 func newFreshness(shards int) *freshness {
-	return &freshness{shards: make([]echoes, shards), stale: make([]bool, shards), cursor: make([]string, shards)}
+	return &freshness{shards: make([]echoes, shards), stale: make([]bool, shards), warned: make([]bool, shards), cursor: make([]string, shards)}
 }
 
 // wrote records this replica's write of rev to shard at now.
@@ -151,7 +152,7 @@ func (l *Leaser) resyncStale(ctx context.Context) {
 		for i, kv := range l.cfg.Buckets.Leases.All() {
 			stale := l.fresh.standsStill(i, time.Now())
 			if stale != l.fresh.stale[i] {
-				l.fresh.stale[i] = stale
+				l.fresh.stale[i], l.fresh.warned[i] = stale, false
 				l.freshnessObserver().ObserveViewStill(kv.Bucket(), stale)
 				if stale {
 					l.log.Warn("the view of a lease shard stands still (its watch echoes none of this replica's writes): reading its full proxies directly until it catches up", "bucket", kv.Bucket())
@@ -183,15 +184,28 @@ func (l *Leaser) resyncShard(ctx context.Context, shard int, kv jetstream.KeyVal
 			keys += full[n].Held + 2
 			n++
 		}
-		l.resyncProxies(ctx, kv, full[:n])
+		if err := l.resyncProxies(ctx, kv, full[:n], maxSplits); err != nil {
+			// The next pass tries again: a read that gets no answer has waited its whole
+			// budget, and the next would too.
+			if !l.fresh.warned[shard] && ctx.Err() == nil {
+				l.fresh.warned[shard] = true
+				l.log.Warn("the direct read of a lease shard whose view stands still failed; tried again every pass", "bucket", kv.Bucket(), "err", err)
+			}
+			return
+		}
 		l.fresh.cursor[shard] = full[n-1].Name
 		full = full[n:]
 	}
 }
 
+// maxSplits bounds how often resyncProxies splits a read the server refuses as too big: a
+// batch of resyncBatch keys is far under the server's limit, so only slots far above a
+// shrunk maxLeases get there, and the library reports other statuses the same way.
+const maxSplits = 3
+
 // resyncProxies reads the slots of proxies in kv and folds them into the view as the watch
-// would; a read the server refuses as too big is split in two.
-func (l *Leaser) resyncProxies(ctx context.Context, kv jetstream.KeyValue, proxies []selection.FullProxy) {
+// would; a read the server refuses as too big is split in two, at most splits deep.
+func (l *Leaser) resyncProxies(ctx context.Context, kv jetstream.KeyValue, proxies []selection.FullProxy, splits int) error {
 	filters := make([]string, len(proxies))
 	for i, p := range proxies {
 		filters[i] = p.Name + ".*"
@@ -200,14 +214,12 @@ func (l *Leaser) resyncProxies(ctx context.Context, kv jetstream.KeyValue, proxi
 	es, err := kvstore.LastEntries(rctx, l.cfg.Buckets.JS, kv, filters)
 	cancel()
 	if err != nil {
-		if errors.Is(err, kvstore.ErrTooManyKeys) && len(proxies) > 1 && ctx.Err() == nil {
-			l.resyncProxies(ctx, kv, proxies[:len(proxies)/2])
-			l.resyncProxies(ctx, kv, proxies[len(proxies)/2:])
-			return
-		}
-		l.log.Debug("read the slots of a stale lease shard", "bucket", kv.Bucket(), "err", err)
 		l.freshnessObserver().ObserveDirectRead(kv.Bucket(), "error")
-		return
+		if errors.Is(err, kvstore.ErrTooManyKeys) && len(proxies) > 1 && splits > 0 && ctx.Err() == nil {
+			half := len(proxies) / 2
+			return errors.Join(l.resyncProxies(ctx, kv, proxies[:half], splits-1), l.resyncProxies(ctx, kv, proxies[half:], splits-1))
+		}
+		return err
 	}
 	l.freshnessObserver().ObserveDirectRead(kv.Bucket(), "ok")
 	apply := l.waking(l.applyLease)
@@ -238,4 +250,5 @@ func (l *Leaser) resyncProxies(ctx context.Context, kv jetstream.KeyValue, proxi
 	if len(gones) > 0 {
 		l.wake.signal()
 	}
+	return nil
 }

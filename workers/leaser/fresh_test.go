@@ -74,8 +74,13 @@ func TestAViewThatStandsStillReadsItsShardDirectly(t *testing.T) {
 		granted = g
 		return rep.code == 0
 	})
-	if now := consumers(); len(now) > 0 {
-		t.Logf("the SDK had made a new consumer (%v) by the grant: the watch may have brought the release", now)
+	// The SDK makes a new consumer at its activity check, 10 s or more after the delete: by
+	// then the grant above has long been made. Should it have come first (a machine stalled
+	// for seconds), the watch may have brought the release, and the log and metrics need not
+	// say anything.
+	recreated := consumers()
+	if len(recreated) > 0 {
+		t.Logf("the SDK had made a new consumer (%v) by the grant: the watch may have brought the release", recreated)
 	} else if !strings.Contains(r.logs.String(), "stands still") {
 		t.Error("granted while the watch stood still, but the log does not say the view stood still")
 	}
@@ -85,7 +90,7 @@ func TestAViewThatStandsStillReadsItsShardDirectly(t *testing.T) {
 	// The metrics hear of it: the shard standing still, and the reads.
 	obs.mu.Lock()
 	defer obs.mu.Unlock()
-	if !obs.still[kv.Bucket()] || obs.reads[kv.Bucket()+" ok"] == 0 {
+	if len(recreated) == 0 && (!obs.still[kv.Bucket()] || obs.reads[kv.Bucket()+" ok"] == 0) {
 		t.Errorf("observed: standing still %v, reads %v; want %s standing still and read", obs.still, obs.reads, kv.Bucket())
 	}
 }

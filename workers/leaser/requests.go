@@ -57,6 +57,10 @@ func checkRequestID(id string) error {
 	return nil
 }
 
+// errRecordedElsewhere: the request's record names another try's lease, which could not be
+// read to answer with it.
+var errRecordedElsewhere = errors.New("the request is recorded with another lease")
+
 // idem is an acquire's request record, as far as this try knows it.
 type idem struct {
 	key string
@@ -155,6 +159,9 @@ func (l *Leaser) unrecordedGrant(ctx context.Context, r events.AcquireRequest, k
 	}
 	reply := events.LeaseReply{Lease: g}
 	prior, err := l.recordRequest(ctx, r, reply, &idem{key: key})
+	if errors.Is(err, errRecordedElsewhere) {
+		return nil, nil, err // the request's lease is another, unreadable now: a retry finds it
+	}
 	if err != nil {
 		// Not recorded (or not known to be): a retry reads the record, or finds the lease
 		// here again.
@@ -228,6 +235,11 @@ func (l *Leaser) grantOnce(ctx context.Context, r events.AcquireRequest, ttl tim
 		// as it would after a 500, and an election no longer stops every acquire.
 		l.log.Warn("an acquire's request record could not be written (lease_state stalled); the grant is answered unrecorded", "id", lr.Lease.ID, "err", err)
 		return g, nil
+	case errors.Is(err, errRecordedElsewhere):
+		// The request's record names another try's lease: this one is given back, and the
+		// caller, told to retry, gets that lease once it can be read.
+		l.releaseGrant(ctx, lr, "give back the lease of a retried acquire whose earlier try's lease cannot be read now")
+		return nil, err
 	case err != nil:
 		// Not given back: the record may have landed all the same, and name it. The caller,
 		// told to retry, gets it back from the record or, unrecorded, from the view's request
@@ -310,7 +322,10 @@ func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr e
 	g, held, err := l.heldGrant(ctx, rec)
 	switch {
 	case err != nil:
-		return nil, false, err
+		// The record is there and names another lease, whose state cannot be read now (its
+		// shard may be stalled): definite for this grant, which is not the request's lease,
+		// and no sign that lease_state is stalled.
+		return nil, true, fmt.Errorf("%w: %s: %w", errRecordedElsewhere, rec.Lease, err)
 	case held:
 		return &events.LeaseReply{Lease: g}, true, nil
 	}
