@@ -3,6 +3,8 @@ package flowtest
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,10 +80,22 @@ func TestCreateRateLimit(t *testing.T) {
 		t.Run(fmt.Sprintf("%d per minute", c.perMinute), func(t *testing.T) {
 			h := newHarness(t)
 			fake := providertest.NewFake("fake", fakeHost(8))
+			var mu sync.Mutex
+			var sent []string // each create call, "proxy@seconds since start", to explain a failure
+			var start time.Time
+			fake.OnCall = func(op, name string) {
+				if op == "create" {
+					mu.Lock()
+					sent = append(sent, fmt.Sprintf("%s@%.3f", name, time.Since(start).Seconds()))
+					mu.Unlock()
+				}
+			}
 			cat := fake.Catalog()
 			cat.Limits = map[string]int{events.LimitCreatesPerMinute: c.perMinute, events.LimitCreateBurst: c.burst}
 			h.startProvisioner(provisioner.Config{Provider: "fake", Backend: fake, Catalog: cat, Worker: "w1"})
-			start := time.Now()
+			mu.Lock()
+			start = time.Now()
+			mu.Unlock()
 			h.reconciler("r1")
 			for i := range c.n {
 				h.put(fmt.Sprintf("p%02d", i), `{"provider":"fake"}`)
@@ -91,7 +105,10 @@ func TestCreateRateLimit(t *testing.T) {
 				calls := fake.Calls("create")
 				allowed := c.burst + int(time.Since(start).Seconds()*float64(c.perMinute)/60) // read after the calls: looser
 				if calls > allowed {
-					t.Fatalf("%d creates %v after the start, the limit allows %d", calls, time.Since(start).Round(time.Millisecond), allowed)
+					mu.Lock()
+					seen := slices.Clone(sent)
+					mu.Unlock()
+					t.Fatalf("%d creates %v after the start, the limit allows %d: %v", calls, time.Since(start).Round(time.Millisecond), allowed, seen)
 				}
 				for i := range c.n {
 					if st, ok := h.status(fmt.Sprintf("p%02d", i)); ok && st.Reason == events.ReasonRateLimited {

@@ -38,7 +38,11 @@ func (l *loop) input(ctx context.Context, name string, result *events.OpResult) 
 	in.Spec = &spec
 	in.Targets = l.targets[spec.Provider]
 	if c := l.limits[spec.Provider]; c != nil {
-		in.CreateAt = c.next(in.Now)
+		// The bucket runs on the monotonic clock (in.Now has none): a wall-clock step must
+		// not mint tokens.
+		if w := c.wait(time.Now()); w > 0 {
+			in.CreateAt = in.Now.Add(w)
+		}
 	}
 	declared := in.Now
 	if in.Status != nil {
@@ -91,7 +95,7 @@ func (l *loop) run(ctx context.Context, b *batch) {
 		in := l.input(ctx, name, b.results[i])
 		s := &steps[i]
 		s.name, s.d = name, Decide(l.r.cfg.Policy, in)
-		l.countCreates(s.d.Ops, in.Now)
+		l.countCreates(s.d.Ops, time.Now())
 		l.count(name, s.d.Status) // counted as decided: the batch's next decisions see it
 		s.trace = l.traceDecision(ctx, in, s.d, b.msgs[i])
 		s.boot = firstReady(in, s.d.Status)

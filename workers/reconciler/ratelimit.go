@@ -17,10 +17,23 @@ import (
 // the bucket takes to refill (each status records when its create began, and each create op
 // when it was sent). Those statuses are written before their ops go out, so none is missed.
 
-// createLimit is one provider's limit.
+// createLimit is one provider's limit. Its clock never runs backwards: the limiter counts the
+// time since its last event as refill, so an earlier time followed by a later one would count
+// the same interval twice and mint tokens. The loop hands it monotonic readings; last clamps
+// whatever else it is given.
 type createLimit struct {
 	perMinute, burst int
 	lim              *rate.Limiter
+	last             time.Time
+}
+
+// clock is now, or the latest time the bucket has seen if now is before it.
+func (c *createLimit) clock(now time.Time) time.Time {
+	if now.Before(c.last) {
+		return c.last
+	}
+	c.last = now
+	return now
 }
 
 // limitOf reads a catalog record's create-rate limit; ok is false when it sets none.
@@ -41,21 +54,21 @@ func newCreateLimit(perMinute, burst int, recent []time.Time, now time.Time) *cr
 		}
 	}
 	lim.ReserveN(now, min(spent, burst))
-	return &createLimit{perMinute: perMinute, burst: burst, lim: lim}
+	return &createLimit{perMinute: perMinute, burst: burst, lim: lim, last: now}
 }
 
-// next is when a create may go: the zero time when a token is there now.
-func (c *createLimit) next(now time.Time) time.Time {
-	t := c.lim.TokensAt(now)
+// wait is how long after now a create may go: 0 when a token is there now.
+func (c *createLimit) wait(now time.Time) time.Duration {
+	t := c.lim.TokensAt(c.clock(now))
 	if t >= 1 {
-		return time.Time{}
+		return 0
 	}
-	return now.Add(time.Duration((1 - t) / float64(c.lim.Limit()) * float64(time.Second)))
+	return time.Duration((1 - t) / float64(c.lim.Limit()) * float64(time.Second))
 }
 
 // took counts a create op sent at now; a create that went without a token (credentials
 // delivered to a running instance) puts the bucket in debt, which later creates wait out.
-func (c *createLimit) took(now time.Time) { c.lim.ReserveN(now, 1) }
+func (c *createLimit) took(now time.Time) { c.lim.ReserveN(c.clock(now), 1) }
 
 // recentCreates are the times the leader's statuses of provider show creates were sent.
 func (l *loop) recentCreates(provider string) []time.Time {
