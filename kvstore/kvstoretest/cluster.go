@@ -3,10 +3,8 @@ package kvstoretest
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,13 +14,14 @@ import (
 )
 
 // Cluster is n embedded JetStream servers named n1…nn whose routes each go through a
-// loopback relay of their own (one per ordered pair of servers), so that a test can cut a
-// server off as kill -9 would: its connections to its peers close at once, and it does
-// nothing about its Raft groups. (A Shutdown is no crash: a server that shuts down hands its
+// loopback gate in front of the server they reach, so that a test can cut a server off as
+// kill -9 would: its connections to its peers close at once, and it does nothing about its
+// Raft groups. (A Shutdown is no crash: a server that shuts down hands its
 // leaderships over, and a new leader is there within milliseconds.)
 type Cluster struct {
 	Servers []*server.Server
-	relays  [][]*relay // relays[from][to], nil on the diagonal
+	gates   []*gate  // gates[i] is where the peers of server i reach it
+	ids     []string // the servers' IDs, which name them at the gates
 }
 
 // routeWait bounds how long CutOff waits for every server to see a cut.
@@ -37,27 +36,15 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for i := range ports {
 		ports[i] = freePort(t)
 	}
-	c := &Cluster{Servers: make([]*server.Server, n), relays: make([][]*relay, n)}
-	// Where a server says peers may reach it. A server that accepts a route tells its other
-	// peers about the new one (gossip), and a peer without a route to it yet connects to the
-	// address in that news: without an advertised address, the real cluster port, past the
-	// relays, and a cut would then leave that route up. The sink is a relay cut from the
-	// start: such a connection closes at once, and the peer keeps to its configured routes.
-	sink := startRelay(t, "127.0.0.1:0")
-	sink.cut()
-	for from := range n {
-		c.relays[from] = make([]*relay, n)
-		for to := range n {
-			if from != to {
-				c.relays[from][to] = startRelay(t, fmt.Sprintf("127.0.0.1:%d", ports[to]))
-			}
-		}
+	c := &Cluster{Servers: make([]*server.Server, n), gates: make([]*gate, n), ids: make([]string, n)}
+	for i := range n {
+		c.gates[i] = startGate(t, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 	}
 	for i := range n {
 		var routes []*url.URL
-		for to, r := range c.relays[i] {
+		for to, g := range c.gates {
 			if to != i {
-				routes = append(routes, &url.URL{Scheme: "nats", Host: r.addr})
+				routes = append(routes, &url.URL{Scheme: "nats", Host: g.addr})
 			}
 		}
 		opts := &server.Options{
@@ -68,8 +55,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			StoreDir:           t.TempDir(),
 			JetStreamMaxMemory: 64 << 20,
 			JetStreamMaxStore:  1 << 30,
-			// Only the configured routes (the relays), never a peer's own address.
-			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true, Advertise: sink.addr},
+			// Peers hear of the server at its gate, a configured route of theirs: so gossip
+			// never makes a route of its own, past the gates.
+			Cluster: server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: ports[i], NoAdvertise: true, Advertise: c.gates[i].addr},
 			Routes:  routes,
 			NoLog:   true,
 			NoSigs:  true,
@@ -80,7 +68,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		go s.Start()
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		c.Servers[i] = s
+		c.Servers[i], c.ids[i] = s, s.ID()
 	}
 	for _, s := range c.Servers {
 		if !s.ReadyForConnections(10 * time.Second) {
@@ -96,13 +84,13 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	c.waitPlacement(t, deadline)
 	if bypass := c.bypasses(); bypass != "" {
-		t.Fatalf("a route past the relays: %s", bypass)
+		t.Fatalf("a route past the gates: %s", bypass)
 	}
 	return c
 }
 
 // bypasses names a route that a server solicited to an address it was not configured with
-// (gossip's: it would not go through a relay), or is empty.
+// (gossip's: it would not go through a gate), or is empty.
 func (c *Cluster) bypasses() string {
 	for _, s := range c.Servers {
 		rz, err := s.Routez(&server.RoutezOptions{})
@@ -172,10 +160,10 @@ func (c *Cluster) ready() bool {
 // route to it), so that what a test does next happens after the crash it stands for.
 func (c *Cluster) CutOff(t testing.TB, i int) {
 	t.Helper()
-	for j := range c.Servers {
+	c.gates[i].cutAll()
+	for j, g := range c.gates {
 		if j != i {
-			c.relays[i][j].cut()
-			c.relays[j][i].cut()
+			g.cutFrom(c.ids[i])
 		}
 	}
 	victim := c.Servers[i].Name()
@@ -204,80 +192,6 @@ func (c *Cluster) routesTo(victim string) string {
 		}
 	}
 	return ""
-}
-
-// relay forwards the TCP connections it accepts to one address until it is cut.
-type relay struct {
-	addr  string
-	mu    sync.Mutex
-	conns []net.Conn
-	down  bool
-}
-
-// cut closes the relay's connections; it refuses new ones from now on.
-func (r *relay) cut() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.down = true
-	for _, c := range r.conns {
-		c.Close()
-	}
-	r.conns = nil
-}
-
-// track keeps c for cut and cleanup; false (c closed) once the relay is cut.
-func (r *relay) track(cs ...net.Conn) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.down {
-		for _, c := range cs {
-			c.Close()
-		}
-		return false
-	}
-	r.conns = append(r.conns, cs...)
-	return true
-}
-
-func startRelay(t testing.TB, target string) *relay {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &relay{addr: l.Addr().String()}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			in, err := l.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			if !r.track(in, out) {
-				continue
-			}
-			wg.Go(func() { pipe(out, in) })
-			wg.Go(func() { pipe(in, out) })
-		}
-	})
-	t.Cleanup(func() {
-		l.Close()
-		r.cut()
-		wg.Wait()
-	})
-	return r
-}
-
-// pipe copies src to dst until either closes, then closes both.
-func pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
 }
 
 // freePort is a loopback TCP port nothing listens on right now.

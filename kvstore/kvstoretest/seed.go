@@ -58,7 +58,9 @@ func PublishEvent(t testing.TB, js jetstream.JetStream, ev events.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID)); err != nil {
+	if _, err := js.Publish(context.Background(), events.EventSubject(ev.Kind, ev.Proxy), b, jetstream.WithMsgID(ev.ID),
+		// A stream made a moment ago on a cluster may not have its interest on every server yet.
+		jetstream.WithRetryAttempts(20)); err != nil {
 		t.Fatalf("publish %s: %v", ev.ID, err)
 	}
 }
