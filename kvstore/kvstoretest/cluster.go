@@ -20,8 +20,7 @@ import (
 // leaderships over, and a new leader is there within milliseconds.)
 type Cluster struct {
 	Servers []*server.Server
-	gates   []*gate  // gates[i] is where the peers of server i reach it
-	ids     []string // the servers' IDs, which name them at the gates
+	gates   []*gate // gates[i] is where the peers of server i reach it
 }
 
 // routeWait bounds how long CutOff waits for every server to see a cut.
@@ -36,7 +35,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for i := range ports {
 		ports[i] = freePort(t)
 	}
-	c := &Cluster{Servers: make([]*server.Server, n), gates: make([]*gate, n), ids: make([]string, n)}
+	c := &Cluster{Servers: make([]*server.Server, n), gates: make([]*gate, n)}
 	for i := range n {
 		c.gates[i] = startGate(t, fmt.Sprintf("127.0.0.1:%d", ports[i]))
 	}
@@ -68,7 +67,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		go s.Start()
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		c.Servers[i], c.ids[i] = s, s.ID()
+		c.Servers[i] = s
 	}
 	for _, s := range c.Servers {
 		if !s.ReadyForConnections(10 * time.Second) {
@@ -163,7 +162,7 @@ func (c *Cluster) CutOff(t testing.TB, i int) {
 	c.gates[i].cutAll()
 	for j, g := range c.gates {
 		if j != i {
-			g.cutFrom(c.ids[i])
+			g.cutFrom(c.Servers[i].ID()) // the ID that names it at the gates
 		}
 	}
 	victim := c.Servers[i].Name()

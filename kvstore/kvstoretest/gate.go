@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/egressd/egressd/internal/relay"
 )
 
 // gate is the one address at which a cluster server's peers reach it: it forwards the route
@@ -18,54 +20,48 @@ import (
 // server tells its peers of a new one by that server's advertised address, the gate, and a
 // peer that has the gate among its configured routes makes no route of its own to it.
 type gate struct {
-	addr  string
-	mu    sync.Mutex
-	conns map[net.Conn]string // each accepted connection (both ends), by the dialling server's ID
-	from  map[string]bool     // servers whose connections are refused
-	down  bool                // the server behind the gate is cut off: every connection is refused
+	addr string
+	mu   sync.Mutex
+	from map[string]*relay.Tunnels // the routes through the gate, by the dialling server's ID
+	down bool                      // the server behind the gate is cut off: every route is refused
 }
 
-// handshakeWait bounds how long a gate waits for a route's first line.
-const handshakeWait = 10 * time.Second
+// Bounds of a route's way through a gate: how long it waits for the route's first line, and
+// how long a route may stay silent (nats-server pings its routes every 2 minutes).
+const (
+	handshakeWait = 10 * time.Second
+	routeIdle     = time.Hour
+)
 
-// cutAll closes every connection through the gate and refuses new ones.
+// routes are the routes dialled through the gate by the server with ID src: closed, and
+// refusing new ones, once that server or the gate's is cut off.
+func (g *gate) routes(src string) *relay.Tunnels {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ts := g.from[src]
+	if ts == nil {
+		ts = relay.NewTunnels()
+		g.from[src] = ts
+		if g.down {
+			ts.CloseAll()
+		}
+	}
+	return ts
+}
+
+// cutAll closes every route through the gate and refuses new ones.
 func (g *gate) cutAll() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.down = true
-	for c := range g.conns {
-		c.Close()
-	}
-	clear(g.conns)
-}
-
-// cutFrom closes the connections the server with ID id dialled through the gate and refuses
-// its new ones.
-func (g *gate) cutFrom(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.from[id] = true
-	for c, src := range g.conns {
-		if src == id {
-			c.Close()
-			delete(g.conns, c)
-		}
+	for _, ts := range g.from {
+		ts.CloseAll()
 	}
 }
 
-// admit keeps both ends of a connection from src for the cuts; false (both closed) when src
-// or the gate is cut.
-func (g *gate) admit(src string, in, out net.Conn) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.down || g.from[src] {
-		in.Close()
-		out.Close()
-		return false
-	}
-	g.conns[in], g.conns[out] = src, src
-	return true
-}
+// cutFrom closes the routes the server with ID id dialled through the gate and refuses its
+// new ones.
+func (g *gate) cutFrom(id string) { g.routes(id).CloseAll() }
 
 func startGate(t testing.TB, target string) *gate {
 	t.Helper()
@@ -73,7 +69,7 @@ func startGate(t testing.TB, target string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gate{addr: l.Addr().String(), conns: map[net.Conn]string{}, from: map[string]bool{}}
+	g := &gate{addr: l.Addr().String(), from: map[string]*relay.Tunnels{}}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -108,18 +104,24 @@ func (g *gate) serve(in net.Conn, target string) {
 		in.Close()
 		return
 	}
-	if !g.admit(src, in, out) {
-		return
-	}
-	if _, err := io.WriteString(out, first); err != nil {
+	ts := g.routes(src)
+	if !ts.Track(in, out) {
 		in.Close()
 		out.Close()
 		return
 	}
-	var wg sync.WaitGroup
-	wg.Go(func() { pipe(out, br, in) })
-	wg.Go(func() { pipe(in, out, out) })
-	wg.Wait()
+	defer ts.Untrack(in, out)
+	// The first line, and whatever came with it (the route's INFO), go on before the splice.
+	_, err = io.WriteString(out, first)
+	if err == nil {
+		_, err = io.CopyN(out, br, int64(br.Buffered()))
+	}
+	if err != nil {
+		in.Close()
+		out.Close()
+		return
+	}
+	relay.Splice(in, out, routeIdle)
 }
 
 // routeSource is the server ID a route's CONNECT line names.
@@ -135,11 +137,4 @@ func routeSource(line string) (string, bool) {
 		return "", false
 	}
 	return c.Name, true
-}
-
-// pipe copies src to dst until either closes, then closes both (srcConn is src's connection).
-func pipe(dst net.Conn, src io.Reader, srcConn net.Conn) {
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	srcConn.Close()
 }

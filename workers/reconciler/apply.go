@@ -19,8 +19,9 @@ import (
 
 // input gathers what Decide needs for one proxy from the leader's view.
 func (l *loop) input(ctx context.Context, name string, result *events.OpResult) Input {
+	now := time.Now() // in.Now drops its monotonic reading (UTC); the create bucket keeps it
 	in := Input{Name: name, Catalog: l.catalog, Installation: l.r.cfg.Installation, Result: result,
-		Now: time.Now().UTC(), NewID: newID}
+		Now: now.UTC(), NewID: newID}
 	if e, ok := l.statuses[name]; ok {
 		st := e.st
 		in.Status = &st
@@ -38,9 +39,8 @@ func (l *loop) input(ctx context.Context, name string, result *events.OpResult) 
 	in.Spec = &spec
 	in.Targets = l.targets[spec.Provider]
 	if c := l.limits[spec.Provider]; c != nil {
-		// The bucket runs on the monotonic clock (in.Now has none): a wall-clock step must
-		// not mint tokens.
-		if w := c.wait(time.Now()); w > 0 {
+		// The bucket runs on the monotonic clock: a wall-clock step must not mint tokens.
+		if w := c.wait(now); w > 0 {
 			in.CreateAt = in.Now.Add(w)
 		}
 	}
