@@ -96,7 +96,10 @@ func TestUpgradeNarrowsOldEventsOnACluster(t *testing.T) {
 }
 
 func testUpgrade(t *testing.T, js jetstream.JetStream, replicas int) {
-	ctx := context.Background()
+	// The test's budget: the client's default of 5 s a call is short for an R3 file stream
+	// on three -race servers sharing a loaded machine ("context deadline exceeded" seen).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: events.StreamEvents, Subjects: []string{events.EventsSubjects},
 		Retention: jetstream.LimitsPolicy, MaxAge: 7 * 24 * time.Hour, MaxBytes: 256 << 20, Storage: jetstream.FileStorage,
 		Replicas: replicas, Duplicates: 2 * time.Minute}); err != nil {
