@@ -260,9 +260,11 @@ func TestPoolDemandStep(t *testing.T) {
 	}
 	// One crawler keeps its lease through the ramp down: the pool drains around it, and its
 	// lease still works and is its own to give back.
-	last, raw := n.acquire(`{"selector":{"pool":"step"},"ttlSeconds":120,"waitSeconds":3,"holder":"last"}`)
-	if last.Lease.ID == "" {
-		t.Fatalf("the last crawler's acquire: %s", raw)
+	// It queues behind the crowd's waiters (about 30), so it may wait a few rounds of holds.
+	m, err := c.request(events.LeaseAcquireSubject, []byte(`{"selector":{"pool":"step"},"ttlSeconds":120,"waitSeconds":30,"holder":"last"}`))
+	var last events.LeaseReply
+	if err != nil || json.Unmarshal(m.Data, &last) != nil || last.Lease.ID == "" {
+		t.Fatalf("the last crawler's acquire: %v %s", err, msgData(m))
 	}
 	c.halt()
 	n.waitRows("down to the leased member", 120*time.Second, func(rows map[string]fleet.Row) bool {
