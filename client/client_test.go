@@ -90,7 +90,9 @@ func (s *service) start(t *testing.T) {
 func TestLeaseAutoRenewKeepsItBeyondItsTTL(t *testing.T) {
 	_, c := startService(t)
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: time.Second, Holder: "crawler-1"})
+	// A 2 s TTL: renewed every 667 ms, each renewal with as long again to be retried before
+	// the lease would end, which a loaded machine's stalls fit in.
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: 2 * time.Second, Holder: "crawler-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestLeaseAutoRenewKeepsItBeyondItsTTL(t *testing.T) {
 	select {
 	case <-l.Lost():
 		t.Fatalf("lost: %v", l.Err())
-	case <-time.After(3 * time.Second): // three TTLs
+	case <-time.After(5 * time.Second): // two and a half TTLs
 	}
 	if _, err := c.AcquireOnce(ctx, client.AcquireOptions{TTL: time.Second}); !errors.Is(err, client.ErrNoProxy) {
 		t.Fatalf("second holder while the lease is renewed: %v", err)
@@ -127,11 +129,11 @@ func TestLeaseAutoRenewKeepsItBeyondItsTTL(t *testing.T) {
 }
 
 // Lost fires when the slot is taken over: here an operator removes the key and another
-// holder is granted the slot before the next renewal.
+// holder is granted the slot before the next renewal (2 s after the grant: a third of the TTL).
 func TestLeaseLostFiresWhenTheSlotIsTakenOver(t *testing.T) {
 	s, c := startService(t)
 	ctx := context.Background()
-	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: 3 * time.Second})
+	l, err := c.Acquire(ctx, client.AcquireOptions{TTL: 6 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +151,7 @@ func TestLeaseLostFiresWhenTheSlotIsTakenOver(t *testing.T) {
 	}
 	select {
 	case <-l.Lost():
-	case <-time.After(5 * time.Second):
+	case <-time.After(10 * time.Second):
 		t.Fatal("Lost not closed after the slot changed hands")
 	}
 	if !errors.Is(l.Err(), client.ErrLost) {

@@ -83,7 +83,7 @@ func TestLock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ttl = time.Second
+	const ttl = 2 * time.Second // each step has a second and more to spare on a loaded machine
 	a, err := kvstore.AcquireLock(ctx, js, st.Locks, "op.p1", "a", "test", ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,7 @@ func TestCreateTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ttl = time.Second
+	const ttl = 2 * time.Second // each step has a second and more to spare on a loaded machine
 	rev, err := kvstore.CreateTTL(ctx, st.Health, "p1", []byte("a"), ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +199,7 @@ func TestKeepRenewed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const ttl = time.Second
+	const ttl = 2 * time.Second // each step has a second and more to spare on a loaded machine
 	a, err := kvstore.AcquireLock(ctx, js, st.Locks, "gc.p.h", "a", "test", ttl)
 	if err != nil {
 		t.Fatal(err)

@@ -131,12 +131,15 @@ func TestErrorClasses(t *testing.T) {
 	})
 
 	t.Run("quota waits", func(t *testing.T) {
-		fake.Fail("create", providers.ErrQuota, 1)
+		// Quota until the test has seen the wait: a single refusal's second of Waiting can
+		// pass between two looks on a loaded machine.
+		fake.Fail("create", providers.ErrQuota, -1)
 		h.put("qu", `{"provider":"fake"}`)
 		st := h.waitPhase("qu", events.PhaseWaiting)
 		if st.RetryAt.IsZero() || st.Reason != events.ReasonQuota {
 			t.Fatalf("waiting status: %+v", st)
 		}
+		fake.Fail("create", nil, 0)
 		h.waitPhase("qu", events.PhaseRunning)
 	})
 

@@ -110,15 +110,17 @@ func TestLeaseCapacityIsExactAcrossReplicas(t *testing.T) {
 	eventually(t, 2*ttl, "every slot expires", func() bool { return r.slots() == 0 })
 	t.Logf("all %d slots were free again %v after the burst began (TTL %v)", granted, time.Since(start).Round(time.Millisecond), ttl)
 	// Every slot can be leased again. A replica whose watch is a moment behind may still
-	// refuse one, so refusals are retried; grants must reach exactly 30.
+	// refuse one, so refusals are retried; grants must reach exactly 30. These leases last
+	// the rest of the test, however slow the machine: none may expire and free a slot (or add
+	// an expiry event) before the checks below.
 	again := 0
-	eventually(t, 5*time.Second, "30 slots leased again", func() bool {
-		if _, rep := r.acquire(events.AcquireRequest{TTLSeconds: 5}); rep.code == 0 {
+	eventually(t, 15*time.Second, "30 slots leased again", func() bool {
+		if _, rep := r.acquire(events.AcquireRequest{TTLSeconds: 120}); rep.code == 0 {
 			again++
 		}
 		return again == proxies*maxLeases
 	})
-	if _, rep := r.acquire(events.AcquireRequest{TTLSeconds: 5}); rep.code != events.CodeUnavailable {
+	if _, rep := r.acquire(events.AcquireRequest{TTLSeconds: 120}); rep.code != events.CodeUnavailable {
 		t.Fatalf("31st acquire after the expiry: code %d", rep.code)
 	}
 
