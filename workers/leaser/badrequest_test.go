@@ -3,6 +3,7 @@ package leaser_test
 import (
 	"context"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,19 @@ func TestLeaseBadRequestsChangeNothing(t *testing.T) {
 		{"report: lost lease", events.LeaseReportSubject, `{"id":"` + lost.ID + `","result":"blocked","target":"a","release":true}`, 409, "id", "is not held: its slot holds another lease"},
 	}
 
-	time.Sleep(200 * time.Millisecond) // let the events of the setup arrive
+	// The setup's events arrive asynchronously (the lost lease's expiry last): the count is
+	// taken once that expiry is seen and nothing more has come for half a second.
+	seen, quietSince := -1, time.Now()
+	eventually(t, 15*time.Second, "the setup's events to settle", func() bool {
+		evs := r.seenEvents()
+		if len(evs) != seen {
+			seen, quietSince = len(evs), time.Now()
+		}
+		expired := slices.ContainsFunc(evs, func(ev events.Event) bool {
+			return ev.Reason == events.ReasonExpired && ev.Lease != nil && ev.Lease.ID == lost.ID
+		})
+		return expired && time.Since(quietSince) >= 500*time.Millisecond
+	})
 	leasesBefore, coolBefore, eventsBefore := r.revisions(r.store.Leases.All()...), r.revisions(r.store.Cooldowns), len(r.seenEvents())
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
