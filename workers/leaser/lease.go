@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
@@ -33,6 +34,9 @@ func (l *Leaser) readLeaseAfter(ctx context.Context, id leaseID, conflicted bool
 			return rec, rev, checkCaller(ctx, id, rec)
 		}
 		if gone := l.goneError(id); gone != nil {
+			return events.Lease{}, 0, gone
+		}
+		if gone := endedError(id, l.endNoted(ctx, id, key)); gone != nil {
 			return events.Lease{}, 0, gone
 		}
 		return events.Lease{}, 0, &apiError{code: events.CodeNotFound, field: "id",
@@ -196,4 +200,24 @@ func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
 		d = l.cfg.DefaultTTL
 	}
 	return min(max(d, l.cfg.MinTTL), l.cfg.MaxTTL)
+}
+
+// endNoted is why another leaser ended the lease of id, read from the marker that removed its
+// slot key: this replica's watch may not have brought that marker yet, and its holder must
+// hear 410 with the reason from every replica, not 404 from the one that is behind. "" when
+// the marker is not there or not that lease's (an expiry, a release, a later grant). It costs
+// one direct get, on the path of a renewal or release that finds nothing.
+func (l *Leaser) endNoted(ctx context.Context, id leaseID, key string) events.Reason {
+	rctx, cancel := l.shards.writeContext(ctx)
+	defer cancel()
+	es, err := kvstore.LastEntries(rctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), []string{key})
+	if err != nil || len(es) != 1 || es[0].Operation() != jetstream.KeyValueDelete {
+		return ""
+	}
+	var note events.SlotEnd
+	if json.Unmarshal(es[0].Value(), &note) != nil || note.Token != id.Token {
+		return ""
+	}
+	l.view.noteEnded(note.Token, note.End)
+	return note.End
 }

@@ -1,0 +1,73 @@
+package leaser
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/kvstore"
+	"github.com/egressd/egressd/kvstore/kvstoretest"
+)
+
+// A replica whose watch has not yet brought another replica's removal of a slot (here: a
+// leaser that never watched at all) answers a renewal of the ended lease from the removal's
+// marker: 410 with the reason, as the replica that removed it would; anything else that left
+// the slot empty is a 404.
+func TestLeaseEndedElsewhereIsGoneBeforeTheWatchSaysSo(t *testing.T) {
+	_, nc, js := kvstoretest.Start(t)
+	ctx := context.Background()
+	store, err := kvstore.Ensure(ctx, js, kvstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Buckets: BucketsOf(store), NC: nc, Worker: "behind", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name    string
+		noteFor string        // whose token the marker's note names ("tok": this lease's); "" for a plain delete
+		end     events.Reason // the note's reason
+		put     bool          // whether the slot was ever written
+		code    events.ErrorCode
+	}{
+		{"ended with its proxy", "tok", events.ReasonProxyDeleted, true, events.CodeGone},
+		{"ended with its instance", "tok", events.ReasonProxyReplaced, true, events.CodeGone},
+		{"released", "", "", true, events.CodeNotFound},
+		{"another lease ended", "other", events.ReasonProxyDeleted, true, events.CodeNotFound},
+		{"never granted", "", "", false, events.CodeNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Tokens are unique to a lease, and what a replica remembers is keyed by them.
+			id := leaseID{Proxy: "px", Slot: i, Token: fmt.Sprintf("tok%d", i)}
+			key := events.SlotKey(id.Proxy, id.Slot)
+			kv := store.Leases.Of(id.Proxy)
+			if tc.put {
+				rev, err := kvstore.PutJSON(ctx, kv, key, events.Lease{Proxy: id.Proxy, Slot: id.Slot, Token: id.Token})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var note []byte
+				if tc.noteFor != "" {
+					note, _ = json.Marshal(events.SlotEnd{V: 1, Token: tc.noteFor, End: tc.end})
+					if tc.noteFor == "tok" {
+						note, _ = json.Marshal(events.SlotEnd{V: 1, Token: id.Token, End: tc.end})
+					}
+				}
+				if err := kvstore.DeleteNoted(ctx, js, kv, key, rev, note); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, _, err := l.readLeaseAfter(ctx, id, false)
+			var ae *apiError
+			if !errors.As(err, &ae) || ae.code != tc.code || ae.code == events.CodeGone && ae.end != tc.end {
+				t.Fatalf("renewal read: %v (%+v), want code %d end %q", err, ae, tc.code, tc.end)
+			}
+		})
+	}
+}
