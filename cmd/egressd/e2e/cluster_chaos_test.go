@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -182,18 +183,14 @@ func TestClusterChaos(t *testing.T) {
 	t.Logf("chaos over after %.1f s: %d role kills %v, %d NATS kills, changes %v", lastKill.Sub(begin).Seconds(),
 		roleKills, byRole, natsKills, byChange)
 
-	// Converged: every live proxy Ready at its last port, every deleted one gone.
-	rows := c.admin.waitRows("every proxy converged", 5*time.Minute, func(r map[string]fleet.Row) bool {
-		if len(r) != len(desired) {
-			return false
-		}
-		for name, port := range desired {
-			row := r[name]
-			if row.Phase != events.PhaseReady || !strings.HasSuffix(row.Address, fmt.Sprintf(":%d", port)) {
-				return false
-			}
-		}
-		return true
+	// Converged: every live proxy Ready at its last port, every deleted one gone. Until then
+	// the wait names what is off, with the spec in KV and what the status says of it (a
+	// failure on 2026-12-04 left one proxy Ready on its previous port with no reason).
+	var rows map[string]fleet.Row
+	waitUntil(t, "every proxy converged", 5*time.Minute, func() (bool, string) {
+		rows = c.admin.rows()
+		off := notConverged(t.Context(), proxies, rows, desired)
+		return len(off) == 0, strings.Join(off, "; ")
 	})
 	converged := time.Since(lastKill)
 	// Exactly one instance per live proxy; none of deleted ones once GC has run.
@@ -250,6 +247,36 @@ func TestClusterChaos(t *testing.T) {
 		float64(f.ConvergedMs)/1000, float64(f.CleanMs)/1000, f.Live, orphans, acquires, f.OverCap)
 	b, _ := json.Marshal(f)
 	t.Logf("RELIABILITY %s", b)
+}
+
+// notConverged lists what differs from desired (name → port): a proxy not Ready at its
+// port, with its spec in KV and its status's reason, spec revision and rollout; a row of a
+// proxy that should be gone.
+func notConverged(ctx context.Context, kv jetstream.KeyValue, rows map[string]fleet.Row, desired map[string]int) []string {
+	var off []string
+	for name, port := range desired {
+		row := rows[name]
+		if row.Phase == events.PhaseReady && strings.HasSuffix(row.Address, fmt.Sprintf(":%d", port)) {
+			continue
+		}
+		spec := "unreadable"
+		if e, err := kv.Get(ctx, name); err == nil {
+			spec = fmt.Sprintf("%s at revision %d", e.Value(), e.Revision())
+		}
+		st := row.Status
+		if st == nil {
+			st = &events.ProxyStatus{}
+		}
+		off = append(off, fmt.Sprintf("%s wants port %d: %s %s reason %q %q; status of spec revision %d, hash %s, rollout %+v, successor %+v, op %+v; spec in KV %s",
+			name, port, row.Phase, row.Address, row.Reason, st.Message, st.SpecRevision, st.SpecHash, st.Rollout, st.Successor, st.Op, spec))
+	}
+	for name := range rows {
+		if _, ok := desired[name]; !ok {
+			off = append(off, name+" should be gone: "+string(rows[name].Phase))
+		}
+	}
+	slices.Sort(off)
+	return off
 }
 
 // applyChange writes one lifecycle change, retrying while the cluster fails over.
