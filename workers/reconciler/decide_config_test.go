@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/egressd/egressd/events"
+	"github.com/egressd/egressd/providers"
 )
 
 // configCases are the rows of TestDecide about specs the reconciler refuses, providers and zones, one op in flight, addresses.
@@ -193,6 +194,25 @@ func configCases(p Policy) []decideCase {
 			in.Result = result(events.OpCreate, events.ClassStale, nil)
 			return in
 		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}}},
+		// A create that ran, its result lost with a killed provisioner, then the spec edited:
+		// the redelivered create is stale. The instance it built must not be adopted by a
+		// create of the new spec under its name; it is rolled, the successor under a new one.
+		{"a stale create after a spec edit is rolled under a new name, never adopted", func(t *testing.T) Input {
+			st := &events.ProxyStatus{V: 1, Phase: events.PhaseProvisioning, UID: "u1", Provider: "local", Host: "h1", ProvisionAt: t0,
+				InstanceName: providers.InstanceName("inst", "u1"), SpecHash: spec(t, base).Hash(nil), Generation: "g1"}
+			in := input(t, spec(t, `{"provider":"local","port":9090}`), withOp(st, events.OpCreate, t0), t0)
+			in.Result = result(events.OpCreate, events.ClassStale, nil)
+			in.Rollout = RolloutBudget{MaxUnavailable: 1}
+			return in
+		}, decideWant{phase: events.PhaseProvisioning, ops: []events.OpKind{events.OpCreate}, check: func(t *testing.T, d Decision) {
+			st := d.Status
+			if st.Rollout == nil || st.Rollout.Reason != events.ReasonSpecChanged || st.Successor == nil {
+				t.Fatalf("not rolled: rollout %+v successor %+v", st.Rollout, st.Successor)
+			}
+			if op := d.Ops[0]; op.InstanceName == st.InstanceName || op.InstanceName != st.Successor.Name {
+				t.Errorf("create for %s, want the successor %s (never the name of the instance built from the old spec)", op.InstanceName, st.Successor.Name)
+			}
+		}}},
 		{"one read without an address keeps the address", func(t *testing.T) Input {
 			in := input(t, spec(t, base), withOp(running(spec(t, base)), events.OpGet, t0), t0)
 			in.Result = result(events.OpGet, events.ClassNone, &events.Instance{ID: "local/x", State: "Provisioning"})
