@@ -123,7 +123,12 @@ func (p *Provider) ensureRunning(ctx context.Context, req providers.CreateReques
 	marker := p.pidPath(m.Name)
 	pid, _ := readPID(marker)
 	wantAuth := req.Auth != nil
-	if alive(pid, marker) && wantAuth == m.Auth {
+	// A create of the name asking another port meets an instance built from an older spec
+	// (one whose delete a crash overtook, met again under its name). Returned as it is, it
+	// would pass for the new spec's and serve on the old port for good: it restarts on the
+	// port asked for.
+	moved := m.Port != req.Port
+	if alive(pid, marker) && wantAuth == m.Auth && !moved {
 		return p.describe(m), nil
 	}
 	// Whatever still carries the instance's mark (a proxy that is about to be restarted with
@@ -132,13 +137,13 @@ func (p *Provider) ensureRunning(ctx context.Context, req providers.CreateReques
 	if err := stop(ctx, findProcesses(marker), marker, p.stopGrace); err != nil {
 		return providers.Instance{}, err
 	}
-	if wantAuth != m.Auth {
+	if wantAuth != m.Auth || moved {
 		if !wantAuth {
 			if err := os.Remove(filepath.Join(dir, authFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return providers.Instance{}, err
 			}
 		}
-		m.Auth = wantAuth
+		m.Auth, m.Port = wantAuth, req.Port
 		if err := writeMeta(dir, m); err != nil {
 			return providers.Instance{}, err
 		}

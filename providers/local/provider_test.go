@@ -283,6 +283,33 @@ func TestAuthAddedAndRemovedRestarts(t *testing.T) {
 	}
 }
 
+// TestClusterChaos, 2026-12-04: a proxy deleted and declared again before its instance was
+// deleted met that instance under its name, built for an older port; returned as it was, the
+// proxy stayed Ready on the old port with a status saying it followed the new spec.
+func TestCreateOfTheNameWithAnotherPortMovesIt(t *testing.T) {
+	p := newProvider(t, testConfig(t, 5))
+	req := request("egress-moved", freePort(t))
+	first := mustCreate(t, p, req)
+	srv := upstream(t)
+	req.Port = freePort(t)
+	inst, err := p.Create(ctxT(t), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.Port != req.Port || inst.Address != first.Address || inst.ID != first.ID {
+		t.Fatalf("created again with port %d: %+v (first %+v)", req.Port, inst, first)
+	}
+	if status, _ := through(t, inst, nil, srv.URL); status != 200 {
+		t.Errorf("through the new port: %d", status)
+	}
+	if got, err := reopen(t, p).Get(ctxT(t), inst.ID); err != nil || got.Port != req.Port {
+		t.Errorf("read back: %+v %v, want port %d", got, err, req.Port)
+	}
+	if n := len(proxies(p, req.Name)); n != 1 {
+		t.Errorf("%d processes for the instance, want 1", n)
+	}
+}
+
 func TestCreateOfAnotherUIDsNameIsPermanent(t *testing.T) {
 	p := newProvider(t, testConfig(t, 5))
 	req := request("egress-mine", freePort(t))
