@@ -9,7 +9,6 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
@@ -36,7 +35,7 @@ func (l *Leaser) readLeaseAfter(ctx context.Context, id leaseID, conflicted bool
 		if gone := l.goneError(id); gone != nil {
 			return events.Lease{}, 0, gone
 		}
-		if gone := endedError(id, l.endNoted(ctx, id, key)); gone != nil {
+		if gone := l.goneElsewhere(ctx, id, key); gone != nil {
 			return events.Lease{}, 0, gone
 		}
 		return events.Lease{}, 0, &apiError{code: events.CodeNotFound, field: "id",
@@ -202,22 +201,22 @@ func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
 	return min(max(d, l.cfg.MinTTL), l.cfg.MaxTTL)
 }
 
-// endNoted is why another leaser ended the lease of id, read from the marker that removed its
-// slot key: this replica's watch may not have brought that marker yet, and its holder must
-// hear 410 with the reason from every replica, not 404 from the one that is behind. "" when
-// the marker is not there or not that lease's (an expiry, a release, a later grant). It costs
-// one direct get, on the path of a renewal or release that finds nothing.
-func (l *Leaser) endNoted(ctx context.Context, id leaseID, key string) events.Reason {
+// goneElsewhere is goneError once the slot's last entry is read and folded into the view as
+// the watch would fold it (resyncProxies does the same for a shard whose watch stands still):
+// another leaser may have ended the lease and noted why on the marker that removed the slot,
+// before this replica's watch brought it, and the holder must hear 410 with the reason from
+// every replica, not 404 from the one that is behind. One direct get, only on the path of a
+// renewal, release or report that finds the slot empty; nil when the read fails.
+func (l *Leaser) goneElsewhere(ctx context.Context, id leaseID, key string) error {
 	rctx, cancel := l.shards.writeContext(ctx)
-	defer cancel()
 	es, err := kvstore.LastEntries(rctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), []string{key})
-	if err != nil || len(es) != 1 || es[0].Operation() != jetstream.KeyValueDelete {
-		return ""
+	cancel()
+	if err != nil {
+		return nil
 	}
-	var note events.SlotEnd
-	if json.Unmarshal(es[0].Value(), &note) != nil || note.Token != id.Token {
-		return ""
+	apply := l.waking(l.applyLease)
+	for _, e := range es {
+		apply(e)
 	}
-	l.view.noteEnded(note.Token, note.End)
-	return note.End
+	return l.goneError(id)
 }

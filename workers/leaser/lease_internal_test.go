@@ -31,13 +31,13 @@ func TestLeaseEndedElsewhereIsGoneBeforeTheWatchSaysSo(t *testing.T) {
 	}
 	for i, tc := range []struct {
 		name    string
-		noteFor string        // whose token the marker's note names ("tok": this lease's); "" for a plain delete
+		noteFor string        // whose token the marker's note names ("own": this lease's); "" for a plain delete
 		end     events.Reason // the note's reason
 		put     bool          // whether the slot was ever written
 		code    events.ErrorCode
 	}{
-		{"ended with its proxy", "tok", events.ReasonProxyDeleted, true, events.CodeGone},
-		{"ended with its instance", "tok", events.ReasonProxyReplaced, true, events.CodeGone},
+		{"ended with its proxy", "own", events.ReasonProxyDeleted, true, events.CodeGone},
+		{"ended with its instance", "own", events.ReasonProxyReplaced, true, events.CodeGone},
 		{"released", "", "", true, events.CodeNotFound},
 		{"another lease ended", "other", events.ReasonProxyDeleted, true, events.CodeNotFound},
 		{"never granted", "", "", false, events.CodeNotFound},
@@ -53,11 +53,11 @@ func TestLeaseEndedElsewhereIsGoneBeforeTheWatchSaysSo(t *testing.T) {
 					t.Fatal(err)
 				}
 				var note []byte
-				if tc.noteFor != "" {
-					note, _ = json.Marshal(events.SlotEnd{V: 1, Token: tc.noteFor, End: tc.end})
-					if tc.noteFor == "tok" {
-						note, _ = json.Marshal(events.SlotEnd{V: 1, Token: id.Token, End: tc.end})
+				if token := tc.noteFor; token != "" {
+					if token == "own" {
+						token = id.Token
 					}
+					note, _ = json.Marshal(events.SlotEnd{V: 1, Token: token, End: tc.end})
 				}
 				if err := kvstore.DeleteNoted(ctx, js, kv, key, rev, note); err != nil {
 					t.Fatal(err)
