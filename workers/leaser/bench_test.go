@@ -119,6 +119,47 @@ func acquireReleaseEach(b *testing.B, nc *nats.Conn, req func(i int) []byte) {
 	}
 }
 
+// BenchmarkRenew is a renewal of a held lease (a read of the slot and its rewrite with a TTL),
+// and of a lease released before (the slot found empty: a 404, after a read of the marker
+// that removed it, which tells a lease another leaser ended with its proxy from one that just
+// ended). The second is what a crawler that lost its lease pays once.
+func BenchmarkRenew(b *testing.B) {
+	for _, held := range []bool{true, false} {
+		name := map[bool]string{true: "held", false: "released"}[held]
+		b.Run(name, func(b *testing.B) {
+			nc := startBenchLeaser(b, nil, nil)
+			m, err := nc.Request(events.LeaseAcquireSubject, []byte(`{"ttlSeconds":600}`), 5*time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var r events.LeaseReply
+			if err := json.Unmarshal(m.Data, &r); err != nil || r.Lease.ID == "" {
+				b.Fatalf("acquire: %s", m.Data)
+			}
+			renew := []byte(`{"id":"` + r.Lease.ID + `"}`)
+			want := ""
+			if !held {
+				if _, err := nc.Request(events.LeaseReleaseSubject, renew, 5*time.Second); err != nil {
+					b.Fatal(err)
+				}
+				want = "404"
+			}
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				m, err := nc.Request(events.LeaseRenewSubject, renew, 5*time.Second)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if got := m.Header.Get("Nats-Service-Error-Code"); got != want {
+					b.Fatalf("renew: code %q, want %q: %s", got, want, m.Data)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkBaselineRequestReply is a bare NATS request-reply on the same kind of server.
 func BenchmarkBaselineRequestReply(b *testing.B) {
 	srv := kvstoretest.StartServer(b)
