@@ -37,6 +37,8 @@ func TestPoolDemandStepSurvivesKills(t *testing.T) {
 	leaserA := startRole(t, dir, n.url, "--config", cfg, "--roles", "leaser")
 	startRole(t, dir, n.url, "--config", cfg, "--roles", "leaser")
 	nc, _ := n.client()
+	// The crawlers start once both leasers serve: one that meets no responders stops.
+	waitLeaseService(t, nc, 2)
 
 	putDemandPool(t, n, "kill")
 	c := startCrowd(t, nc, 500*time.Millisecond, func(i int) string {

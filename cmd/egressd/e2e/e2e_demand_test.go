@@ -59,6 +59,13 @@ func startCrowd(t *testing.T, nc *nats.Conn, hold time.Duration, body func(i int
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	// A test that fails before halt (a wait that timed out) still says what the crawlers saw:
+	// a crawler that met an error stopped crawling, and its error is the likely cause.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the crowd: %s", c.report())
+		}
+	})
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +173,14 @@ func (c *crowd) release(i int, id string) bool {
 	}
 }
 
+// report is what the crawlers saw so far, with the errors that stopped some of them.
+func (c *crowd) report() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return fmt.Sprintf("%d granted, %d held now, %d waits timed out, %d unanswered, %d crawlers stopped by an error %q",
+		c.granted.Load(), c.held.Load(), c.timeout.Load(), c.lost.Load(), len(c.errs), c.errs)
+}
+
 // answeredTwice lists the requests that had more than one answer.
 func (c *crowd) answeredTwice() []string {
 	c.mu.Lock()
@@ -198,9 +213,12 @@ func (c *crowd) halt() {
 }
 
 // putDemandPool puts the demand tests' pool, autoscale 0 to 5 members of maxLeases 2 that go
-// after 5 s without demand, and waits until its controller has recorded it idle.
+// after 5 s without demand, and waits until its controller has recorded it idle and a lease
+// service replica serves (the crawlers come next, and one that meets no responders stops).
 func putDemandPool(t *testing.T, n *node, name string) {
 	t.Helper()
+	nc, _ := n.client()
+	waitLeaseService(t, nc, 1)
 	n.nats("kv", "put", "pools", name, `{"template":{"provider":"local","maxLeases":2,`+poolHealth+`},`+
 		`"autoscale":{"min":0,"max":5,"scaleDownAfterSeconds":5,"targetUtilization":1}}`)
 	waitUntil(t, "the idle pool recorded at zero members", 60*time.Second, func() (bool, string) {

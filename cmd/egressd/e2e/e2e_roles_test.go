@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/readside/fleet"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // startRole starts `egressd run` for some roles against an existing NATS server.
@@ -38,6 +42,40 @@ func startRole(t *testing.T, dir, url string, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// waitLeaseService waits until want replicas of the lease service answer its discovery
+// ping: a role process is started, not serving, when startRole returns, and a request sent
+// before any replica serves is answered "no responders".
+func waitLeaseService(t testing.TB, nc *nats.Conn, want int) {
+	t.Helper()
+	waitUntil(t, fmt.Sprintf("%d lease service replicas serving", want), 60*time.Second, func() (bool, string) {
+		ids := map[string]bool{}
+		inbox := nats.NewInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		subject, err := micro.ControlSubject(micro.PingVerb, events.LeaseService, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			m, err := sub.NextMsg(500 * time.Millisecond)
+			if err != nil {
+				break
+			}
+			var ping micro.Ping
+			if json.Unmarshal(m.Data, &ping) == nil && ping.ID != "" {
+				ids[ping.ID] = true
+			}
+		}
+		return len(ids) >= want, fmt.Sprint(len(ids), " answered")
+	})
 }
 
 // The roles scale out as separate processes on one NATS: `egressd setup` declares, the
