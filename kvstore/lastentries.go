@@ -104,3 +104,19 @@ func (e lastEntry) Revision() uint64                { return e.rev }
 func (e lastEntry) Created() time.Time              { return e.created }
 func (e lastEntry) Delta() uint64                   { return 0 }
 func (e lastEntry) Operation() jetstream.KeyValueOp { return e.op }
+
+// LastEntry reads the current entry of one key of kv, with one direct get on s, the handle of
+// kv's stream (from js.Stream of "KV_"+bucket; keep it, since getting one asks the server for
+// the stream's info). It reads as LastEntries does (a deleted, purged or expired key comes
+// with its marker's operation and revision) without the batch's subscription, whose buffer
+// costs more than the read for one key; ErrNotFound when the key has no message left.
+func LastEntry(ctx context.Context, s jetstream.Stream, kv jetstream.KeyValue, key string) (jetstream.KeyValueEntry, error) {
+	m, err := s.GetLastMsgForSubject(ctx, "$KV."+kv.Bucket()+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("read the last entry of %s %s: %w", kv.Bucket(), key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the last entry of %s %s: %w", kv.Bucket(), key, err)
+	}
+	return lastEntry{bucket: kv.Bucket(), key: key, value: m.Data, rev: m.Sequence, created: m.Time, op: operationOf(m.Header)}, nil
+}

@@ -86,6 +86,25 @@ func TestLastEntriesReadsEveryKindOfEnd(t *testing.T) {
 		}
 	}
 
+	// LastEntry reads one key as LastEntries does; a key never written is ErrNotFound.
+	st, err := js.Stream(ctx, "KV_last")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, batch := range got {
+		e, err := kvstore.LastEntry(ctx, st, kv, key)
+		if err != nil {
+			t.Errorf("LastEntry %s: %v", key, err)
+			continue
+		}
+		if e.Key() != key || e.Bucket() != "last" || e.Operation() != batch.Operation() || e.Revision() != batch.Revision() || string(e.Value()) != string(batch.Value()) {
+			t.Errorf("LastEntry %s: %v at %d %q, LastEntries %v at %d %q", key, e.Operation(), e.Revision(), e.Value(), batch.Operation(), batch.Revision(), batch.Value())
+		}
+	}
+	if e, err := kvstore.LastEntry(ctx, st, kv, "a.never"); !errors.Is(err, kvstore.ErrNotFound) {
+		t.Errorf("LastEntry of a key never written: %v, %v; want ErrNotFound", e, err)
+	}
+
 	// Several filters in one read; none matching is no entry and no error.
 	es, err := kvstore.LastEntries(ctx, js, kv, []string{"b.*", "ab.*"})
 	if err != nil || len(es) != 2 {

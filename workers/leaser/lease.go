@@ -9,6 +9,7 @@ import (
 
 	"github.com/egressd/egressd/events"
 	"github.com/egressd/egressd/kvstore"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // readLease reads the slot of id and checks that it still holds this grant: 404 when the slot
@@ -209,14 +210,29 @@ func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
 // renewal, release or report that finds the slot empty; nil when the read fails.
 func (l *Leaser) goneElsewhere(ctx context.Context, id leaseID, key string) error {
 	rctx, cancel := l.shards.writeContext(ctx)
-	es, err := kvstore.LastEntries(rctx, l.cfg.Buckets.JS, l.cfg.Buckets.Leases.Of(id.Proxy), []string{key})
-	cancel()
+	defer cancel()
+	kv := l.cfg.Buckets.Leases.Of(id.Proxy)
+	s, err := l.shardStream(rctx, kv)
 	if err != nil {
 		return nil
 	}
-	apply := l.waking(l.applyLease)
-	for _, e := range es {
-		apply(e)
+	e, err := kvstore.LastEntry(rctx, s, kv, key)
+	if err != nil {
+		return nil
 	}
+	l.waking(l.applyLease)(e)
 	return l.goneError(id)
+}
+
+// shardStream is the handle of kv's stream, asked for once (a stream info request) and kept.
+func (l *Leaser) shardStream(ctx context.Context, kv jetstream.KeyValue) (jetstream.Stream, error) {
+	if s, ok := l.streams.Load(kv.Bucket()); ok {
+		return s.(jetstream.Stream), nil
+	}
+	s, err := l.cfg.Buckets.JS.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return nil, err
+	}
+	l.streams.Store(kv.Bucket(), s)
+	return s, nil
 }

@@ -134,6 +134,7 @@ type Leaser struct {
 	gate     *gate          // runs the NATS requests side by side (concurrent.go)
 	creating *creating      // slots whose Create is in flight here (inflight.go)
 	tries    *tries         // request IDs an acquire serves here now (inflight.go)
+	streams  sync.Map       // lease shard bucket → its stream's handle (lease.go, shardStream)
 	wake     *wakeup        // this replica's waiting acquires (wait.go)
 	waiters  sync.WaitGroup // the goroutines answering them over NATS
 	quit     chan struct{}  // closed when Run's context ends: waiters answer and go
