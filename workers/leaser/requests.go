@@ -61,6 +61,10 @@ func checkRequestID(id string) error {
 // read to answer with it.
 var errRecordedElsewhere = errors.New("the request is recorded with another lease")
 
+// errRecordEnded: the request's record names a lease that ended, and the next write takes the
+// record over at the revision read (recordRequest tries it at once, not after a back-off).
+var errRecordEnded = errors.New("the request record names a lease that ended")
+
 // idem is an acquire's request record, as far as this try knows it.
 type idem struct {
 	key string
@@ -281,6 +285,11 @@ func (l *Leaser) recordRequest(ctx context.Context, r events.AcquireRequest, lr 
 		if done {
 			return prior, err
 		}
+		if errors.Is(err, errRecordEnded) && rctx.Err() == nil {
+			// Nothing failed: the write to come is at a revision just read. Another try
+			// taking the record first makes it conflict and read again, within the budget.
+			continue
+		}
 		select {
 		case <-rctx.Done():
 			err = fmt.Errorf("record request %s: %w", ri.key, err)
@@ -330,7 +339,7 @@ func (l *Leaser) writeRequest(ctx context.Context, r events.AcquireRequest, lr e
 		return &events.LeaseReply{Lease: g}, true, nil
 	}
 	*ri = idem{key: ri.key, rev: rev} // its lease ended: this grant takes the record over
-	return nil, false, errors.New("the request record names a lease that ended")
+	return nil, false, errRecordEnded
 }
 
 // reqRef is a request ID of a holder.

@@ -88,12 +88,19 @@ func benchService(ctx context.Context, b *testing.B, srv *server.Server, clients
 
 // acquireReleaseOp is one client's cycle: an acquire (with a request ID of its own if
 // withID) and the release of the lease it got.
+// opRounds numbers the calls of acquireReleaseOp in this process.
+var opRounds atomic.Int64
+
 func acquireReleaseOp(withID bool) func(*nats.Conn) error {
 	var seq atomic.Int64
+	// Each request ID is new, as the Go client's are: the benchmark calls this once per round
+	// on the same buckets, and an ID of an earlier round would find its record (a retry whose
+	// lease ended, which takes the record over) instead of a first try's path.
+	prefix := `{"ttlSeconds":60,"holder":"bench","requestId":"r` + strconv.FormatInt(opRounds.Add(1), 10) + `-`
 	return func(nc *nats.Conn) error {
 		req := []byte(`{"ttlSeconds":60,"holder":"bench"}`)
 		if withID {
-			req = []byte(`{"ttlSeconds":60,"holder":"bench","requestId":"r-` + strconv.FormatInt(seq.Add(1), 10) + `"}`)
+			req = []byte(prefix + strconv.FormatInt(seq.Add(1), 10) + `"}`)
 		}
 		m, err := nc.Request(events.LeaseAcquireSubject, req, 10*time.Second)
 		if err != nil {
