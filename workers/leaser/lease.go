@@ -28,16 +28,26 @@ func (l *Leaser) readLeaseAfter(ctx context.Context, id leaseID, conflicted bool
 	if errors.Is(err, kvstore.ErrNotFound) {
 		// A direct get is served by any replica of the shard, which may be a moment behind a
 		// grant (or a restarted server catching up). If this replica's view holds the grant,
-		// it was made: its record and revision stand in, and the write that follows, at that
-		// revision, is exact whatever the read said.
-		if rec, rev, held := l.view.heldLease(key, id.Token); held && !conflicted {
-			return rec, rev, checkCaller(ctx, id, rec)
+		// it was made: its record and revision stand in, and a write that follows, at that
+		// revision, is exact whatever the read said. But the view may be behind too, the
+		// lease released on another replica: a caller that writes nothing (an acquire's
+		// retry answered with its earlier lease) would hand out a lease nobody holds. The
+		// slot's last entry, folded in as the watch would fold it, tells which: a removal
+		// after the grant frees the slot in the view; a read as far behind changes nothing.
+		folded := false
+		if _, _, held := l.view.heldLease(key, id.Token); held && !conflicted {
+			folded = l.foldLast(ctx, id, key)
+			if rec, rev, held := l.view.heldLease(key, id.Token); held {
+				return rec, rev, checkCaller(ctx, id, rec)
+			}
 		}
 		if gone := l.goneError(id); gone != nil {
 			return events.Lease{}, 0, gone
 		}
-		if gone := l.goneElsewhere(ctx, id, key); gone != nil {
-			return events.Lease{}, 0, gone
+		if !folded {
+			if gone := l.goneElsewhere(ctx, id, key); gone != nil {
+				return events.Lease{}, 0, gone
+			}
 		}
 		return events.Lease{}, 0, &apiError{code: events.CodeNotFound, field: "id",
 			msg: fmt.Sprintf("lease %s is unknown or has expired", id)}
@@ -209,19 +219,28 @@ func (l *Leaser) renewTTL(seconds int, rec events.Lease) time.Duration {
 // every replica, not 404 from the one that is behind. One direct get, only on the path of a
 // renewal, release or report that finds the slot empty; nil when the read fails.
 func (l *Leaser) goneElsewhere(ctx context.Context, id leaseID, key string) error {
+	if !l.foldLast(ctx, id, key) {
+		return nil
+	}
+	return l.goneError(id)
+}
+
+// foldLast reads the slot key's last entry and folds it into the view as the watch would;
+// false when the read fails.
+func (l *Leaser) foldLast(ctx context.Context, id leaseID, key string) bool {
 	rctx, cancel := l.shards.writeContext(ctx)
 	defer cancel()
 	kv := l.cfg.Buckets.Leases.Of(id.Proxy)
 	s, err := l.shardStream(rctx, kv)
 	if err != nil {
-		return nil
+		return false
 	}
 	e, err := kvstore.LastEntry(rctx, s, kv, key)
 	if err != nil {
-		return nil
+		return false
 	}
 	l.waking(l.applyLease)(e)
-	return l.goneError(id)
+	return true
 }
 
 // shardStream is the handle of kv's stream, asked for once (a stream info request) and kept.
